@@ -1,0 +1,313 @@
+"""Parse a JobSet manifest (jobset.x-k8s.io/v1alpha2) into the pure `JobSpec` the placement engine reads.
+
+The REST API calls `parse_jobset` to validate submissions, so every error names the field
+(`spec.replicatedJobs[1].replicas`) and says what to do about it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from clusters.labels import Selector, parse_selector
+from clusters.quantity import to_milli
+
+API_VERSION = "jobset.x-k8s.io/v1alpha2"
+KIND = "JobSet"
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+PLACEMENT_ANNOTATION = "archipelago.io/placement"
+CLUSTER_SELECTOR_ANNOTATION = "archipelago.io/cluster-selector"
+TOPOLOGY_MODE_ANNOTATION = "archipelago.io/network-topology-mode"
+HIGHEST_TIER_ANNOTATION = "archipelago.io/highest-tier-allowed"
+EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+
+PLACEMENT_MODES = ("whole", "split")
+TOPOLOGY_MODES = ("hard", "soft")
+# Volcano's default when a hard network topology names no tier: the pods share one leaf.
+DEFAULT_HIGHEST_TIER = 1
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_POD_PATH = "template.spec.template.spec"
+
+
+class JobSetError(ValueError):
+    """A manifest that cannot be accepted: `path` names the field, `message` says how to fix it."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+def _frozen(mapping: Mapping | None) -> Mapping:
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class PartSpec:
+    """One ReplicatedJob: `replicas` Jobs, each running `parallelism` pods of the same shape at once."""
+
+    name: str
+    replicas: int
+    parallelism: int
+    completions: int | None
+    pod_requests: Mapping[str, int]  # effective per-pod request in milli-units, overhead included
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    exclusive_topology: str | None = None  # node label whose values each child Job must own
+
+    @property
+    def pods(self) -> int:
+        return self.replicas * self.parallelism
+
+    @property
+    def requests(self) -> dict[str, int]:
+        """The whole part's demand: `replicas × parallelism` pods of `pod_requests`."""
+        return {r: q * self.pods for r, q in self.pod_requests.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    name: str
+    namespace: str | None
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    queue: str | None
+    priority_class: str | None
+    placement: str  # "whole" | "split"
+    cluster_selector: Selector
+    topology_mode: str | None  # "hard" | "soft" | None (treated as soft)
+    highest_tier_allowed: int | None  # only meaningful with "hard"
+    parts: tuple[PartSpec, ...]
+    max_restarts: int = 0
+
+    @property
+    def requests(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for part in self.parts:
+            for resource, amount in part.requests.items():
+                total[resource] = total.get(resource, 0) + amount
+        return total
+
+    @property
+    def pods(self) -> int:
+        return sum(p.pods for p in self.parts)
+
+    @property
+    def tier_bound(self) -> int | None:
+        """The highest HyperNode tier a placement may use, or None when any layout will do."""
+        return self.highest_tier_allowed if self.topology_mode == "hard" else None
+
+
+def _mapping(value: Any, path: str) -> Mapping:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise JobSetError(path, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, path: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise JobSetError(path, f"must be a list, got {type(value).__name__}")
+    return value
+
+
+def _dns_label(value: Any, path: str, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise JobSetError(path, f"{what} is required")
+    if len(value) > 63 or not _DNS1123_LABEL.match(value):
+        raise JobSetError(path, f"{what} {value!r} must be a DNS-1123 label: at most 63 lowercase "
+                                "letters, digits or '-', starting and ending with a letter or digit")
+    return value
+
+
+def _positive_int(value: Any, path: str, default: int | None) -> int | None:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise JobSetError(path, f"must be a whole number, got {value!r}")
+    if value < 1:
+        raise JobSetError(path, f"must be at least 1, got {value}")
+    return value
+
+
+def _string_map(value: Any, path: str) -> dict[str, str]:
+    mapping = _mapping(value, path)
+    for key, item in mapping.items():
+        if not isinstance(item, str):
+            raise JobSetError(f"{path}[{key!r}]", f"must be a string (quote it in YAML), got {item!r}")
+    return dict(mapping)
+
+
+def _requests(container: Mapping, path: str) -> dict[str, int]:
+    """A container's requests in milli-units; as in Kubernetes, a limit without a request is the request."""
+    resources = _mapping(container.get("resources"), f"{path}.resources")
+    merged = {**_mapping(resources.get("limits"), f"{path}.resources.limits"),
+              **_mapping(resources.get("requests"), f"{path}.resources.requests")}
+    source = "requests" if resources.get("requests") else "limits"
+    parsed = {}
+    for resource, quantity in merged.items():
+        try:
+            parsed[resource] = to_milli(quantity)
+        except (ValueError, TypeError):
+            raise JobSetError(f"{path}.resources.{source}.{resource}",
+                              f"{quantity!r} is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")") from None
+        if parsed[resource] < 0:
+            raise JobSetError(f"{path}.resources.{source}.{resource}", "must not be negative")
+    return parsed
+
+
+def effective_pod_requests(pod_spec: Mapping, path: str = "spec") -> dict[str, int]:
+    """What the kube-scheduler reserves for one pod, per resource, in milli-units.
+
+    max(sum of app containers + restartable (sidecar) init containers,
+        the largest regular init container + the sidecars started before it) + pod overhead.
+    """
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for i, container in enumerate(_list(pod_spec.get("initContainers"), f"{path}.initContainers")):
+        requests = _requests(_mapping(container, f"{path}.initContainers[{i}]"), f"{path}.initContainers[{i}]")
+        if container.get("restartPolicy") == "Always":
+            for resource, amount in requests.items():
+                sidecars[resource] = sidecars.get(resource, 0) + amount
+            requests = dict(sidecars)
+        else:
+            requests = {r: requests.get(r, 0) + sidecars.get(r, 0) for r in requests.keys() | sidecars.keys()}
+        for resource, amount in requests.items():
+            init_peak[resource] = max(init_peak.get(resource, 0), amount)
+    containers = _list(pod_spec.get("containers"), f"{path}.containers")
+    if not containers:
+        raise JobSetError(f"{path}.containers", "a pod needs at least one container")
+    running = dict(sidecars)
+    for i, container in enumerate(containers):
+        for resource, amount in _requests(_mapping(container, f"{path}.containers[{i}]"),
+                                          f"{path}.containers[{i}]").items():
+            running[resource] = running.get(resource, 0) + amount
+    effective = {r: max(running.get(r, 0), init_peak.get(r, 0)) for r in running.keys() | init_peak.keys()}
+    overhead = _mapping(pod_spec.get("overhead"), f"{path}.overhead")
+    for resource, quantity in overhead.items():
+        try:
+            effective[resource] = effective.get(resource, 0) + to_milli(quantity)
+        except (ValueError, TypeError):
+            raise JobSetError(f"{path}.overhead.{resource}", f"{quantity!r} is not a resource quantity") from None
+    return {r: a for r, a in sorted(effective.items()) if a > 0}
+
+
+def _exclusive_key(annotations: Mapping, path: str) -> str | None:
+    key = annotations.get(EXCLUSIVE_TOPOLOGY_ANNOTATION)
+    if key is None:
+        return None
+    try:
+        requirements = parse_selector(key).requirements
+    except ValueError:
+        requirements = ()
+    if len(requirements) != 1 or requirements[0].operator != "Exists" or requirements[0].key != key:
+        raise JobSetError(f"{path}[{EXCLUSIVE_TOPOLOGY_ANNOTATION!r}]",
+                          f"{key!r} is not a node label key (e.g. topology.kubernetes.io/zone)")
+    return key
+
+
+def _part(raw: Any, path: str, job_exclusive: str | None) -> PartSpec:
+    raw = _mapping(raw, path)
+    name = _dns_label(raw.get("name"), f"{path}.name", "the ReplicatedJob name")
+    replicas = _positive_int(raw.get("replicas"), f"{path}.replicas", 1)
+    template = _mapping(raw.get("template"), f"{path}.template")
+    job_meta = _mapping(template.get("metadata"), f"{path}.template.metadata")
+    annotations = _string_map(job_meta.get("annotations"), f"{path}.template.metadata.annotations")
+    exclusive = _exclusive_key(annotations, f"{path}.template.metadata.annotations") or job_exclusive
+    job_spec = _mapping(template.get("spec"), f"{path}.template.spec")
+    parallelism = _positive_int(job_spec.get("parallelism"), f"{path}.template.spec.parallelism", 1)
+    completions = _positive_int(job_spec.get("completions"), f"{path}.template.spec.completions", None)
+    if completions is not None:
+        parallelism = min(parallelism, completions)  # a Job never runs more pods at once than it must complete
+    pod_template = _mapping(job_spec.get("template"), f"{path}.template.spec.template")
+    pod_path = f"{path}.{_POD_PATH}"
+    pod_spec = _mapping(pod_template.get("spec"), pod_path)
+    if not pod_spec:
+        raise JobSetError(pod_path, "the Job template needs a pod spec with containers")
+    tolerations = tuple(_mapping(t, f"{pod_path}.tolerations[{i}]")
+                        for i, t in enumerate(_list(pod_spec.get("tolerations"), f"{pod_path}.tolerations")))
+    return PartSpec(
+        name=name, replicas=replicas, parallelism=parallelism, completions=completions,
+        pod_requests=_frozen(effective_pod_requests(pod_spec, pod_path)),
+        tolerations=tuple(MappingProxyType(dict(t)) for t in tolerations),
+        node_selector=_frozen(_string_map(pod_spec.get("nodeSelector"), f"{pod_path}.nodeSelector")),
+        exclusive_topology=exclusive,
+    )
+
+
+def _choice(annotations: Mapping, key: str, allowed: tuple[str, ...], default: str | None) -> str | None:
+    value = annotations.get(key)
+    if value is None:
+        return default
+    if value not in allowed:
+        raise JobSetError(f"metadata.annotations[{key!r}]",
+                          f"{value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def parse_jobset(manifest: Any) -> JobSpec:
+    """Validate a JobSet manifest and return what placement needs; raise JobSetError on the first problem."""
+    manifest = _mapping(manifest, "$")
+    if manifest.get("apiVersion") != API_VERSION:
+        raise JobSetError("apiVersion", f"must be {API_VERSION!r}, got {manifest.get('apiVersion')!r}")
+    if manifest.get("kind") != KIND:
+        raise JobSetError("kind", f"must be {KIND!r}, got {manifest.get('kind')!r}")
+    metadata = _mapping(manifest.get("metadata"), "metadata")
+    name = _dns_label(metadata.get("name"), "metadata.name", "the JobSet name")
+    namespace = metadata.get("namespace")
+    if namespace is not None:
+        _dns_label(namespace, "metadata.namespace", "the namespace")
+    labels = _string_map(metadata.get("labels"), "metadata.labels")
+    annotations = _string_map(metadata.get("annotations"), "metadata.annotations")
+
+    placement = _choice(annotations, PLACEMENT_ANNOTATION, PLACEMENT_MODES, "whole")
+    topology_mode = _choice(annotations, TOPOLOGY_MODE_ANNOTATION, TOPOLOGY_MODES, None)
+    try:
+        cluster_selector = parse_selector(annotations.get(CLUSTER_SELECTOR_ANNOTATION, ""))
+    except ValueError as exc:
+        raise JobSetError(f"metadata.annotations[{CLUSTER_SELECTOR_ANNOTATION!r}]", str(exc)) from None
+    highest_tier = None
+    if HIGHEST_TIER_ANNOTATION in annotations:
+        text = annotations[HIGHEST_TIER_ANNOTATION]
+        if not re.fullmatch(r"\d+", text.strip()) or int(text) < 1:
+            raise JobSetError(f"metadata.annotations[{HIGHEST_TIER_ANNOTATION!r}]",
+                              f"{text!r} must be a tier number of 1 or more, e.g. \"2\"")
+        highest_tier = int(text)
+        if topology_mode != "hard":
+            raise JobSetError(f"metadata.annotations[{HIGHEST_TIER_ANNOTATION!r}]",
+                              f"only applies with {TOPOLOGY_MODE_ANNOTATION}: hard; add it or remove the tier")
+    elif topology_mode == "hard":
+        highest_tier = DEFAULT_HIGHEST_TIER
+
+    spec = _mapping(manifest.get("spec"), "spec")
+    job_exclusive = _exclusive_key(annotations, "metadata.annotations")
+    raw_parts = _list(spec.get("replicatedJobs"), "spec.replicatedJobs")
+    if not raw_parts:
+        raise JobSetError("spec.replicatedJobs", "a JobSet needs at least one ReplicatedJob")
+    parts, seen = [], set()
+    for i, raw in enumerate(raw_parts):
+        part = _part(raw, f"spec.replicatedJobs[{i}]", job_exclusive)
+        if part.name in seen:
+            raise JobSetError(f"spec.replicatedJobs[{i}].name",
+                              f"{part.name!r} is used twice; ReplicatedJob names must be unique")
+        seen.add(part.name)
+        parts.append(part)
+    failure_policy = _mapping(spec.get("failurePolicy"), "spec.failurePolicy")
+    max_restarts = failure_policy.get("maxRestarts", 0)
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise JobSetError("spec.failurePolicy.maxRestarts", f"must be a whole number ≥ 0, got {max_restarts!r}")
+
+    return JobSpec(
+        name=name, namespace=namespace, labels=_frozen(labels), annotations=_frozen(annotations),
+        queue=labels.get(QUEUE_LABEL), priority_class=labels.get(PRIORITY_CLASS_LABEL),
+        placement=placement, cluster_selector=cluster_selector, topology_mode=topology_mode,
+        highest_tier_allowed=highest_tier, parts=tuple(parts), max_restarts=max_restarts,
+    )
