@@ -1,0 +1,21 @@
+"""The placement engine: pure functions over a snapshot of the inventory.
+
+Build a `Snapshot` from `Cluster`/`Queue`/`Tenant`/`RunningPlacement` records, call
+`schedule(snapshot, pending, config)` for a cycle or `dry_run(snapshot, job, config)` for one
+question. Imports nothing that does I/O.
+"""
+
+from broker.placement.cycle import DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Config, dry_run, schedule
+from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, NodeAssignment, Placement, Preemption,
+                                        Waiting)
+from broker.placement.model import (CLUSTER_STATES, GPU, PREEMPTION_POLICIES, Cluster, HyperNode, Node, PendingJob,
+                                    Queue, Resources, RunningPlacement, Tenant)
+from broker.placement.plugins import FILTERS, SCORES
+from broker.placement.snapshot import Snapshot
+
+__all__ = [
+    "CLUSTER_STATES", "DEFAULT_FILTERS", "DEFAULT_SCORE_WEIGHTS", "FILTERS", "GPU", "PREEMPTION_POLICIES", "SCORES",
+    "Cluster", "ClusterVerdict", "Config", "CycleResult", "DryRun", "HyperNode", "Node", "NodeAssignment",
+    "PendingJob", "Placement", "Preemption", "Queue", "Resources", "RunningPlacement", "Snapshot", "Tenant",
+    "Waiting", "dry_run", "schedule",
+]

@@ -1,0 +1,367 @@
+"""One scheduling cycle over one snapshot, in numbered phases (after Kueue's scheduler).
+
+1. Group the pending jobs by queue; order each queue (priority, then submission, then id).
+2. Repeatedly take the head of the queue that should go next (`_queue_key`).
+3. Decide that job: quota, then filters and scores per cluster, then bind the gang to nodes.
+   If it does not fit: preempt where the queue allows it, else hold a cluster for it once it has
+   waited too long, and record per cluster why it waits.
+4. Every decision is applied to the snapshot at once, so the next one sees it.
+
+`schedule` leaves the snapshot holding the cycle's decisions; `dry_run` leaves it unchanged.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Iterable, Mapping
+
+from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, NodeAssignment, Placement, Preemption,
+                                        Waiting)
+from broker.placement.explain import amount, pods_phrase
+from broker.placement.fairness import QuotaVerdict, check_quota, weighted_share
+from broker.placement.model import PendingJob
+from broker.placement.plugins import FILTERS, SCORES, Candidate, Request
+from broker.placement.snapshot import ClusterIndex, Fit, QueueState, Snapshot
+
+DEFAULT_FILTERS = ("ClusterState", "JobSetCRD", "ClusterSelector", "TaintToleration", "Reservation",
+                   "Capacity", "ExclusiveTopology", "TopologyBound")
+DEFAULT_SCORE_WEIGHTS = MappingProxyType({"TightestTier": 4.0, "BinPacking": 2.0, "Spread": 0.0, "Locality": 1.0})
+
+
+@dataclass(frozen=True)
+class Config:
+    """What the settings layer controls. Filter and score names are those of `plugins.FILTERS`/`SCORES`."""
+
+    filters: tuple[str, ...] = DEFAULT_FILTERS
+    score_weights: Mapping[str, float] = field(default_factory=lambda: DEFAULT_SCORE_WEIGHTS)
+    max_candidates_per_tier: int = 16  # HyperNodes tried per tier before moving up (bounds fragmented tiers)
+    starvation_after_s: float = 900.0  # a job waiting longer goes first and may hold a cluster for itself
+    preemption: bool = True  # master switch over the queues' LowerPriority policies
+
+    def __post_init__(self):
+        unknown = [n for n in (*self.filters, *self.score_weights) if n not in FILTERS and n not in SCORES]
+        if unknown:
+            raise ValueError(f"unknown placement plugins {unknown}; known: {sorted(FILTERS) + sorted(SCORES)}")
+
+
+@dataclass(slots=True)
+class _Outcome:
+    placements: list[Placement] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    waiting: Waiting | None = None
+    verdicts: dict[str, ClusterVerdict] = field(default_factory=dict)
+
+
+class _Cycle:
+    def __init__(self, snapshot: Snapshot, config: Config):
+        self.snapshot, self.config = snapshot, config
+        self.filters = [FILTERS[name]() for name in config.filters]
+        self.scores = [(SCORES[name](), weight) for name, weight in sorted(config.score_weights.items()) if weight]
+        self.weight_sum = sum(w for _, w in self.scores) or 1.0
+        self.reserved: dict[str, str] = {}
+        self.evicted: set[str] = set()
+
+    # -- phase 2: which queue goes next -------------------------------------------------------
+    def _starving(self, job: PendingJob) -> bool:
+        return self.snapshot.now - job.submitted_at >= self.config.starvation_after_s
+
+    def _quota(self, job: PendingJob) -> QuotaVerdict:
+        state = self.snapshot.queues[job.queue]
+        cohort = ((q.queue, q.usage) for q in self.snapshot.cohorts[state.queue.tenant])
+        return check_quota(state.queue, state.usage, job.spec.requests, cohort)
+
+    def _queue_key(self, state: QueueState, job: PendingJob) -> tuple:
+        """Which queue head is decided next; the lowest key goes first:
+
+        1. jobs that have waited past `starvation_after_s`, oldest first (so none starves forever);
+        2. a job that fits its queue's nominal quota before one that must borrow;
+        3. the lowest weighted dominant share of the queue once the job is admitted (DRF);
+        4. the higher job priority;
+        5. the higher queue priority;
+        6. the earlier submission;
+        7. tie-break: queue name, then job id.
+        """
+        starving = self._starving(job)
+        return (not starving, job.submitted_at if starving else 0.0,
+                self._quota(job).borrowing,
+                weighted_share(state.usage, job.spec.requests, self.snapshot.weight(state.queue), self.snapshot.totals),
+                -job.priority, -state.queue.priority, job.submitted_at, state.queue.name, job.id)
+
+    def run(self, pending: Iterable[PendingJob]) -> CycleResult:
+        # Phase 1: each queue in its own order: 1. priority, 2. submission time, 3. job id.
+        queued: dict[str, list[PendingJob]] = {}
+        waiting: dict[str, Waiting] = {}
+        placements, preemptions, order = [], [], []
+        for job in pending:
+            if job.queue in self.snapshot.queues:
+                queued.setdefault(job.queue, []).append(job)
+            else:
+                waiting[job.id] = self.decide(job).waiting
+                order.append(job.id)
+        heap = []
+        for name, jobs in queued.items():
+            jobs.sort(key=lambda j: (-j.priority, j.submitted_at, j.id), reverse=True)  # pop() takes the head
+            heap.append((self._queue_key(self.snapshot.queues[name], jobs[-1]), name))
+        heapq.heapify(heap)
+        # Phase 2 and 3: decide queue heads in fairness order; keys are re-checked when popped.
+        while heap:
+            key, name = heapq.heappop(heap)
+            state, jobs = self.snapshot.queues[name], queued[name]
+            current = self._queue_key(state, jobs[-1])
+            if current > key and heap and current > heap[0][0]:
+                heapq.heappush(heap, (current, name))
+                continue
+            job = jobs.pop()
+            outcome = self.decide(job)
+            order.append(job.id)
+            placements += outcome.placements
+            preemptions += outcome.preemptions
+            if outcome.waiting:
+                waiting[job.id] = outcome.waiting
+            if jobs:
+                heapq.heappush(heap, (self._queue_key(state, jobs[-1]), name))
+        return CycleResult(tuple(placements), tuple(preemptions), MappingProxyType(waiting),
+                           MappingProxyType(dict(self.reserved)), tuple(order))
+
+    # -- phase 3: one job -----------------------------------------------------------------------
+    def _requests(self, job: PendingJob) -> list[Request]:
+        spec = job.spec
+        if spec.placement == "split":
+            return [Request(job, p.name, (p,), p.requests, spec.tier_bound, self.reserved) for p in spec.parts]
+        return [Request(job, None, spec.parts, spec.requests, spec.tier_bound, self.reserved)]
+
+    def decide(self, job: PendingJob, explain: bool = False) -> _Outcome:
+        """Place the job whole (or every part of it), or leave it waiting with reasons; updates the snapshot."""
+        outcome = _Outcome()
+        if job.queue not in self.snapshot.queues:
+            outcome.waiting = Waiting(job.id, f"queue {job.queue} does not exist")
+            return outcome
+        verdict = self._quota(job)
+        if not verdict.admissible:
+            outcome.waiting = Waiting(job.id, verdict.message)
+            return outcome
+        reasons: dict[str, str] = {}
+        used: set[str] = set()
+        for request in self._requests(job):
+            request.clusters_used = frozenset(used)
+            placement = self._place(request, reasons, outcome.verdicts if explain else None)
+            if placement is None:
+                break
+            outcome.placements.append(placement)
+            used.add(placement.cluster)
+        else:
+            return outcome
+        for placement in outcome.placements:  # gang: all parts or none
+            self._unapply(placement, job)
+        outcome.placements = []
+        if self._preempt(job, outcome):
+            return outcome
+        part = "" if request.part is None else f" (ReplicatedJob {request.part})"
+        summary = f"no cluster can take it now{part}"
+        if self._starving(job):
+            held = self._reserve(job)
+            if held:
+                summary += f"; {held} is held for it because it has waited longest"
+        outcome.waiting = Waiting(job.id, summary, MappingProxyType(reasons))
+        return outcome
+
+    def _filter(self, request: Request, cluster: ClusterIndex, capacity: bool = True) -> str | None:
+        for plugin in self.filters:
+            if capacity or not plugin.depends_on_capacity:
+                reason = plugin.filter(request, cluster)
+                if reason:
+                    return reason
+        return None
+
+    def _score(self, request: Request, candidate: Candidate) -> float:
+        return sum(w * plugin.score(request, candidate) for plugin, w in self.scores) / self.weight_sum
+
+    def _place(self, request: Request, reasons: dict[str, str],
+               verdicts: dict[str, ClusterVerdict] | None) -> Placement | None:
+        """Filter, score on HyperNode totals, then bind the best cluster's gang to nodes; apply it.
+
+        Estimates are optimistic, so when binding lands somewhere worse than estimated the
+        cluster is re-scored and goes back in line behind any better estimate.
+        """
+        cap = self.config.max_candidates_per_tier
+        line = []
+        for cluster in self.snapshot.clusters.values():
+            reason = self._filter(request, cluster)
+            if reason is None:
+                estimate = cluster.search(request.parts, request.demand, request.bound, cap, bind=False)
+                if estimate is None:
+                    reason = self._no_fit(request, cluster)
+                else:
+                    line.append((-self._score(request, Candidate(cluster, estimate.hypernode)), cluster.name, False))
+            if reason:
+                reasons[cluster.name] = reason
+                if verdicts is not None:
+                    verdicts[cluster.name] = ClusterVerdict(cluster.name, None, reason)
+        heapq.heapify(line)
+        bound: dict[str, Fit] = {}
+        while line:
+            negative, name, bound_already = heapq.heappop(line)
+            cluster = self.snapshot.clusters[name]
+            fit = bound.get(name) or cluster.search(request.parts, request.demand, request.bound, cap, bind=True)
+            if fit is None:
+                reasons[name] = self._no_fit(request, cluster)
+                if verdicts is not None:
+                    verdicts[name] = ClusterVerdict(name, None, reasons[name])
+                continue
+            score = self._score(request, Candidate(cluster, fit.hypernode))
+            if not bound_already and line and -score > line[0][0]:
+                bound[name] = fit
+                heapq.heappush(line, (-score, name, True))
+                continue
+            if verdicts is not None:
+                verdicts[name] = ClusterVerdict(name, round(score, 3))
+                for other_negative, other, _ in line:
+                    verdicts[other] = ClusterVerdict(other, round(-other_negative, 3))
+            placement = _to_placement(request, cluster, fit, score)
+            self._apply(placement, request.job)
+            return placement
+        return None
+
+    def _no_fit(self, request: Request, cluster: ClusterIndex) -> str:
+        """Why the search found no place, after the filters passed: the gang's pods do not fit nodes."""
+        part = max(request.parts, key=lambda p: p.pods)
+        what = pods_phrase(part.pods, part.pod_requests)
+        resource = request.primary
+        if request.bound is not None:
+            return (f"needs {amount(resource, request.demand.get(resource, 0))} in one tier-{request.bound} "
+                    f"HyperNode; those with enough free cannot hold {what} on their nodes")
+        return f"free capacity is fragmented: its nodes cannot hold {what}"
+
+    # -- applying decisions ---------------------------------------------------------------------
+    def _apply(self, placement: Placement, job: PendingJob, sign: int = 1) -> None:
+        label = next((p.exclusive_topology for p in job.spec.parts if p.exclusive_topology), None)
+        self.snapshot.occupy(placement.cluster, job.queue, placement.node_usage, placement.node_pods,
+                             label if placement.exclusive_domains else None, sign)
+
+    def _unapply(self, placement: Placement, job: PendingJob) -> None:
+        self._apply(placement, job, -1)
+
+    def _evict(self, job_id: str, sign: int) -> None:
+        for r in self.snapshot.running[job_id]:
+            self.snapshot.occupy(r.cluster, r.queue, r.node_usage, r.node_pods, r.exclusive_topology, -sign)
+
+    # -- when it does not fit -------------------------------------------------------------------
+    def _preempt(self, job: PendingJob, outcome: _Outcome) -> bool:
+        """Evict the fewest lower-priority placements of the same tenant that make a whole job fit.
+
+        Victims are whole jobs (gangs), taken in the order 1. lowest priority, 2. most recently
+        started, 3. job id, then pruned: a victim whose return still leaves room is spared.
+        Only the job's own tenant is touched, so no tenant pays for another beyond its share.
+        """
+        queue = self.snapshot.queues[job.queue].queue
+        if not self.config.preemption or queue.preemption != "LowerPriority" or job.spec.placement == "split":
+            return False
+        (request,) = self._requests(job)
+        victims_by_job = {}
+        for job_id, placements in self.snapshot.running.items():
+            first = placements[0]
+            if job_id not in self.evicted and first.tenant == job.tenant and first.priority < job.priority:
+                victims_by_job[job_id] = first
+        if not victims_by_job:
+            return False
+        best = None
+        for cluster in self.snapshot.clusters.values():
+            if self._filter(request, cluster, capacity=False):
+                continue
+            local = sorted((v for j, v in victims_by_job.items()
+                            if any(p.cluster == cluster.name for p in self.snapshot.running[j])),
+                           key=lambda v: (v.priority, -v.started_at, v.job_id))
+            chosen = self._victims_for(request, cluster, [v.job_id for v in local])
+            if chosen is not None:
+                rank = (len(chosen), max(victims_by_job[v].priority for v in chosen), cluster.name)
+                if best is None or rank < best[0]:
+                    best = (rank, cluster, chosen)
+        if best is None:
+            return False
+        _, cluster, chosen = best
+        for victim in chosen:
+            self._evict(victim, +1)
+            self.evicted.add(victim)
+        fit = cluster.search(request.parts, request.demand, request.bound, self.config.max_candidates_per_tier, True)
+        placement = _to_placement(request, cluster, fit, self._score(request, Candidate(cluster, fit.hypernode)))
+        self._apply(placement, job)
+        outcome.placements.append(placement)
+        for victim in chosen:
+            for r in self.snapshot.running[victim]:
+                outcome.preemptions.append(Preemption(
+                    r.job_id, r.part, r.cluster, job.id,
+                    f"preempted by higher-priority job {job.id} (priority {job.priority} > {r.priority}) "
+                    f"of the same tenant to make room on {cluster.name}"))
+        return True
+
+    def _victims_for(self, request: Request, cluster: ClusterIndex, ordered: list[str]) -> list[str] | None:
+        """The victims among `ordered` whose eviction lets the request fit here; the snapshot is left as found."""
+        cap = self.config.max_candidates_per_tier
+        taken = []
+        for victim in ordered:
+            self._evict(victim, +1)
+            taken.append(victim)
+            if cluster.search(request.parts, request.demand, request.bound, cap, bind=True):
+                break
+        else:
+            for victim in taken:
+                self._evict(victim, -1)
+            return None
+        for victim in reversed(taken[:-1]):  # spare those not needed, most important first
+            self._evict(victim, -1)
+            if cluster.search(request.parts, request.demand, request.bound, cap, bind=True):
+                taken.remove(victim)
+            else:
+                self._evict(victim, +1)
+        for victim in taken:
+            self._evict(victim, -1)
+        return taken
+
+    def _reserve(self, job: PendingJob) -> str | None:
+        """Hold, for the rest of this cycle, the cluster where a long-waiting job would fit soonest."""
+        if job.id in self.reserved.values():
+            return next(c for c, j in self.reserved.items() if j == job.id)
+        demand = job.spec.requests
+        request = Request(job, None, job.spec.parts, demand, job.spec.tier_bound, self.reserved)
+        choices = [c for c in self.snapshot.clusters.values()
+                   if c.name not in self.reserved and not self._filter(request, c, capacity=False)
+                   and c.allocatable_fits_tier(demand, job.spec.tier_bound)]
+        if not choices:
+            return None
+        resource = request.primary
+        chosen = max(choices, key=lambda c: (c.free_total.get(resource, 0), c.name))
+        self.reserved[chosen.name] = job.id
+        return chosen.name
+
+
+def _to_placement(request: Request, cluster: ClusterIndex, fit: Fit, score: float) -> Placement:
+    binding = fit.binding
+    assignments = tuple(NodeAssignment(cluster.nodes[i].name, part, pods)
+                        for i in sorted(binding.pods) for part, pods in sorted(binding.pods[i].items()))
+    usage = MappingProxyType({cluster.nodes[i].name: MappingProxyType(dict(u)) for i, u in sorted(binding.usage.items())})
+    hypernode = fit.hypernode
+    return Placement(job_id=request.job.id, part=request.part, cluster=cluster.name,
+                     hypernode=hypernode.name if hypernode else None, tier=hypernode.tier if hypernode else None,
+                     assignments=assignments, node_usage=usage, exclusive_domains=tuple(sorted(binding.domains)),
+                     score=round(score, 6))
+
+
+def schedule(snapshot: Snapshot, pending: Iterable[PendingJob], config: Config = Config()) -> CycleResult:
+    """Decide placements, preemptions and reasons for the pending jobs; the snapshot keeps the decisions."""
+    return _Cycle(snapshot, config).run(pending)
+
+
+def dry_run(snapshot: Snapshot, job: PendingJob, config: Config = Config()) -> DryRun:
+    """Where would this job go now, and why — as if it were the next decision; the snapshot is unchanged."""
+    cycle = _Cycle(snapshot, config)
+    outcome = cycle.decide(job, explain=True)
+    for placement in outcome.placements:
+        cycle._unapply(placement, job)
+    for victim in cycle.evicted:
+        cycle._evict(victim, -1)
+    verdicts = tuple(outcome.verdicts.get(name, ClusterVerdict(name, None, (outcome.waiting.clusters.get(name, "")
+                                                                             if outcome.waiting else "")))
+                     for name in snapshot.clusters)
+    return DryRun(tuple(outcome.placements), tuple(outcome.preemptions), outcome.waiting, verdicts)

@@ -1,0 +1,113 @@
+"""What a cycle decides: placements, preemptions, and for every job left waiting, why.
+
+These are plain frozen records: the commit step writes them to the inventory, the propagation
+step turns a `Placement` into a JobSet on its member cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from broker.placement.model import Resources, RunningPlacement
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAssignment:
+    """`pods` pods of ReplicatedJob `replicated_job` bound (in simulation) to `node`."""
+
+    node: str
+    replicated_job: str
+    pods: int
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """One placement: the whole JobSet (`part` None) or one ReplicatedJob of a split JobSet."""
+
+    job_id: str
+    part: str | None
+    cluster: str
+    hypernode: str | None  # None: soft topology and the pods span HyperNodes
+    tier: int | None
+    assignments: tuple[NodeAssignment, ...]
+    node_usage: Mapping[str, Resources]  # node -> resources the placement's pods take there
+    exclusive_domains: tuple[tuple[str, str], ...] = ()  # (node label, value) held alone
+    score: float = 0.0
+
+    @property
+    def node_pods(self) -> dict[str, int]:
+        pods: dict[str, int] = {}
+        for a in self.assignments:
+            pods[a.node] = pods.get(a.node, 0) + a.pods
+        return pods
+
+    def node_names(self, replicated_job: str | None = None) -> tuple[str, ...]:
+        return tuple(sorted({a.node for a in self.assignments
+                             if replicated_job is None or a.replicated_job == replicated_job}))
+
+    def required_node_affinity(self, replicated_job: str | None = None) -> dict:
+        """The `nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution` that pins the pods to the
+        nodes the engine counted them on (per ReplicatedJob, or all of the placement's nodes)."""
+        return {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": HOSTNAME_LABEL, "operator": "In", "values": list(self.node_names(replicated_job))}]}]}
+
+    def as_running(self, *, tenant: str, queue: str, priority: int, started_at: float,
+                   exclusive_topology: str | None = None) -> RunningPlacement:
+        """The record the next cycle's snapshot needs for this placement."""
+        return RunningPlacement(job_id=self.job_id, part=self.part, cluster=self.cluster, hypernode=self.hypernode,
+                                node_usage=self.node_usage, node_pods=MappingProxyType(self.node_pods),
+                                tenant=tenant, queue=queue, priority=priority, started_at=started_at,
+                                exclusive_topology=exclusive_topology)
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Evict the running placement (`job_id`, `part`) on `cluster` so that `preemptor` fits."""
+
+    job_id: str
+    part: str | None
+    cluster: str
+    preemptor: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Why a job stays queued: a summary, and one reason per cluster that was considered."""
+
+    job_id: str
+    message: str
+    clusters: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def lines(self) -> list[str]:
+        return [self.message] + [f"{name}: {reason}" for name, reason in sorted(self.clusters.items())]
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    placements: tuple[Placement, ...]
+    preemptions: tuple[Preemption, ...]
+    waiting: Mapping[str, Waiting]
+    reservations: Mapping[str, str]  # cluster -> job id it is held for (a job waiting too long)
+    order: tuple[str, ...]  # job ids in the order they were decided
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterVerdict:
+    """A dry run's view of one cluster: its score if it could take the job, else why not."""
+
+    cluster: str
+    score: float | None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DryRun:
+    placements: tuple[Placement, ...]  # empty if the job would wait
+    preemptions: tuple[Preemption, ...]
+    waiting: Waiting | None
+    clusters: tuple[ClusterVerdict, ...]

@@ -1,0 +1,36 @@
+"""Amounts and reasons in words a tenant understands ("16 GPUs", "64 CPUs", "200Gi of memory")."""
+
+from __future__ import annotations
+
+from broker.placement.model import GPU, Resources
+from clusters.quantity import format_quantity
+
+
+def amount(resource: str, milli: int) -> str:
+    if resource == GPU:
+        count = milli / 1000
+        return f"{count:g} GPU{'' if count == 1 else 's'}"
+    if resource == "cpu":
+        return f"{format_quantity(milli, 'cpu')} CPU{'' if milli == 1000 else 's'}"
+    if resource in ("memory", "ephemeral-storage"):
+        return f"{format_quantity(milli, resource)} of {resource}"
+    return f"{milli / 1000:g} {resource}"
+
+
+def shortfall(demand: Resources, free: Resources) -> tuple[str, int, int] | None:
+    """The first resource (GPUs first) the free amounts cannot cover: (resource, needed, free)."""
+    for resource in sorted(demand, key=lambda r: (r != GPU, r)):
+        if free.get(resource, 0) < demand[resource]:
+            return resource, demand[resource], max(0, free.get(resource, 0))
+    return None
+
+
+def pods_phrase(count: int, pod: Resources) -> str:
+    """"4 pods of 8 GPUs" — the shape a gang's pods need on one node."""
+    if GPU in pod:
+        shape = amount(GPU, pod[GPU])
+    elif "cpu" in pod:
+        shape = amount("cpu", pod["cpu"])
+    else:
+        shape = "no requests"
+    return f"{count} pod{'' if count == 1 else 's'} of {shape}"

@@ -1,0 +1,108 @@
+"""The inputs of a scheduling cycle: immutable records the snapshot builder fills from the inventory.
+
+Resource amounts are integers in milli-units (`clusters.quantity.to_milli`): "4" cpu is 4000,
+one GPU is 1000, memory is bytes × 1000. Keys are Kubernetes resource names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from broker.jobset import JobSpec
+
+Resources = Mapping[str, int]
+GPU = "nvidia.com/gpu"
+
+CLUSTER_STATES = ("Pending", "Ready", "NotReady", "Cordoned", "Draining")
+PREEMPTION_POLICIES = ("Never", "LowerPriority")
+
+
+def _empty() -> Mapping:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    allocatable: Resources
+    # What other workloads (daemon sets, pods the broker did not place) hold on the node. The pods
+    # of the broker's own placements are NOT included: they come from `RunningPlacement.node_usage`.
+    used: Resources = field(default_factory=_empty)
+    labels: Mapping[str, str] = field(default_factory=_empty)
+    taints: tuple[Mapping[str, Any], ...] = ()
+    unschedulable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HyperNode:
+    """A network domain (Volcano HyperNode): `nodes` are its direct member nodes, `children` its member HyperNodes."""
+
+    name: str
+    tier: int
+    parent: str | None = None
+    children: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    name: str
+    state: str = "Ready"  # one of CLUSTER_STATES; only Ready clusters take new work
+    labels: Mapping[str, str] = field(default_factory=_empty)
+    taints: tuple[Mapping[str, Any], ...] = ()
+    jobset_crd: bool = True
+    nodes: tuple[Node, ...] = ()
+    hypernodes: tuple[HyperNode, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    name: str
+    weight: float = 1.0  # multiplies the weight of each of its queues in the fair share
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """A tenant's queue. Resources absent from `nominal_quota` are not limited by quota.
+
+    A queue may use its nominal quota plus what the other queues of its tenant (its cohort) leave
+    unused, up to `borrowing_limit` per resource (absent resource or None: no limit on borrowing).
+    """
+
+    name: str
+    tenant: str
+    weight: float = 1.0
+    priority: int = 0
+    nominal_quota: Resources = field(default_factory=_empty)
+    borrowing_limit: Resources | None = None
+    preemption: str = "Never"  # one of PREEMPTION_POLICIES
+
+
+@dataclass(frozen=True, slots=True)
+class RunningPlacement:
+    """A part of a job the broker already placed (Admitted, Dispatching or Running)."""
+
+    job_id: str
+    part: str | None  # None: the whole JobSet; else the ReplicatedJob name (split mode)
+    cluster: str
+    hypernode: str | None
+    node_usage: Mapping[str, Resources]  # node name -> resources its pods of this placement hold
+    node_pods: Mapping[str, int]  # node name -> number of pods
+    tenant: str
+    queue: str
+    priority: int
+    started_at: float
+    exclusive_topology: str | None = None  # node label whose domains this placement holds alone
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    id: str
+    tenant: str
+    queue: str
+    priority: int  # resolved from the priority class; higher goes first
+    submitted_at: float  # seconds, same clock as `Snapshot.now`
+    spec: JobSpec
+    previous_clusters: tuple[str, ...] = ()  # where it ran before (restarts, data locality)

@@ -1,0 +1,192 @@
+"""Filter and score plugins, after Karmada's scheduler framework.
+
+A filter looks at one request and one cluster and returns None (the cluster may take it) or a
+reason in words a tenant understands. A score rates a cluster that passed every filter from 0 to
+100; the cycle sums the enabled scores by their weights. Plugins are looked up by name, so the
+settings layer enables and weights them with plain strings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol
+
+from broker.jobset import PartSpec
+from broker.placement.explain import amount, shortfall
+from broker.placement.model import PendingJob, Resources
+from broker.placement.snapshot import ClusterIndex, HyperNodeState, primary_resource
+from clusters.taints import describe_taint, untolerated
+
+
+@dataclass(slots=True)
+class Request:
+    """What one placement asks for: all parts of a whole JobSet, or one part of a split one."""
+
+    job: PendingJob
+    part: str | None
+    parts: tuple[PartSpec, ...]
+    demand: Resources
+    bound: int | None  # highest HyperNode tier allowed (hard topology), None for soft
+    reserved: Mapping[str, str] = field(default_factory=dict)  # cluster -> job id holding it
+    clusters_used: frozenset[str] = frozenset()  # by other parts of the same split job
+
+    @property
+    def primary(self) -> str:
+        return primary_resource(self.demand)
+
+
+@dataclass(slots=True)
+class Candidate:
+    cluster: ClusterIndex
+    hypernode: HyperNodeState | None
+
+
+class FilterPlugin(Protocol):
+    name: str
+    depends_on_capacity: bool  # skipped when asking "would it fit after preemption?"
+
+    def filter(self, request: Request, cluster: ClusterIndex) -> str | None: ...
+
+
+class ScorePlugin(Protocol):
+    name: str
+
+    def score(self, request: Request, candidate: Candidate) -> float: ...
+
+
+class ClusterState:
+    name, depends_on_capacity = "ClusterState", False
+    _WORDS = {"Cordoned": "cordoned", "Draining": "draining", "NotReady": "not ready (not answering)",
+              "Pending": "not yet connected"}
+
+    def filter(self, request, cluster):
+        state = cluster.cluster.state
+        return None if state == "Ready" else self._WORDS.get(state, f"in state {state}")
+
+
+class JobSetCRD:
+    name, depends_on_capacity = "JobSetCRD", False
+
+    def filter(self, request, cluster):
+        return None if cluster.cluster.jobset_crd else "has no JobSet CRD installed"
+
+
+class ClusterSelector:
+    name, depends_on_capacity = "ClusterSelector", False
+
+    def filter(self, request, cluster):
+        selector = request.job.spec.cluster_selector
+        return None if selector.matches(cluster.cluster.labels) else f"labels do not match the cluster selector {selector}"
+
+
+class TaintToleration:
+    name, depends_on_capacity = "TaintToleration", False
+
+    def filter(self, request, cluster):
+        for part in request.parts:
+            blocking = untolerated(cluster.cluster.taints, part.tolerations)
+            if blocking:
+                return f"has taint {describe_taint(blocking[0])} that {part.name} does not tolerate"
+        return None
+
+
+class Reservation:
+    name, depends_on_capacity = "Reservation", False
+
+    def filter(self, request, cluster):
+        holder = request.reserved.get(cluster.name)
+        if holder is None or holder == request.job.id:
+            return None
+        return f"held for job {holder}, which has waited longest"
+
+
+class Capacity:
+    name, depends_on_capacity = "Capacity", True
+
+    def filter(self, request, cluster):
+        short = shortfall(request.demand, cluster.free_total)
+        if short is None:
+            return None
+        resource, needed, free = short
+        return f"needs {amount(resource, needed)}; {amount(resource, free)} free"
+
+
+class ExclusiveTopology:
+    name, depends_on_capacity = "ExclusiveTopology", True
+
+    def filter(self, request, cluster):
+        for part in request.parts:
+            if part.exclusive_topology:
+                free = len(cluster.free_domains(part))
+                if free < part.replicas:
+                    return (f"{part.name} needs {part.replicas} free {part.exclusive_topology} domains with room for "
+                            f"{part.parallelism} pods each; {free} {'is' if free == 1 else 'are'} free")
+        return None
+
+
+class TopologyBound:
+    name, depends_on_capacity = "TopologyBound", True
+
+    def filter(self, request, cluster):
+        if request.bound is None:
+            return None
+        if not any(t <= request.bound for t in cluster.tiers):
+            return f"has no HyperNode of tier {request.bound} or lower"
+        resource = request.primary
+        largest = cluster.largest_free(resource, request.bound)
+        if largest < request.demand.get(resource, 0):
+            return (f"needs {amount(resource, request.demand[resource])} in one tier-{request.bound} HyperNode; "
+                    f"the largest free one has {amount(resource, largest).split(' ')[0]}")
+        return None
+
+
+class TightestTier:
+    """Prefer the lowest tier (tier 1 = 100, tier 2 = 50, ...; spanning HyperNodes = 0)."""
+
+    name = "TightestTier"
+
+    def score(self, request, candidate):
+        return 100.0 / candidate.hypernode.tier if candidate.hypernode else 0.0
+
+
+class BinPacking:
+    """Prefer the domain the gang fills best, leaving the fewest fragments behind."""
+
+    name = "BinPacking"
+
+    def score(self, request, candidate):
+        domain = candidate.hypernode
+        free = domain.free if domain else candidate.cluster.free_total
+        total = domain.allocatable if domain else candidate.cluster.allocatable_total
+        resource = request.primary
+        if not total.get(resource):
+            return 0.0
+        left = free.get(resource, 0) - request.demand.get(resource, 0)
+        return 100.0 * (1 - left / total[resource])
+
+
+class Spread:
+    """Prefer emptier clusters, and for a split job clusters its other parts do not use."""
+
+    name = "Spread"
+
+    def score(self, request, candidate):
+        cluster, resource = candidate.cluster, request.primary
+        total = cluster.allocatable_total.get(resource, 0)
+        emptiness = cluster.free_total.get(resource, 0) / total if total else 0.0
+        apart = 0.0 if cluster.name in request.clusters_used else 1.0
+        return 50.0 * emptiness + 50.0 * apart
+
+
+class Locality:
+    """Prefer a cluster the job ran on before (restarts, cached data)."""
+
+    name = "Locality"
+
+    def score(self, request, candidate):
+        return 100.0 if candidate.cluster.name in request.job.previous_clusters else 0.0
+
+
+FILTERS: dict[str, type] = {p.name: p for p in (
+    ClusterState, JobSetCRD, ClusterSelector, TaintToleration, Reservation, Capacity, ExclusiveTopology, TopologyBound)}
+SCORES: dict[str, type] = {p.name: p for p in (TightestTier, BinPacking, Spread, Locality)}

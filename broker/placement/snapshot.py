@@ -1,0 +1,353 @@
+"""The mutable view of the inventory one cycle works on: free capacity per node and per HyperNode.
+
+Built once per cycle from immutable records; every decision updates it (and `dry_run` undoes its
+own), so the next decision sees what the previous one took. The indexes exist so that a decision
+never scans every HyperNode: per cluster and tier, HyperNodes are kept sorted by free GPU and by
+free cpu, so "the smallest HyperNode of tier t with at least g free GPUs" is one bisection, and
+"no HyperNode of tier t has g free GPUs" is one look at the end of a list.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from broker.jobset import PartSpec
+from broker.placement.model import GPU, Cluster, Queue, Resources, RunningPlacement, Tenant
+from clusters.taints import untolerated
+
+INDEXED_RESOURCES = (GPU, "cpu")
+_UNBOUNDED_ROOM = 1 << 30  # pods that fit a node when they request nothing
+
+
+def primary_resource(demand: Resources) -> str:
+    """The resource a request is indexed by: GPUs when it asks for any, else cpu."""
+    return GPU if demand.get(GPU) else "cpu"
+
+
+def fits(free: Mapping[str, int], demand: Resources) -> bool:
+    return all(free.get(r, 0) >= q for r, q in demand.items())
+
+
+def add_into(total: dict[str, int], amounts: Resources, sign: int = 1) -> None:
+    for resource, amount in amounts.items():
+        total[resource] = total.get(resource, 0) + sign * amount
+
+
+class HyperNodeState:
+    """One HyperNode's live totals over every node below it."""
+
+    __slots__ = ("name", "tier", "nodes", "free", "allocatable")
+
+    def __init__(self, name: str, tier: int, nodes: list[int]):
+        self.name, self.tier, self.nodes = name, tier, nodes
+        self.free: dict[str, int] = {}
+        self.allocatable: dict[str, int] = {}
+
+
+@dataclass(slots=True)
+class Binding:
+    """Pods assigned to nodes (by position in the cluster) for one placement, not yet applied."""
+
+    usage: dict[int, dict[str, int]]  # node -> resources taken
+    pods: dict[int, dict[str, int]]  # node -> ReplicatedJob name -> pods
+    domains: list[tuple[str, str]]  # exclusive-topology domains taken, (label key, value)
+
+
+@dataclass(slots=True)
+class Fit:
+    hypernode: HyperNodeState | None  # None: the pods span HyperNodes (soft topology only)
+    binding: Binding | None  # None for an estimate made on HyperNode totals alone
+
+
+class ClusterIndex:
+    """A cluster's nodes and HyperNodes with their free capacity, and the searches over them."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self.name = cluster.name
+        self.nodes = sorted(cluster.nodes, key=lambda n: n.name)
+        self.position = {n.name: i for i, n in enumerate(self.nodes)}
+        self.free: list[dict[str, int]] = []
+        self.free_total: dict[str, int] = {}
+        self.allocatable_total: dict[str, int] = {}
+        for node in self.nodes:
+            free = dict(node.allocatable)
+            add_into(free, node.used, -1)
+            self.free.append(free)
+            add_into(self.free_total, free)
+            add_into(self.allocatable_total, node.allocatable)
+        self.broker_pods = [0] * len(self.nodes)  # pods of placements per node (exclusive domains)
+        self.locks = [0] * len(self.nodes)  # > 0: inside a domain another job holds exclusively
+        self._eligible: dict[tuple, bytearray] = {}
+        self._domains: dict[str, dict[str, list[int]]] = {}
+        self._build_hypernodes()
+
+    # -- HyperNode tree and its tier indexes -------------------------------------------------
+    def _build_hypernodes(self) -> None:
+        specs = {h.name: h for h in self.cluster.hypernodes}
+        children: dict[str, set[str]] = {name: set(h.children) for name, h in specs.items()}
+        for h in specs.values():
+            if h.parent in children:
+                children[h.parent].add(h.name)
+        members: dict[str, list[int]] = {}
+
+        def collect(name: str, path: frozenset[str]) -> list[int]:
+            if name not in members:
+                nodes = {self.position[n] for n in specs[name].nodes if n in self.position}
+                for child in children[name]:
+                    if child in specs and child not in path:  # a cycle in bad data must not hang us
+                        nodes.update(collect(child, path | {name}))
+                members[name] = sorted(nodes)
+            return members[name]
+
+        self.hypernodes: dict[str, HyperNodeState] = {}
+        self.node_hypernodes: list[list[HyperNodeState]] = [[] for _ in self.nodes]
+        for name in sorted(specs):
+            state = HyperNodeState(name, specs[name].tier, collect(name, frozenset()))
+            for i in state.nodes:
+                add_into(state.free, self.free[i])
+                add_into(state.allocatable, self.nodes[i].allocatable)
+                self.node_hypernodes[i].append(state)
+            self.hypernodes[name] = state
+        self.tiers = sorted({h.tier for h in self.hypernodes.values()})
+        self.by_tier: dict[int, dict[str, list[tuple[int, str]]]] = {
+            t: {r: [] for r in INDEXED_RESOURCES} for t in self.tiers}
+        for state in self.hypernodes.values():
+            self._index(state)
+
+    def _index(self, state: HyperNodeState) -> None:
+        for resource, entries in self.by_tier[state.tier].items():
+            insort(entries, (state.free.get(resource, 0), state.name))
+
+    def _unindex(self, state: HyperNodeState) -> None:
+        for resource, entries in self.by_tier[state.tier].items():
+            del entries[bisect_left(entries, (state.free.get(resource, 0), state.name))]
+
+    def largest_free(self, resource: str, bound: int | None) -> int:
+        """The most `resource` any single HyperNode of tier ≤ bound has free (0 if none)."""
+        best = 0
+        for tier in self.tiers:
+            if bound is not None and tier > bound:
+                break
+            entries = self.by_tier[tier][resource]
+            if entries:
+                best = max(best, entries[-1][0])
+        return best
+
+    def allocatable_fits_tier(self, demand: Resources, bound: int | None) -> bool:
+        """Would the demand fit one HyperNode of tier ≤ bound if the cluster were empty?"""
+        if bound is None:
+            return fits(self.allocatable_total, demand)
+        return any(h.tier <= bound and fits(h.allocatable, demand) for h in self.hypernodes.values())
+
+    # -- node eligibility and exclusive domains ----------------------------------------------
+    def eligible(self, part: PartSpec) -> bytearray:
+        """Which nodes a pod of this part may use: schedulable, taints tolerated, nodeSelector matched."""
+        key = (tuple(tuple(sorted(t.items())) for t in part.tolerations), tuple(sorted(part.node_selector.items())))
+        if key not in self._eligible:
+            selector = part.node_selector.items()
+            self._eligible[key] = bytearray(
+                not n.unschedulable and not untolerated(n.taints, part.tolerations)
+                and all(n.labels.get(k) == v for k, v in selector)
+                for n in self.nodes)
+        return self._eligible[key]
+
+    def domains(self, label: str) -> dict[str, list[int]]:
+        """Nodes grouped by their value of `label` (nodes without it belong to no domain)."""
+        if label not in self._domains:
+            groups: dict[str, list[int]] = {}
+            for i, node in enumerate(self.nodes):
+                if label in node.labels:
+                    groups.setdefault(node.labels[label], []).append(i)
+            self._domains[label] = groups
+        return self._domains[label]
+
+    def free_domains(self, part: PartSpec, nodes: Iterable[int] | None = None) -> list[tuple[int, str, list[int]]]:
+        """Exclusive domains no placement touches, with room for `parallelism` pods: (room, value, nodes)."""
+        groups = self.domains(part.exclusive_topology)
+        allowed = None if nodes is None else set(nodes)
+        eligible = self.eligible(part)
+        found = []
+        for value, members in groups.items():
+            if any(self.broker_pods[i] or self.locks[i] for i in members):
+                continue
+            usable = [i for i in members if eligible[i] and (allowed is None or i in allowed)]
+            room = sum(self.room(i, part.pod_requests, None) for i in usable)
+            if room >= part.parallelism:
+                found.append((room, value, usable))
+        found.sort(key=lambda d: (d[0], d[1]))
+        return found
+
+    # -- node-level binding -------------------------------------------------------------------
+    def room(self, node: int, pod: Resources, taken: Mapping[int, Mapping[str, int]] | None) -> int:
+        """How many pods of this shape still fit on the node."""
+        free, held = self.free[node], (taken or {}).get(node, {})
+        room = _UNBOUNDED_ROOM
+        for resource, amount in pod.items():
+            available = free.get(resource, 0) - held.get(resource, 0)
+            if available < amount:
+                return 0
+            room = min(room, available // amount)
+        return room
+
+    def _fill(self, part: PartSpec, count: int, nodes: Sequence[int], binding: Binding) -> bool:
+        """Best-fit `count` pods onto nodes: the smallest node that takes all the rest, else fill the largest."""
+        pod = part.pod_requests
+        rooms = []  # (room, -position): among equal rooms the lowest position is taken first
+        for i in nodes:
+            room = self.room(i, pod, binding.usage)
+            if room:
+                rooms.append((room, -i))
+        if sum(r for r, _ in rooms) < count:
+            return False
+        rooms.sort()
+        remaining = count
+        while remaining:
+            at = bisect_left(rooms, (remaining, -len(self.nodes)))
+            room, negative = rooms.pop(at) if at < len(rooms) else rooms.pop()
+            node, pods = -negative, min(room, remaining)
+            used = binding.usage.setdefault(node, {})
+            for resource, amount in pod.items():
+                used[resource] = used.get(resource, 0) + amount * pods
+            per_part = binding.pods.setdefault(node, {})
+            per_part[part.name] = per_part.get(part.name, 0) + pods
+            remaining -= pods
+        return True
+
+    def bind(self, parts: Sequence[PartSpec], nodes: Sequence[int]) -> Binding | None:
+        """Assign every pod of every part to a node among `nodes`, or None if the gang does not fit."""
+        binding = Binding({}, {}, [])
+        for part in sorted(parts, key=_pod_size_descending):
+            eligible = self.eligible(part)
+            usable = [i for i in nodes if eligible[i] and not self.locks[i]]
+            if part.exclusive_topology:
+                taken = set(binding.usage)
+                domains = [d for d in self.free_domains(part, usable) if not taken.intersection(d[2])]
+                if len(domains) < part.replicas:
+                    return None
+                for _, value, members in domains[:part.replicas]:
+                    if not self._fill(part, part.parallelism, members, binding):
+                        return None
+                    binding.domains.append((part.exclusive_topology, value))
+            elif not self._fill(part, part.pods, usable, binding):
+                return None
+        return binding
+
+    # -- the topology search ------------------------------------------------------------------
+    def search(self, parts: Sequence[PartSpec], demand: Resources, bound: int | None,
+               max_candidates: int, bind: bool) -> Fit | None:
+        """The tightest place for the gang: lowest tier first, smallest HyperNode that fits first.
+
+        Stops at the first tier that fits. With `bind=False` it only checks HyperNode totals (an
+        optimistic estimate for scoring); with `bind=True` it assigns every pod to a node. At most
+        `max_candidates` HyperNodes per tier are tried, so a fragmented tier costs a bounded time.
+        With no bound (soft), a gang no HyperNode holds may still span the cluster.
+        """
+        resource = primary_resource(demand)
+        need = demand.get(resource, 0)
+        for tier in self.tiers:
+            if bound is not None and tier > bound:
+                break
+            entries = self.by_tier[tier][resource]
+            if not entries or entries[-1][0] < need:
+                continue
+            tried = 0
+            for at in range(bisect_left(entries, (need, "")), len(entries)):
+                state = self.hypernodes[entries[at][1]]
+                if fits(state.free, demand):
+                    if not bind:
+                        return Fit(state, None)
+                    binding = self.bind(parts, state.nodes)
+                    if binding is not None:
+                        return Fit(state, binding)
+                tried += 1
+                if tried >= max_candidates:
+                    break
+        if bound is not None or not fits(self.free_total, demand):
+            return None
+        if not bind:
+            return Fit(None, None)
+        binding = self.bind(parts, range(len(self.nodes)))
+        return Fit(None, binding) if binding is not None else None
+
+    # -- applying and undoing decisions -------------------------------------------------------
+    def apply(self, usage: Mapping[int, Resources], pods: Mapping[int, int],
+              domains: Iterable[tuple[str, str]], sign: int) -> None:
+        """Take (sign=+1) or give back (sign=-1) the pods of one placement."""
+        touched = {h.name: h for i in usage for h in self.node_hypernodes[i]}
+        for state in touched.values():
+            self._unindex(state)
+        for i, amounts in usage.items():
+            add_into(self.free[i], amounts, -sign)
+            add_into(self.free_total, amounts, -sign)
+            for state in self.node_hypernodes[i]:
+                add_into(state.free, amounts, -sign)
+        for state in touched.values():
+            self._index(state)
+        for i, count in pods.items():
+            self.broker_pods[i] += sign * count
+        for label, value in domains:
+            for i in self.domains(label).get(value, ()):
+                self.locks[i] += sign
+
+
+def _pod_size_descending(part: PartSpec) -> tuple:
+    pod = part.pod_requests
+    return (-pod.get(GPU, 0), -pod.get("cpu", 0), -pod.get("memory", 0), part.name)
+
+
+@dataclass(slots=True)
+class QueueState:
+    queue: Queue
+    usage: dict[str, int]
+
+
+class Snapshot:
+    """Clusters, queues and running placements of one cycle, as mutable indexes.
+
+    `running` must list every placement that holds capacity (Admitted, Dispatching, Running);
+    their node usage is added on top of `Node.used`. `now` is on the clock of `submitted_at`.
+    Queue names are unique across tenants.
+    """
+
+    def __init__(self, clusters: Iterable[Cluster], queues: Iterable[Queue],
+                 tenants: Iterable[Tenant] = (), running: Iterable[RunningPlacement] = (), now: float = 0.0):
+        self.now = now
+        self.clusters = {c.name: ClusterIndex(c) for c in sorted(clusters, key=lambda c: c.name)}
+        self.tenants = {t.name: t for t in tenants}
+        self.queues = {q.name: QueueState(q, {}) for q in sorted(queues, key=lambda q: q.name)}
+        self.cohorts: dict[str, list[QueueState]] = {}
+        for state in self.queues.values():
+            self.cohorts.setdefault(state.queue.tenant, []).append(state)
+        self.totals: dict[str, int] = {}
+        for index in self.clusters.values():
+            if index.cluster.state == "Ready":
+                add_into(self.totals, index.allocatable_total)
+        self.running: dict[str, list[RunningPlacement]] = {}
+        for placement in running:
+            self.running.setdefault(placement.job_id, []).append(placement)
+            self.occupy(placement.cluster, placement.queue, placement.node_usage, placement.node_pods,
+                        placement.exclusive_topology, +1)
+
+    def weight(self, queue: Queue) -> float:
+        tenant = self.tenants.get(queue.tenant)
+        return queue.weight * (tenant.weight if tenant else 1.0)
+
+    def occupy(self, cluster: str, queue: str, node_usage: Mapping[str, Resources],
+               node_pods: Mapping[str, int], exclusive_label: str | None, sign: int) -> None:
+        """Account a placement's pods (sign=+1) or remove them (sign=-1): nodes, HyperNodes, queue."""
+        if queue in self.queues:
+            for amounts in node_usage.values():
+                add_into(self.queues[queue].usage, amounts, sign)
+        index = self.clusters.get(cluster)
+        if index is None:
+            return
+        usage = {index.position[n]: u for n, u in node_usage.items() if n in index.position}
+        pods = {index.position[n]: c for n, c in node_pods.items() if n in index.position}
+        domains = []
+        if exclusive_label:
+            domains = sorted({(exclusive_label, index.nodes[i].labels[exclusive_label])
+                              for i in pods if exclusive_label in index.nodes[i].labels})
+        index.apply(usage, pods, domains, sign)
