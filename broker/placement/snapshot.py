@@ -195,7 +195,7 @@ class ClusterIndex:
     def _fill(self, part: PartSpec, count: int, nodes: Sequence[int], binding: Binding) -> bool:
         """Best-fit `count` pods onto nodes: the smallest node that takes all the rest, else fill the largest."""
         pod = part.pod_requests
-        rooms = []  # (room, -position): among equal rooms the lowest position is taken first
+        rooms = []  # (room, -position): sorted, so ties between equal rooms break deterministically
         for i in nodes:
             room = self.room(i, pod, binding.usage)
             if room:

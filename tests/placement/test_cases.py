@@ -1,0 +1,227 @@
+"""Named cases with expected outcomes: one behaviour of the engine each."""
+
+from broker.placement import Config, RunningPlacement, dry_run, schedule
+
+from .fixtures import GPU, cluster, fabric, hard, job, n_jobs, node, queue, snapshot
+
+
+def only(result):
+    (placement,) = result.placements
+    return placement
+
+
+def test_gang_goes_to_the_tightest_tier_that_holds_it():
+    for pods, tier in ((4, 1), (8, 1), (9, 2), (16, 2), (17, 3), (32, 3)):
+        s = snapshot([cluster("eu")], [queue("q")])
+        assert only(schedule(s, [job(pods=pods)])).tier == tier
+
+
+def test_hard_bound_makes_the_job_wait_with_the_largest_free_domain():
+    s = snapshot([cluster("eu")], [queue("q")])
+    result = schedule(s, [job(pods=12, annotations=hard(1))])
+    assert not result.placements
+    (waiting,) = result.waiting.values()
+    assert waiting.clusters["eu"] == "needs 96 GPUs in one tier-1 HyperNode; the largest free one has 64"
+
+
+def test_soft_topology_spills_across_hypernodes_rather_than_wait():
+    s = snapshot([cluster("eu")], [queue("q")])
+    first = job(pods=20)  # spine-0 (16) cannot hold it; the fabric can
+    result = schedule(s, [first, job(pods=12, annotations={"archipelago.io/network-topology-mode": "soft"})])
+    assert only_job(result, first.id).tier == 3
+    spilled = [p for p in result.placements if p.job_id != first.id][0]
+    assert spilled.hypernode is not None or spilled.tier is None
+
+
+def only_job(result, job_id):
+    return next(p for p in result.placements if p.job_id == job_id)
+
+
+def test_soft_gang_spans_the_cluster_when_no_single_hypernode_fits():
+    nodes, hypernodes = fabric(leaves=2, leaves_per_spine=1)  # two spines, no common fabric parent used
+    hypernodes = tuple(h for h in hypernodes if h.tier < 3)
+    s = snapshot([cluster("eu", (nodes, hypernodes))], [queue("q")])
+    placement = only(schedule(s, [job(pods=12)]))
+    assert placement.hypernode is None and len(placement.node_names()) == 12
+
+
+def test_cordoned_not_ready_crd_selector_and_taints_are_explained_per_cluster():
+    clusters = [cluster("a-cordoned", state="Cordoned"), cluster("b-down", state="NotReady"),
+                cluster("c-nocrd", jobset_crd=False), cluster("d-ap", labels={"region": "ap"}),
+                cluster("e-tainted", labels={"region": "eu"}, taints=[{"key": "gpu", "value": "h100", "effect": "NoSchedule"}])]
+    s = snapshot(clusters, [queue("q")])
+    pending = job(annotations={"archipelago.io/cluster-selector": "region in (eu, us)"})
+    reasons = schedule(s, [pending]).waiting[pending.id].clusters
+    assert reasons == {"a-cordoned": "cordoned", "b-down": "not ready (not answering)",
+                       "c-nocrd": "has no JobSet CRD installed",
+                       "d-ap": "labels do not match the cluster selector region in (eu,us)",
+                       "e-tainted": "has taint gpu=h100:NoSchedule that workers does not tolerate"}
+
+
+def test_a_toleration_opens_a_tainted_cluster():
+    taint = {"key": "gpu", "value": "h100", "effect": "NoSchedule"}
+    s = snapshot([cluster("eu", taints=[taint])], [queue("q")])
+    tolerant = job(tolerations=[{"key": "gpu", "operator": "Equal", "value": "h100", "effect": "NoSchedule"}])
+    assert only(schedule(s, [tolerant])).cluster == "eu"
+
+
+def test_capacity_reason_names_the_short_resource():
+    s = snapshot([cluster("eu")], [queue("q")])
+    pending = job(pods=40)
+    assert schedule(s, [pending]).waiting[pending.id].clusters["eu"] == "needs 320 GPUs; 256 GPUs free"
+
+
+def test_exclusive_topology_gives_each_child_job_a_domain_of_its_own():
+    layout = fabric(leaves=2, node_labels=lambda leaf, i: {"block": f"{leaf}-b{i // 2}"})  # 8 blocks of 2 nodes
+    s = snapshot([cluster("eu", layout)], [queue("q")])
+    slices = job(parts=(("workers", 4, 2, 8),), exclusive="block")
+    placement = only(schedule(s, [slices]))
+    assert len(placement.exclusive_domains) == 4
+    blocks = {n.rsplit("-n", 1)[0] + f"-b{int(n.rsplit('-n', 1)[1]) // 2}" for n in placement.node_names()}
+    assert len(blocks) == 4
+    # the next job may not share those blocks, even with room on them
+    other = job(pods=1, gpus=1)
+    second = only(schedule(s, [other]))
+    assert not set(second.node_names()) & set(placement.node_names())
+
+
+def test_exclusive_topology_waits_when_too_few_domains_are_free():
+    layout = fabric(leaves=1, node_labels=lambda leaf, i: {"block": f"b{i // 4}"})  # 2 blocks
+    s = snapshot([cluster("eu", layout)], [queue("q")])
+    pending = job(parts=(("workers", 3, 2, 8),), exclusive="block")
+    reason = schedule(s, [pending]).waiting[pending.id].clusters["eu"]
+    assert reason == "workers needs 3 free block domains with room for 2 pods each; 2 are free"
+
+
+def test_split_job_parts_go_to_different_clusters_when_none_holds_all():
+    s = snapshot([cluster("eu", fabric(leaves=1)), cluster("us", fabric(leaves=1))], [queue("q")])
+    split = job(parts=(("a", 1, 8, 8), ("b", 1, 8, 8)), annotations={"archipelago.io/placement": "split"})
+    result = schedule(s, [split])
+    assert sorted((p.part, p.cluster) for p in result.placements) in (
+        [("a", "eu"), ("b", "us")], [("a", "us"), ("b", "eu")])
+
+
+def test_split_job_places_no_part_if_one_part_cannot_go_anywhere():
+    s = snapshot([cluster("eu", fabric(leaves=1))], [queue("q")])
+    split = job(parts=(("a", 1, 8, 8), ("b", 1, 8, 8)), annotations={"archipelago.io/placement": "split"})
+    result = schedule(s, [split])
+    assert not result.placements and "ReplicatedJob b" in result.waiting[split.id].message
+    assert only(schedule(s, [job(pods=8)])).cluster == "eu"  # part a's hold was given back
+
+
+def test_whole_job_stays_in_one_cluster():
+    s = snapshot([cluster("eu", fabric(leaves=1)), cluster("us", fabric(leaves=1))], [queue("q")])
+    whole = job(parts=(("a", 1, 8, 8), ("b", 1, 8, 8)))
+    assert not schedule(s, [whole]).placements
+
+
+def test_quota_reason_in_words():
+    s = snapshot([cluster("eu")], [queue("research", quota=64, borrow=0)])
+    pending = n_jobs("research", 9, gpus=8)
+    result = schedule(s, pending)
+    assert len(result.placements) == 8
+    assert result.waiting[pending[-1].id].message == (
+        "queue research is at its quota of 64 GPUs and may borrow at most 0 GPUs; this job needs 8 GPUs above it")
+
+
+def test_borrowing_from_an_idle_sibling_queue_up_to_the_limit():
+    s = snapshot([cluster("eu")], [queue("a", quota=16, borrow=16), queue("b", quota=64)])
+    result = schedule(s, n_jobs("a", 6, gpus=8))
+    assert len(result.placements) == 4  # 16 nominal + 16 borrowed
+
+
+def running(job_id, cluster_name, nodes, gpus_per_node=8, priority=0, started_at=0.0, queue_name="q", tenant="t"):
+    return RunningPlacement(job_id, None, cluster_name, None, {n: {GPU: gpus_per_node * 1000} for n in nodes},
+                            {n: 1 for n in nodes}, tenant, queue_name, priority, started_at)
+
+
+def full_cluster_with_victims():
+    nodes, hypernodes = fabric(leaves=1)
+    names = [n.name for n in nodes]
+    victims = [running(f"low-{i}", "eu", [names[i]], priority=1, started_at=float(i)) for i in range(8)]
+    return cluster("eu", (nodes, hypernodes)), victims
+
+
+def test_preemption_evicts_the_fewest_lowest_priority_most_recent():
+    eu, victims = full_cluster_with_victims()
+    victims[0] = running("low-0", "eu", [victims[0].node_usage.keys().__iter__().__next__()], priority=0)
+    s = snapshot([eu], [queue("q", preemption="LowerPriority")], running=victims)
+    urgent = job(pods=2, priority=5)
+    result = schedule(s, [urgent])
+    assert only(result).job_id == urgent.id
+    # low-0 has the lowest priority; then the most recently started of priority 1 is low-7
+    assert sorted(p.job_id for p in result.preemptions) == ["low-0", "low-7"]
+
+
+def test_no_preemption_without_the_policy_or_across_tenants():
+    eu, victims = full_cluster_with_victims()
+    for policy, tenant in (("Never", "t"), ("LowerPriority", "other")):
+        s = snapshot([eu], [queue("q", preemption=policy, tenant=tenant)], running=victims)
+        result = schedule(s, [job(pods=1, priority=5, tenant=tenant)])
+        assert not result.placements and not result.preemptions
+
+
+def test_dry_run_answers_without_changing_the_snapshot():
+    s = snapshot([cluster("eu"), cluster("us", state="Cordoned")], [queue("q")])
+    answer = dry_run(s, job(pods=4))
+    assert answer.placements[0].cluster == "eu" and answer.waiting is None
+    assert {v.cluster: (v.score is not None, v.reason) for v in answer.clusters} == {
+        "eu": (True, ""), "us": (False, "cordoned")}
+    fresh = snapshot([cluster("eu"), cluster("us", state="Cordoned")], [queue("q")])
+    assert [c.free_total for c in s.clusters.values()] == [c.free_total for c in fresh.clusters.values()]
+    assert not any(s.queues["q"].usage.values())
+
+
+def test_dry_run_of_a_preemption_restores_the_victims():
+    eu, victims = full_cluster_with_victims()
+    s = snapshot([eu], [queue("q", preemption="LowerPriority")], running=victims)
+    before = dict(s.clusters["eu"].free_total)
+    answer = dry_run(s, job(pods=1, priority=5))
+    assert answer.preemptions and s.clusters["eu"].free_total == before
+
+
+def test_locality_prefers_the_cluster_the_job_ran_on():
+    s = snapshot([cluster("eu"), cluster("us")], [queue("q")])
+    pending = job(pods=4)
+    pending = type(pending)(**{**{f: getattr(pending, f) for f in pending.__slots__}, "previous_clusters": ("us",)})
+    assert only(schedule(s, [pending])).cluster == "us"
+
+
+def test_bin_packing_fills_the_partly_used_leaf_first():
+    nodes, hypernodes = fabric(leaves=2, leaves_per_spine=2)
+    nodes = tuple(node(n.name, used_gpus=8, labels=n.labels) if n.name.startswith("leaf-1-n") and n.name[-1] in "0123"
+                  else n for n in nodes)
+    s = snapshot([cluster("eu", (nodes, hypernodes))], [queue("q")])
+    assert only(schedule(s, [job(pods=4)])).hypernode == "leaf-1"
+
+
+def test_placement_pins_pods_to_the_nodes_counted():
+    s = snapshot([cluster("eu")], [queue("q")])
+    placement = only(schedule(s, [job(pods=3)]))
+    affinity = placement.required_node_affinity()
+    values = affinity["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
+    assert values == list(placement.node_names()) and len(values) == 3
+    assert sum(a.pods for a in placement.assignments) == 3
+
+
+def test_unknown_queue_is_a_reason_not_an_error():
+    s = snapshot([cluster("eu")], [queue("q")])
+    stray = job("nope")
+    assert schedule(s, [stray]).waiting[stray.id].message == "queue nope does not exist"
+
+
+def test_disabled_filter_is_not_applied():
+    s = snapshot([cluster("eu", jobset_crd=False)], [queue("q")])
+    config = Config(filters=tuple(f for f in Config().filters if f != "JobSetCRD"))
+    assert only(schedule(s, [job()], config)).cluster == "eu"
+
+
+def test_a_long_waiting_job_holds_a_cluster_against_later_small_jobs():
+    s = snapshot([cluster("eu", fabric(leaves=1))], [queue("q"), queue("r")], now=10_000.0)
+    eu = s.clusters["eu"]
+    eu.apply({0: {GPU: 8000}}, {0: 1}, [], +1)  # one node busy: the big job does not fit yet
+    big = job("q", pods=8, submitted_at=0.0)
+    small = job("r", pods=1, submitted_at=9_999.0)
+    result = schedule(s, [small, big], Config(starvation_after_s=600))
+    assert result.reservations == {"eu": big.id}
+    assert small.id in result.waiting and "held for job" in result.waiting[small.id].clusters["eu"]

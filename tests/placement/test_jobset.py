@@ -1,0 +1,138 @@
+"""JobSet parsing: every shared example, and the errors a tenant sees for bad manifests."""
+
+import copy
+import glob
+
+import pytest
+import yaml
+
+from broker.jobset import JobSetError, effective_pod_requests, parse_jobset
+
+from .fixtures import GiB, manifest
+
+EXAMPLES = sorted(glob.glob("/work/shared/examples/jobset-*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.rsplit("/", 1)[-1])
+def test_every_example_parses(path):
+    spec = parse_jobset(yaml.safe_load(open(path)))
+    assert spec.parts and spec.queue
+
+
+def load(name):
+    return yaml.safe_load(open(f"/work/shared/examples/{name}"))
+
+
+def test_multislice_example_reads_topology_and_exclusive_domains():
+    spec = parse_jobset(load("jobset-multislice-gpu.yaml"))
+    assert (spec.queue, spec.topology_mode, spec.tier_bound, spec.max_restarts) == ("research", "hard", 2, 3)
+    (workers,) = spec.parts
+    assert (workers.replicas, workers.parallelism, workers.pods) == (4, 2, 8)
+    assert workers.exclusive_topology == "topology.example.com/nvlink-block"
+    assert spec.requests["nvidia.com/gpu"] == 64_000
+
+
+def test_split_example_reads_selector_and_mode():
+    spec = parse_jobset(load("jobset-split-eval.yaml"))
+    assert spec.placement == "split"
+    assert spec.cluster_selector.matches({"region": "eu"}) and not spec.cluster_selector.matches({"region": "ap"})
+    assert spec.tier_bound is None
+
+
+def test_driver_workers_priority_class_and_demand():
+    spec = parse_jobset(load("jobset-driver-workers.yaml"))
+    assert spec.priority_class == "high"
+    assert spec.requests == {"cpu": 4000 + 8 * 8000, "memory": (16 + 8 * 64) * GiB, "nvidia.com/gpu": 8 * 4000}
+
+
+def test_soft_mode_has_no_bound():
+    spec = parse_jobset(load("jobset-mpi.yaml"))
+    assert spec.topology_mode == "soft" and spec.tier_bound is None
+
+
+def test_effective_request_counts_init_containers_sidecars_and_overhead():
+    pod = {"initContainers": [{"name": "big-init", "resources": {"requests": {"cpu": "6"}}},
+                              {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}},
+                              {"name": "late-init", "resources": {"requests": {"cpu": "5"}}}],
+           "containers": [{"name": "a", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}},
+                          {"name": "b", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+           "overhead": {"cpu": "250m"}}
+    # init peak: max(6, 1 + 5) = 6; running: 2 + 1 (sidecar) = 3; max = 6, plus overhead.
+    assert effective_pod_requests(pod) == {"cpu": 6250, "memory": GiB, "nvidia.com/gpu": 1000}
+
+
+def test_completions_below_parallelism_caps_concurrent_pods():
+    m = manifest()
+    m["spec"]["replicatedJobs"][0]["template"]["spec"].update(parallelism=8, completions=2)
+    assert parse_jobset(m).parts[0].parallelism == 2
+
+
+def test_exclusive_topology_on_the_job_template_applies_to_that_part_only():
+    m = manifest(parts=(("a", 2, 1, 8), ("b", 1, 1, 0)))
+    m["spec"]["replicatedJobs"][0]["template"]["metadata"] = {
+        "annotations": {"alpha.jobset.sigs.k8s.io/exclusive-topology": "rack"}}
+    a, b = parse_jobset(m).parts
+    assert (a.exclusive_topology, b.exclusive_topology) == ("rack", None)
+
+
+def broken(mutate):
+    m = manifest(parts=(("a", 1, 1, 8), ("b", 1, 1, 8)))
+    mutate(m)
+    with pytest.raises(JobSetError) as caught:
+        parse_jobset(m)
+    return caught.value
+
+
+def rj(m, i):
+    return m["spec"]["replicatedJobs"][i]
+
+
+def pod(m, i):
+    return rj(m, i)["template"]["spec"]["template"]["spec"]
+
+
+ERRORS = {
+    "wrong apiVersion": (lambda m: m.update(apiVersion="jobset.x-k8s.io/v1alpha1"), "apiVersion", "must be"),
+    "wrong kind": (lambda m: m.update(kind="Job"), "kind", "JobSet"),
+    "name not DNS-1123": (lambda m: m["metadata"].update(name="Big_Name"), "metadata.name", "DNS-1123"),
+    "no replicatedJobs": (lambda m: m["spec"].update(replicatedJobs=[]), "spec.replicatedJobs", "at least one"),
+    "duplicate part": (lambda m: rj(m, 1).update(name="a"), "spec.replicatedJobs[1].name", "unique"),
+    "zero replicas": (lambda m: rj(m, 1).update(replicas=0), "spec.replicatedJobs[1].replicas", "at least 1"),
+    "string parallelism": (lambda m: rj(m, 0)["template"]["spec"].update(parallelism="4"),
+                           "spec.replicatedJobs[0].template.spec.parallelism", "whole number"),
+    "bad quantity": (lambda m: pod(m, 1)["containers"][0]["resources"]["requests"].update(cpu="lots"),
+                     "spec.replicatedJobs[1].template.spec.template.spec.containers[0].resources.requests.cpu",
+                     "not a resource quantity"),
+    "no containers": (lambda m: pod(m, 0).update(containers=[]),
+                      "spec.replicatedJobs[0].template.spec.template.spec.containers", "at least one container"),
+    "bad placement": (lambda m: m["metadata"]["annotations"].update({"archipelago.io/placement": "spread"}),
+                      "metadata.annotations['archipelago.io/placement']", "whole, split"),
+    "bad selector": (lambda m: m["metadata"]["annotations"].update({"archipelago.io/cluster-selector": "region in (eu"}),
+                     "metadata.annotations['archipelago.io/cluster-selector']", "unbalanced"),
+    "tier not a number": (lambda m: m["metadata"]["annotations"].update({
+        "archipelago.io/network-topology-mode": "hard", "archipelago.io/highest-tier-allowed": "two"}),
+        "metadata.annotations['archipelago.io/highest-tier-allowed']", "tier number"),
+    "tier without hard": (lambda m: m["metadata"]["annotations"].update({"archipelago.io/highest-tier-allowed": "2"}),
+                          "metadata.annotations['archipelago.io/highest-tier-allowed']", "hard"),
+    "bad exclusive key": (lambda m: m["metadata"]["annotations"].update({
+        "alpha.jobset.sigs.k8s.io/exclusive-topology": "rack=1"}),
+        "metadata.annotations['alpha.jobset.sigs.k8s.io/exclusive-topology']", "node label key"),
+    "negative maxRestarts": (lambda m: m["spec"].update(failurePolicy={"maxRestarts": -1}),
+                             "spec.failurePolicy.maxRestarts", "≥ 0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERRORS))
+def test_errors_name_the_field_and_say_what_to_do(case):
+    mutate, path, words = ERRORS[case]
+    error = broken(mutate)
+    assert error.path == path
+    assert words in error.message
+    assert str(error).startswith(path)
+
+
+def test_parsing_does_not_modify_the_manifest():
+    m = manifest()
+    before = copy.deepcopy(m)
+    parse_jobset(m)
+    assert m == before
