@@ -11,7 +11,7 @@ import itertools
 from typing import Iterable
 
 from broker.jobset import parse_jobset
-from broker.placement import Cluster, HyperNode, Node, PendingJob, Queue, Snapshot, Tenant
+from broker.placement import Cluster, HyperNode, Node, PendingJob, Queue, RunningPlacement, Snapshot, Tenant
 
 GPU = "nvidia.com/gpu"
 GiB = 2**30 * 1000  # memory in milli-units
@@ -108,3 +108,8 @@ def gpus_by_queue(placements, jobs) -> dict[str, int]:
         totals[queue_of[p.job_id]] = totals.get(queue_of[p.job_id], 0) + sum(
             u.get(GPU, 0) for u in p.node_usage.values()) // 1000
     return totals
+
+
+def running(job_id, cluster_name, nodes, gpus_per_node=8, priority=0, started_at=0.0, queue_name="q", tenant="t"):
+    return RunningPlacement(job_id, None, cluster_name, None, {n: {GPU: gpus_per_node * 1000} for n in nodes},
+                            {n: 1 for n in nodes}, tenant, queue_name, priority, started_at)

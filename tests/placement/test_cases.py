@@ -1,8 +1,8 @@
 """Named cases with expected outcomes: one behaviour of the engine each."""
 
-from broker.placement import Config, RunningPlacement, dry_run, schedule
+from broker.placement import Config, dry_run, schedule
 
-from .fixtures import GPU, cluster, fabric, hard, job, n_jobs, node, queue, snapshot
+from .fixtures import cluster, fabric, hard, job, n_jobs, node, queue, running, snapshot
 
 
 def only(result):
@@ -22,19 +22,6 @@ def test_hard_bound_makes_the_job_wait_with_the_largest_free_domain():
     assert not result.placements
     (waiting,) = result.waiting.values()
     assert waiting.clusters["eu"] == "needs 96 GPUs in one tier-1 HyperNode; the largest free one has 64"
-
-
-def test_soft_topology_spills_across_hypernodes_rather_than_wait():
-    s = snapshot([cluster("eu")], [queue("q")])
-    first = job(pods=20)  # spine-0 (16) cannot hold it; the fabric can
-    result = schedule(s, [first, job(pods=12, annotations={"archipelago.io/network-topology-mode": "soft"})])
-    assert only_job(result, first.id).tier == 3
-    spilled = [p for p in result.placements if p.job_id != first.id][0]
-    assert spilled.hypernode is not None or spilled.tier is None
-
-
-def only_job(result, job_id):
-    return next(p for p in result.placements if p.job_id == job_id)
 
 
 def test_soft_gang_spans_the_cluster_when_no_single_hypernode_fits():
@@ -128,11 +115,6 @@ def test_borrowing_from_an_idle_sibling_queue_up_to_the_limit():
     s = snapshot([cluster("eu")], [queue("a", quota=16, borrow=16), queue("b", quota=64)])
     result = schedule(s, n_jobs("a", 6, gpus=8))
     assert len(result.placements) == 4  # 16 nominal + 16 borrowed
-
-
-def running(job_id, cluster_name, nodes, gpus_per_node=8, priority=0, started_at=0.0, queue_name="q", tenant="t"):
-    return RunningPlacement(job_id, None, cluster_name, None, {n: {GPU: gpus_per_node * 1000} for n in nodes},
-                            {n: 1 for n in nodes}, tenant, queue_name, priority, started_at)
 
 
 def full_cluster_with_victims():

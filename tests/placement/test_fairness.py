@@ -1,0 +1,80 @@
+"""Fair share across queues and tenants, quotas before borrowing."""
+
+import pytest
+
+from broker.placement import Tenant, schedule
+from broker.placement.fairness import check_quota, dominant_share, weighted_share
+
+from .fixtures import GPU, cluster, fabric, gpus_by_queue, job, n_jobs, queue, running, snapshot
+
+ONE_CLUSTER_64_GPUS = [cluster("eu", fabric(leaves=2, nodes_per_leaf=4))]
+
+
+def shares(queues, jobs, tenants=()):
+    result = schedule(snapshot(ONE_CLUSTER_64_GPUS, queues, tenants=tenants), jobs)
+    used = gpus_by_queue(result.placements, jobs)
+    total = sum(used.values())
+    assert total == 64, "the cluster is saturated"
+    return {q: used.get(q, 0) / total for q in sorted({j.queue for j in jobs})}
+
+
+@pytest.mark.parametrize("weights,expected", [((1, 1), 0.5), ((3, 1), 0.75)], ids=["equal", "3:1"])
+def test_saturating_queues_share_by_weight(weights, expected):
+    jobs = n_jobs("a", 64, gpus=1) + n_jobs("b", 64, gpus=1)
+    got = shares([queue("a", weight=weights[0]), queue("b", weight=weights[1])], jobs)
+    assert abs(got["a"] - expected) <= 0.05 and abs(got["b"] - (1 - expected)) <= 0.05
+
+
+def test_weights_hold_across_tenants_too():
+    jobs = n_jobs("a", 64, gpus=1, tenant="x") + n_jobs("b", 64, gpus=1, tenant="y")
+    got = shares([queue("a", tenant="x"), queue("b", tenant="y")], jobs, tenants=[Tenant("x", 3), Tenant("y", 1)])
+    assert abs(got["a"] - 0.75) <= 0.05
+
+
+def test_fair_share_is_by_dominant_resource_not_gpus_alone():
+    # queue b's jobs need no GPU but a whole node's cpu: its dominant resource is cpu
+    cpu_heavy = n_jobs("b", 16, gpus=0, cpu=64)
+    gpu_light = n_jobs("a", 64, gpus=1)
+    result = schedule(snapshot(ONE_CLUSTER_64_GPUS, [queue("a"), queue("b")]), gpu_light + cpu_heavy)
+    placed = {j.queue: 0 for j in gpu_light + cpu_heavy}
+    for p in result.placements:
+        placed[p.job_id.split("-")[0]] += 1
+    # each of b's jobs takes 1/8 of the cpu, each of a's 1/64 of the GPUs; equal shares → a ≈ 8 × b
+    assert placed["b"] >= 3 and placed["a"] >= 8 * placed["b"] - 8
+
+
+def test_a_tenant_under_its_quota_is_served_before_one_borrowing():
+    # x uses 24 of its 40 nominal GPUs (share 24/64); y uses all 16 nominal (share 16/64) and must borrow.
+    # By share alone y would go first; quota first, x does.
+    x, y = queue("x", tenant="tx", quota=40), queue("y", tenant="ty", quota=16)
+    lender = queue("y-idle", tenant="ty", quota=48)
+    eu = cluster("eu", fabric(leaves=2, nodes_per_leaf=4))
+    names = [n.name for n in eu.nodes]
+    busy = [running("x-old", "eu", names[:3], queue_name="x", tenant="tx"),
+            running("y-old", "eu", names[3:5], queue_name="y", tenant="ty")]
+    s = snapshot([eu], [x, y, lender], running=busy)
+    only_room_for_one = job("x", pods=1, gpus=8, tenant="tx", submitted_at=5.0), \
+        job("y", pods=1, gpus=8, tenant="ty", submitted_at=1.0)
+    s.clusters["eu"].apply({i: {GPU: 8000} for i in range(5, 7)}, {}, [], +1)  # leave one free node
+    result = schedule(s, list(only_room_for_one))
+    assert [p.job_id for p in result.placements] == [only_room_for_one[0].id]
+
+
+def test_dominant_share_and_weight():
+    totals = {GPU: 64_000, "cpu": 512_000}
+    assert dominant_share({GPU: 16_000, "cpu": 256_000}, totals) == 0.5
+    assert weighted_share({GPU: 16_000}, {GPU: 16_000}, 2.0, totals) == 0.25
+
+
+def test_quota_verdicts():
+    q = queue("q", tenant="t", quota=16, borrow=8)
+    sibling = queue("s", tenant="t", quota=32)
+    cohort = [(q, {GPU: 16_000}), (sibling, {})]
+    assert check_quota(q, {GPU: 8_000}, {GPU: 8_000}, cohort).borrowing is False
+    assert check_quota(q, {GPU: 16_000}, {GPU: 8_000}, cohort).borrowing is True
+    refused = check_quota(q, {GPU: 16_000}, {GPU: 16_000}, cohort)
+    assert not refused.admissible and "may borrow at most 8 GPUs" in refused.message
+    busy_sibling = [(q, {GPU: 16_000}), (sibling, {GPU: 30_000})]
+    short = check_quota(q, {GPU: 16_000}, {GPU: 4_000}, busy_sibling)
+    assert short.message == ("queue q is at its quota of 16 GPUs; tenant t's other queues have 2 GPUs to lend "
+                             "and it needs 4 GPUs more")
