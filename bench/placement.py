@@ -1,0 +1,275 @@
+"""Placement benchmark: throughput, decision latency, growth, one big gang, topology quality, memory.
+
+    python bench/placement.py [--jobs N --clusters M --hypernodes H] [--seed S]
+
+H counts HyperNodes across the whole federation (a tree per cluster: leaves of 8 nodes, spines over
+4 leaves, one root). Decisions are committed each cycle into an SQLite file through the project's
+models (`broker.db.models`: one `Placement` row per decision, the job's state and reasons updated).
+Prints a table, then one JSON object as the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sqlalchemy import create_engine, insert, update  # noqa: E402
+from sqlalchemy.orm import Session  # noqa: E402
+
+from broker.db import models  # noqa: E402
+from broker.jobset import parse_jobset  # noqa: E402
+from broker.placement import (GPU, Cluster, HyperNode, Node, PendingJob, Queue, Snapshot, Tenant,  # noqa: E402
+                              schedule)
+from broker.placement.quality import first_fit, fits_one_hypernode, placed_in_one_hypernode  # noqa: E402
+
+GiB = 2**30 * 1000
+TENANTS, QUEUES_PER_TENANT = 5, 2
+
+
+def inventory(clusters: int, hypernodes: int, nodes_per_leaf: int = 8, leaves_per_spine: int = 4) -> list[Cluster]:
+    per_cluster = max(3, hypernodes // clusters)
+    leaves = max(1, (per_cluster - 1) * leaves_per_spine // (leaves_per_spine + 1))
+    result = []
+    for c in range(clusters):
+        nodes, trees = [], []
+        spines = (leaves + leaves_per_spine - 1) // leaves_per_spine
+        for s in range(spines):
+            leaf_names = [f"leaf-{l}" for l in range(s * leaves_per_spine, min(leaves, (s + 1) * leaves_per_spine))]
+            trees.append(HyperNode(f"spine-{s}", 2, "root", tuple(leaf_names)))
+            for leaf in leaf_names:
+                members = tuple(f"{leaf}-n{i}" for i in range(nodes_per_leaf))
+                trees.append(HyperNode(leaf, 1, f"spine-{s}", (), members))
+                nodes += [Node(n, {"cpu": 96_000, "memory": 1024 * GiB, GPU: 8000}) for n in members]
+        trees.append(HyperNode("root", 3, None, tuple(f"spine-{s}" for s in range(spines))))
+        region = ("eu", "us", "ap")[c % 3]
+        result.append(Cluster(f"c{c:03d}", "Ready", {"region": region}, (), True, tuple(nodes), tuple(trees)))
+    return result
+
+
+def queues() -> tuple[list[Tenant], list[Queue]]:
+    tenants = [Tenant(f"tenant-{t}", 1.0 + t % 2) for t in range(TENANTS)]
+    qs = [Queue(f"q-{t}-{k}", f"tenant-{t}", 1.0, 0, {}, None, "LowerPriority" if k else "Never")
+          for t in range(TENANTS) for k in range(QUEUES_PER_TENANT)]
+    return tenants, qs
+
+
+def manifest(name: str, rnd: random.Random) -> dict:
+    def part(part_name: str) -> dict:
+        gpus = rnd.choice([1, 2, 4, 8, 8])
+        return {"name": part_name, "replicas": rnd.choice([1, 1, 2]), "template": {"spec": {
+            "parallelism": rnd.choice([1, 2, 4, 4, 8]), "template": {"spec": {"containers": [{
+                "name": "main", "image": "x", "resources": {"requests": {
+                    "cpu": str(4 * gpus), "memory": f"{32 * gpus}Gi", GPU: str(gpus)}}}]}}}}}
+
+    kind = rnd.random()
+    annotations = {}
+    parts = [part("workers")]
+    if kind < 0.2:
+        annotations = {"archipelago.io/network-topology-mode": "hard",
+                       "archipelago.io/highest-tier-allowed": str(rnd.choice([1, 2]))}
+    elif kind < 0.3:
+        annotations = {"archipelago.io/placement": "split"}
+        parts.append(part("eval"))
+    elif kind < 0.4:
+        annotations = {"archipelago.io/cluster-selector": "region in (eu,us)"}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "annotations": annotations}, "spec": {"replicatedJobs": parts}}
+
+
+def workload(n: int, seed: int) -> list[PendingJob]:
+    rnd = random.Random(seed)
+    jobs = []
+    for i in range(n):
+        t, k = rnd.randrange(TENANTS), rnd.randrange(QUEUES_PER_TENANT)
+        spec = parse_jobset(manifest(f"job-{i}", rnd))
+        jobs.append(PendingJob(str(i + 1), f"tenant-{t}", f"q-{t}-{k}", rnd.choice([0, 0, 1, 2]), float(i), spec))
+    return jobs
+
+
+def snapshot(clusters: int, hypernodes: int, nodes_per_leaf: int = 8) -> Snapshot:
+    tenants, qs = queues()
+    return Snapshot(inventory(clusters, hypernodes, nodes_per_leaf), qs, tenants, (), 1e9)
+
+
+# -- commit into SQLite through the project's models ----------------------------------------------------
+def database(path: str, jobs: list[PendingJob]):
+    engine = create_engine(f"sqlite:///{path}")
+    models.Base.metadata.create_all(engine)
+    tenants, qs = queues()
+    with Session(engine) as session, session.begin():
+        session.execute(insert(models.Tenant), [{"id": i + 1, "name": t.name} for i, t in enumerate(tenants)])
+        tenant_id = {t.name: i + 1 for i, t in enumerate(tenants)}
+        session.execute(insert(models.Queue), [{"id": i + 1, "tenant_id": tenant_id[q.tenant], "name": q.name}
+                                               for i, q in enumerate(qs)])
+        queue_id = {q.name: i + 1 for i, q in enumerate(qs)}
+        session.execute(insert(models.Job), [
+            {"id": int(j.id), "tenant_id": tenant_id[j.tenant], "queue_id": queue_id[j.queue], "name": j.spec.name,
+             "namespace": "bench", "manifest": {}, "priority": j.priority} for j in jobs])
+    return engine
+
+
+def commit(engine, result) -> None:
+    """One transaction per cycle: placement rows, admitted jobs, waiting reasons."""
+    with Session(engine) as session, session.begin():
+        if result.placements:
+            session.execute(insert(models.Placement), [
+                {"job_id": int(p.job_id), "part": p.part or "", "cluster_name": p.cluster, "hypernode": p.hypernode,
+                 "tier": p.tier, "node_names": list(p.node_names()),
+                 "resources": _total(p.node_usage)} for p in result.placements])
+            session.execute(update(models.Job), [{"id": int(j), "state": "Admitted", "reason": None}
+                                                 for j in {p.job_id for p in result.placements}])
+        if result.waiting:
+            session.execute(update(models.Job), [{"id": int(w.job_id), "reason": w.message,
+                                                  "waiting_reasons": dict(w.clusters)}
+                                                 for w in result.waiting.values()])
+
+
+def _total(node_usage) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for usage in node_usage.values():
+        for r, q in usage.items():
+            total[r] = total.get(r, 0) + q
+    return total
+
+
+# -- measurements ----------------------------------------------------------------------------------------
+def cycle(jobs: int, clusters: int, hypernodes: int, seed: int, engine=None) -> tuple[float, float, int]:
+    """One cycle over `jobs` pending jobs: (schedule seconds, commit seconds, placements)."""
+    s, pending = snapshot(clusters, hypernodes), workload(jobs, seed)
+    started = time.perf_counter()
+    result = schedule(s, pending)
+    decided = time.perf_counter()
+    if engine is not None:
+        commit(engine, result)
+    return decided - started, time.perf_counter() - decided, len(result.placements)
+
+
+def decision_latencies(clusters: int, hypernodes: int, count: int, seed: int) -> list[float]:
+    """One decision per call, on a federation filling up."""
+    s, pending = snapshot(clusters, hypernodes), workload(count, seed)
+    times = []
+    for job in pending:
+        started = time.perf_counter()
+        schedule(s, [job])
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def gang_decision(hypernodes: int, seed: int) -> float:
+    """The slowest of a few big gangs (hard tier 2, soft spanning) in one cluster of `hypernodes` HyperNodes."""
+    s = snapshot(1, hypernodes, nodes_per_leaf=4)
+    rnd = random.Random(seed)
+    index = s.clusters["c000"]
+    busy = {i: {GPU: 8000 * rnd.choice([0, 0, 1])} for i in range(len(index.nodes))}
+    index.apply({i: u for i, u in busy.items() if u[GPU]}, {}, [], +1)
+    worst = 0.0
+    for pods, annotations in ((16, {"archipelago.io/network-topology-mode": "hard",
+                                    "archipelago.io/highest-tier-allowed": "2"}), (96, {}), (512, {})):
+        spec = parse_jobset({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                             "metadata": {"name": "gang", "annotations": annotations},
+                             "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {
+                                 "parallelism": pods, "template": {"spec": {"containers": [{
+                                     "name": "m", "image": "x", "resources": {"requests": {GPU: "8"}}}]}}}}}]}})
+        job = PendingJob(f"gang-{pods}", "tenant-0", "q-0-0", 0, 0.0, spec)
+        started = time.perf_counter()
+        result = schedule(s, [job])
+        worst = max(worst, time.perf_counter() - started)
+        assert result.placements, result.waiting
+    return worst
+
+
+def topology_quality(clusters: int, hypernodes: int, steps: int, seed: int) -> tuple[float, float, int]:
+    """Replay one trace (a job arrives each step, lives 20-200 steps) through the engine and first fit."""
+    rnd = random.Random(seed)
+    trace = [(job, rnd.randint(20, 200)) for job in workload(steps, seed)]
+    shares = []
+    for place in (lambda s, j: list(schedule(s, [j]).placements), first_fit):
+        s = snapshot(clusters, hypernodes)
+        active, eligible, in_one = [], 0, 0
+        for step, (job, lifetime) in enumerate(trace):
+            for _, placements, queue in [a for a in active if a[0] <= step]:
+                for p in placements:
+                    s.occupy(p.cluster, queue, p.node_usage, p.node_pods, None, -1)
+            active = [a for a in active if a[0] > step]
+            could = fits_one_hypernode(s, job, tier=1)
+            placements = place(s, job)
+            if could:
+                eligible += 1
+                in_one += placed_in_one_hypernode(s, placements, tier=1)
+            if placements:
+                active.append((step + lifetime, placements, job.queue))
+        shares.append(in_one / max(1, eligible))
+    return shares[0], shares[1], eligible
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--clusters", type=int, default=50)
+    parser.add_argument("--hypernodes", type=int, default=1_000)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    rows = []
+
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = database(os.path.join(tmp, "bench.db"), workload(args.jobs, args.seed))
+        schedule_s, commit_s, placed = cycle(args.jobs, args.clusters, args.hypernodes, args.seed, engine)
+        engine.dispose()
+    cycle_s = schedule_s + commit_s
+    rows.append(("cycle", f"{args.jobs} jobs × {args.clusters} clusters × {args.hypernodes} HyperNodes",
+                 f"{placed} placed; schedule {schedule_s:.2f} s + SQLite commit {commit_s:.2f} s"))
+    rows.append(("throughput", "committed placements per second", f"{placed / cycle_s:.0f}/s"))
+
+    small_s, _, _ = cycle(args.jobs // 10, args.clusters, args.hypernodes, args.seed)
+    jobs_x10 = schedule_s / small_s
+    rows.append(("growth: jobs ×10", f"{args.jobs // 10} → {args.jobs} jobs", f"time ×{jobs_x10:.1f}"))
+    few_s, _, _ = cycle(args.jobs, args.clusters, args.hypernodes // 10, args.seed)
+    hypernodes_x10 = schedule_s / few_s
+    rows.append(("growth: HyperNodes ×10", f"{args.hypernodes // 10} → {args.hypernodes} HyperNodes",
+                 f"time ×{hypernodes_x10:.1f}"))
+
+    latencies = decision_latencies(100, 2_000, 1_000, args.seed)
+    p50, p99 = percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000
+    rows.append(("decision latency", "100 clusters × 2000 HyperNodes, 1000 decisions",
+                 f"p50 {p50:.2f} ms, p99 {p99:.2f} ms"))
+
+    gang_s = gang_decision(10_000, args.seed)
+    rows.append(("one gang decision", "1 cluster × 10000 HyperNodes (32000 nodes), up to 512 pods",
+                 f"{gang_s * 1000:.0f} ms (slowest)"))
+
+    share, first_fit_share, eligible = topology_quality(4, 80, 2_000, args.seed)
+    rows.append(("topology quality", f"{eligible} jobs that fit one leaf, 4 clusters × 80 HyperNodes",
+                 f"engine {share:.1%} in one leaf; first fit {first_fit_share:.1%}"))
+
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rows.append(("memory", "peak RSS of this process", f"{rss_mb:.0f} MB"))
+
+    width = [max(len(r[i]) for r in rows) for i in range(3)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, width)))
+    print(json.dumps({
+        "placements_per_s": round(placed / cycle_s, 1), "decision_p99_ms": round(p99, 2),
+        "decision_p50_ms": round(p50, 2), "cycle_s": round(cycle_s, 3), "commit_s": round(commit_s, 3),
+        "placements": placed, "scaling_jobs_x10": round(jobs_x10, 2), "scaling_hypernodes_x10": round(hypernodes_x10, 2),
+        "gang_decision_s": round(gang_s, 3), "one_hypernode_share": round(share, 4),
+        "first_fit_one_hypernode_share": round(first_fit_share, 4), "rss_mb": round(rss_mb, 1),
+        "jobs": args.jobs, "clusters": args.clusters, "hypernodes": args.hypernodes,
+    }))
+
+
+if __name__ == "__main__":
+    main()
