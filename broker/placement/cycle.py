@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
@@ -126,11 +126,13 @@ class _Cycle:
                            MappingProxyType(dict(self.reserved)), tuple(order))
 
     # -- phase 3: one job -----------------------------------------------------------------------
-    def _requests(self, job: PendingJob) -> list[Request]:
+    def _whole(self, job: PendingJob) -> Request:
         spec = job.spec
-        if spec.placement == "split":
-            return [Request(job, p.name, (p,), p.requests, spec.tier_bound, self.reserved) for p in spec.parts]
-        return [Request(job, None, spec.parts, spec.requests, spec.tier_bound, self.reserved)]
+        return Request(job, None, spec.parts, spec.requests, spec.tier_bound, self.reserved)
+
+    def _split(self, job: PendingJob) -> list[Request]:
+        spec = job.spec
+        return [Request(job, p.name, (p,), p.requests, spec.tier_bound, self.reserved) for p in spec.parts]
 
     def decide(self, job: PendingJob, explain: bool = False) -> _Outcome:
         """Place the job whole (or every part of it), or leave it waiting with reasons; updates the snapshot."""
@@ -143,19 +145,29 @@ class _Cycle:
             outcome.waiting = Waiting(job.id, verdict.message)
             return outcome
         reasons: dict[str, str] = {}
-        used: set[str] = set()
-        for request in self._requests(job):
-            request.clusters_used = frozenset(used)
-            placement = self._place(request, reasons, outcome.verdicts if explain else None)
-            if placement is None:
-                break
-            outcome.placements.append(placement)
-            used.add(placement.cluster)
-        else:
+        verdicts = outcome.verdicts if explain else None
+        together = self._place(self._whole(job), reasons, verdicts)
+        if together is not None:
+            # A split job that fits one place is kept together: one placement per part, same HyperNode.
+            outcome.placements = [together] if job.spec.placement == "whole" else _per_part(
+                together, job, self.snapshot.clusters[together.cluster])
             return outcome
-        for placement in outcome.placements:  # gang: all parts or none
-            self._unapply(placement, job)
-        outcome.placements = []
+        request = self._whole(job)
+        if job.spec.placement == "split":
+            reasons.clear()
+            used: set[str] = set()
+            for request in self._split(job):
+                request.clusters_used = frozenset(used)
+                placement = self._place(request, reasons, verdicts)
+                if placement is None:
+                    break
+                outcome.placements.append(placement)
+                used.add(placement.cluster)
+            else:
+                return outcome
+            for placement in outcome.placements:  # gang: all parts or none
+                self._unapply(placement, job)
+            outcome.placements = []
         if self._preempt(job, outcome):
             return outcome
         part = "" if request.part is None else f" (ReplicatedJob {request.part})"
@@ -258,7 +270,7 @@ class _Cycle:
         queue = self.snapshot.queues[job.queue].queue
         if not self.config.preemption or queue.preemption != "LowerPriority" or job.spec.placement == "split":
             return False
-        (request,) = self._requests(job)
+        request = self._whole(job)
         victims_by_job = {}
         for job_id, placements in self.snapshot.running.items():
             first = placements[0]
@@ -324,7 +336,7 @@ class _Cycle:
         if job.id in self.reserved.values():
             return next(c for c, j in self.reserved.items() if j == job.id)
         demand = job.spec.requests
-        request = Request(job, None, job.spec.parts, demand, job.spec.tier_bound, self.reserved)
+        request = self._whole(job)
         choices = [c for c in self.snapshot.clusters.values()
                    if c.name not in self.reserved and not self._filter(request, c, capacity=False)
                    and c.allocatable_fits_tier(demand, job.spec.tier_bound)]
@@ -346,6 +358,21 @@ def _to_placement(request: Request, cluster: ClusterIndex, fit: Fit, score: floa
                      hypernode=hypernode.name if hypernode else None, tier=hypernode.tier if hypernode else None,
                      assignments=assignments, node_usage=usage, exclusive_domains=tuple(sorted(binding.domains)),
                      score=round(score, 6))
+
+
+def _per_part(placement: Placement, job: PendingJob, cluster: ClusterIndex) -> list[Placement]:
+    """Cut a placement of a whole split job into its parts' placements, on the same nodes."""
+    result = []
+    for part in job.spec.parts:
+        assignments = tuple(a for a in placement.assignments if a.replicated_job == part.name)
+        usage = MappingProxyType({a.node: MappingProxyType({r: q * a.pods for r, q in part.pod_requests.items()})
+                                  for a in assignments})
+        label = part.exclusive_topology
+        held = {cluster.nodes[cluster.position[a.node]].labels.get(label) for a in assignments} if label else set()
+        domains = tuple(d for d in placement.exclusive_domains if d[0] == label and d[1] in held)
+        result.append(replace(placement, part=part.name, assignments=assignments, node_usage=usage,
+                              exclusive_domains=domains))
+    return result
 
 
 def schedule(snapshot: Snapshot, pending: Iterable[PendingJob], config: Config = Config()) -> CycleResult:

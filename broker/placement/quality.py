@@ -17,9 +17,9 @@ _EXHAUSTIVE = 1 << 30
 
 
 def fits_one_hypernode(snapshot: Snapshot, job: PendingJob, tier: int = 1) -> bool:
-    """Could the whole job go into one HyperNode of tier ≤ `tier` of some Ready cluster right now?"""
+    """Could the whole job go into one HyperNode of tier ≤ `tier` of some Ready cluster it selects, right now?"""
     spec = job.spec
-    return any(c.cluster.state == "Ready"
+    return any(c.cluster.state == "Ready" and spec.cluster_selector.matches(c.cluster.labels)
                and c.search(spec.parts, spec.requests, tier, _EXHAUSTIVE, bind=True) is not None
                for c in snapshot.clusters.values())
 

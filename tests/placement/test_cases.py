@@ -2,7 +2,7 @@
 
 from broker.placement import Config, dry_run, schedule
 
-from .fixtures import cluster, fabric, hard, job, n_jobs, node, queue, running, snapshot
+from .fixtures import GPU, cluster, fabric, hard, job, n_jobs, node, queue, running, snapshot
 
 
 def only(result):
