@@ -1,0 +1,230 @@
+"""Scenario files: which clusters to simulate, their nodes, network topology and HyperNodes.
+
+```yaml
+defaults: {...}                  # any cluster key, applied to every cluster
+clusters:
+- name: eu-west                  # DNS-1123 label; the base path is /clusters/<name>
+  labels: {region: eu, gpu: h100}  # cluster labels (for whoever registers the cluster)
+  nodes: 32                      # or a list of explicit nodes, see below
+  node: {cpu: "64", memory: 512Gi, nvidia.com/gpu: "8"}   # allocatable of each node
+  node_labels: {pool: gpu}       # extra labels on every node of this pool
+  taints: [{key: k, value: v, effect: NoSchedule}]
+  name_prefix: node              # node names <prefix>-00, <prefix>-01, ...
+  zones: [eu-west-1a, eu-west-1b]  # one zone per spine, round robin (default <name>-a)
+  topology: {leaf: 8, spine: 2}  # nodes per leaf switch, leaves per spine
+  hypernodes: crd                # crd | labels | none
+  pools: [{name_prefix: cpu, nodes: 4, node: {...}, node_labels: {}, taints: [], topology: {...}, zones: []}]
+  jobset: true                   # false: JobSet CRD not installed
+  version: v1.31.4               # /version gitVersion and kubelet version
+  duration: 60s                  # default simulated run time of a pod
+  token: secret                  # bearer token (default: random)
+  watch_history: 2000            # events kept per resource for watches; older ones give 410 Gone
+```
+Explicit nodes: `nodes: [{name, resources, labels, taints, zone, leaf, spine, unschedulable}]`;
+a missing `leaf`/`spine`/`zone` is derived from the node's position as for generated nodes.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HOSTNAME = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+REGION = "topology.kubernetes.io/region"
+LEAF = "network.archipelago.io/leaf"
+SPINE = "network.archipelago.io/spine"
+_MODES = ("crd", "labels", "none")
+_KEYS = {"name", "labels", "nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology",
+         "hypernodes", "pools", "jobset", "version", "duration", "token", "watch_history"}
+_POOL_KEYS = {"nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology"}
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass
+class ClusterSpec:
+    name: str
+    labels: dict[str, str]
+    nodes: list[dict]
+    hypernodes: list[dict]
+    hypernode_mode: str = "crd"
+    jobset: bool = True
+    version: str = "v1.31.4"
+    duration: float = 60.0
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    watch_history: int = 2000
+
+
+def load(source: dict | str | Path) -> list[ClusterSpec]:
+    """A scenario from a dict, a YAML text or a YAML file."""
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and source.endswith((".yaml", ".yml"))):
+        source = Path(source).read_text()
+    data = yaml.safe_load(source) if isinstance(source, str) else source
+    if not isinstance(data, dict) or not isinstance(data.get("clusters"), list) or not data["clusters"]:
+        raise ValueError("a scenario needs a non-empty 'clusters' list")
+    defaults = data.get("defaults") or {}
+    specs, seen = [], set()
+    for entry in data["clusters"]:
+        spec = build_cluster({**defaults, **entry})
+        if spec.name in seen:
+            raise ValueError(f"cluster {spec.name!r} is defined twice")
+        seen.add(spec.name)
+        specs.append(spec)
+    return specs
+
+
+def build_cluster(entry: dict[str, Any]) -> ClusterSpec:
+    from clusters.sim.controller import parse_duration
+
+    name = str(entry.get("name", ""))
+    if not _LABEL.match(name):
+        raise ValueError(f"cluster name {name!r} must be a DNS-1123 label")
+    unknown = set(entry) - _KEYS
+    if unknown:
+        raise ValueError(f"cluster {name}: unknown keys {sorted(unknown)}")
+    mode = entry.get("hypernodes", "crd")
+    if mode not in _MODES:
+        raise ValueError(f"cluster {name}: hypernodes must be one of {_MODES}")
+    labels = {str(k): str(v) for k, v in (entry.get("labels") or {}).items()}
+    version = str(entry.get("version", "v1.31.4"))
+    builder = _NodeBuilder(name, labels, mode != "none", version)
+    builder.pool(entry)
+    for pool in entry.get("pools") or ():
+        unknown = set(pool) - _POOL_KEYS
+        if unknown:
+            raise ValueError(f"cluster {name}: unknown pool keys {sorted(unknown)}")
+        builder.pool({**{k: v for k, v in entry.items() if k in ("zones", "topology")}, **pool})
+    nodes = builder.nodes
+    if len({n["metadata"]["name"] for n in nodes}) != len(nodes):
+        raise ValueError(f"cluster {name}: node names are not unique")
+    spec = ClusterSpec(name=name, labels=labels, nodes=nodes,
+                       hypernodes=hypernode_tree(nodes) if mode == "crd" else [], hypernode_mode=mode,
+                       jobset=bool(entry.get("jobset", True)), version=version,
+                       duration=parse_duration(entry.get("duration", 60)),
+                       watch_history=int(entry.get("watch_history", 2000)))
+    if entry.get("token"):
+        spec.token = str(entry["token"])
+    return spec
+
+
+class _NodeBuilder:
+    """Builds node objects; identical sub-objects are shared between the nodes of a pool."""
+
+    def __init__(self, cluster: str, cluster_labels: dict[str, str], topology: bool, version: str) -> None:
+        self.cluster, self.region = cluster, cluster_labels.get("region")
+        self.topology, self.version = topology, version
+        self.nodes: list[dict] = []
+        self.leaf_base = self.spine_base = 0
+
+    def pool(self, pool: dict) -> None:
+        count_or_list = pool.get("nodes", 0)
+        explicit = count_or_list if isinstance(count_or_list, list) else None
+        count = len(explicit) if explicit is not None else int(count_or_list or 0)
+        if count <= 0:
+            return
+        topo = pool.get("topology") or {}
+        per_leaf, per_spine = int(topo.get("leaf", 8)), int(topo.get("spine", 2))
+        if per_leaf <= 0 or per_spine <= 0:
+            raise ValueError(f"cluster {self.cluster}: topology sizes must be positive")
+        zones = [str(z) for z in pool.get("zones") or [f"{self.cluster}-a"]]
+        prefix = pool.get("name_prefix", "node")
+        width = max(2, len(str(len(self.nodes) + count - 1)))
+        resources = {str(k): str(v) for k, v in (pool.get("node") or {"cpu": "8", "memory": "32Gi"}).items()}
+        shared_status = _shared_status(resources, self.version)
+        pool_labels = {str(k): str(v) for k, v in (pool.get("node_labels") or {}).items()}
+        taints = list(pool.get("taints") or [])
+        for i in range(count):
+            item = explicit[i] if explicit is not None else {}
+            leaf_index = self.leaf_base + i // per_leaf
+            spine_index = self.spine_base + (i // per_leaf) // per_spine
+            name = item.get("name") or f"{prefix}-{len(self.nodes):0{width}d}"
+            labels = {"kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", HOSTNAME: name,
+                      ZONE: str(item.get("zone") or zones[(spine_index - self.spine_base) % len(zones)])}
+            if self.region:
+                labels[REGION] = self.region
+            if self.topology:
+                labels[LEAF] = str(item.get("leaf") or f"leaf-{leaf_index}")
+                labels[SPINE] = str(item.get("spine") or f"spine-{spine_index}")
+            labels.update(pool_labels)
+            labels.update({str(k): str(v) for k, v in (item.get("labels") or {}).items()})
+            status = shared_status
+            if item.get("resources"):
+                status = _shared_status({str(k): str(v) for k, v in item["resources"].items()}, self.version)
+            ip = f"10.{len(self.nodes) >> 16 & 255}.{len(self.nodes) >> 8 & 255}.{len(self.nodes) & 255}"
+            spec: dict = {"podCIDR": f"10.244.{len(self.nodes) % 256}.0/24"}
+            node_taints = list(item.get("taints") or taints)
+            if node_taints:
+                spec["taints"] = node_taints
+            if item.get("unschedulable"):
+                spec["unschedulable"] = True
+            self.nodes.append({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": labels},
+                "spec": spec,
+                "status": {**status, "addresses": [{"type": "InternalIP", "address": ip},
+                                                   {"type": "Hostname", "address": name}]},
+            })
+        leaves = (count + per_leaf - 1) // per_leaf
+        self.leaf_base += leaves
+        self.spine_base += (leaves + per_spine - 1) // per_spine
+
+
+def _shared_status(resources: dict[str, str], version: str) -> dict:
+    capacity = {"pods": "110", "ephemeral-storage": "500Gi", **resources}
+    conditions = [
+        {"type": t, "status": "False", "reason": f"KubeletHasSufficient{t[:-8] if t.endswith('Pressure') else t}",
+         "message": f"kubelet has no {t}", "lastHeartbeatTime": None, "lastTransitionTime": None}
+        for t in ("MemoryPressure", "DiskPressure", "PIDPressure")]
+    conditions.append({"type": "Ready", "status": "True", "reason": "KubeletReady",
+                       "message": "kubelet is posting ready status", "lastHeartbeatTime": None,
+                       "lastTransitionTime": None})
+    return {"capacity": capacity, "allocatable": capacity, "conditions": conditions,
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {"architecture": "amd64", "bootID": "", "containerRuntimeVersion": "sim://1.0",
+                         "kernelVersion": "6.1.0", "kubeProxyVersion": version, "kubeletVersion": version,
+                         "machineID": "", "operatingSystem": "linux", "osImage": "Archipelago simulated node",
+                         "systemUUID": ""}}
+
+
+def hypernode_tree(nodes: list[dict]) -> list[dict]:
+    """Tier-1 HyperNode per leaf label, tier 2 per spine, tier 3 over all spines. Leaf members use,
+    in turn, exact names, a regex over names and a label selector, so clients meet all three."""
+    leaves: dict[str, list[str]] = {}
+    spine_of: dict[str, str] = {}
+    for node in nodes:
+        labels = node["metadata"]["labels"]
+        if LEAF in labels and SPINE in labels:
+            leaves.setdefault(labels[LEAF], []).append(node["metadata"]["name"])
+            spine_of.setdefault(labels[LEAF], labels[SPINE])
+    if not leaves:
+        return []
+    result = []
+    spines: dict[str, list[str]] = {}
+    for i, (leaf, members) in enumerate(leaves.items()):
+        if i % 3 == 0:
+            selectors = [{"exactMatch": {"name": n}} for n in members]
+        elif i % 3 == 1:
+            selectors = [{"regexMatch": {"pattern": "^(" + "|".join(re.escape(n) for n in members) + ")$"}}]
+        else:
+            selectors = [{"labelMatch": {"matchLabels": {LEAF: leaf}}}]
+        result.append(_hypernode(leaf, 1, "leaf", "Node", selectors, len(members)))
+        spines.setdefault(spine_of[leaf], []).append(leaf)
+    for spine, members in spines.items():
+        count = sum(len(leaves[leaf]) for leaf in members)
+        result.append(_hypernode(spine, 2, "spine", "HyperNode", [{"exactMatch": {"name": m}} for m in members], count))
+    pattern = "^(" + "|".join(re.escape(s) for s in spines) + ")$"
+    total = sum(len(m) for m in leaves.values())
+    result.append(_hypernode("root", 3, "root", "HyperNode", [{"regexMatch": {"pattern": pattern}}], total))
+    return result
+
+
+def _hypernode(name: str, tier: int, tier_name: str, member_type: str, selectors: list[dict], count: int) -> dict:
+    return {"apiVersion": "topology.volcano.sh/v1alpha1", "kind": "HyperNode", "metadata": {"name": name},
+            "spec": {"tier": tier, "tierName": tier_name,
+                     "members": [{"type": member_type, "selector": s} for s in selectors]},
+            "status": {"nodeCount": count}}

@@ -1,0 +1,116 @@
+"""Run the simulator inside a test process: `with running_simulator(scenario) as sim: ...`.
+
+The server runs in a background thread on a free 127.0.0.1 port; the context manager returns
+once the app has started (a real readiness signal: the lifespan startup plus the listening socket).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+from clusters.sim.cluster import SimCluster
+from clusters.sim.server import SimServer
+
+STARTUP_TIMEOUT = 30.0
+
+
+class SimHandle:
+    """What a test holds: URLs, kubeconfigs, faults, time, and the clusters' in-memory state."""
+
+    def __init__(self, server: SimServer) -> None:
+        self._server = server
+        self.app = server.app
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    @property
+    def cluster_names(self) -> list[str]:
+        return list(self.app.clusters)
+
+    @property
+    def admin_token(self) -> str:
+        return self.app.admin_token
+
+    def cluster_url(self, name: str) -> str:
+        return self._server.cluster_url(name)
+
+    def kubeconfig(self, name: str) -> str:
+        """Kubeconfig YAML for one cluster: inline bearer token, inline CA data when TLS is on."""
+        return self._server.kubeconfig(name)
+
+    def write_kubeconfigs(self, directory: Path) -> list[Path]:
+        return self._server.write_kubeconfigs(Path(directory))
+
+    def cluster(self, name: str) -> SimCluster:
+        return self.app.clusters[name]
+
+    # faults (see clusters.sim.app for what "unreachable" does on the wire)
+    def make_unreachable(self, name: str) -> None:
+        self.app.set_fault(name, "unreachable")
+
+    def make_slow(self, name: str, seconds: float) -> None:
+        self.app.set_fault(name, "slow", seconds)
+
+    def make_failing(self, name: str, status: int = 503) -> None:
+        self.app.set_fault(name, "failing", status=status)
+
+    def heal(self, name: str) -> None:
+        self.app.set_fault(name, None)
+
+    # time
+    @property
+    def speed(self) -> float:
+        return self._server.clock.speed
+
+    def now(self) -> float:
+        return self._server.clock.now()
+
+    def advance(self, seconds: float) -> None:
+        """Move simulated time forward; every controller has acted on it when this returns."""
+        self.app.advance(seconds)
+
+    def settle(self) -> None:
+        """Let the controllers act on everything already written, without moving time."""
+        self.app.step_all()
+
+
+@contextlib.contextmanager
+def running_simulator(scenario: dict | str | Path, *, speed: float = 1.0, tls: bool = True) -> Iterator[SimHandle]:
+    server = SimServer(scenario, host="127.0.0.1", port=0, speed=speed, tls=tls)
+    uv = server.uvicorn_server()
+    loop_holder: dict = {}
+    failure: list[BaseException] = []
+
+    def serve() -> None:
+        loop = asyncio.new_event_loop()
+        loop_holder["loop"] = loop
+        try:
+            loop.run_until_complete(uv.serve(sockets=[server.sock]))
+        except BaseException as exc:  # reported to the waiting test thread
+            failure.append(exc)
+        finally:
+            loop.close()
+
+    thread = threading.Thread(target=serve, name="archipelago-sim", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while not server.app.started.wait(0.05):
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"simulator failed to start: {failure[0] if failure else 'timed out'}")
+        yield SimHandle(server)
+    finally:
+        loop = loop_holder.get("loop")
+        if loop is not None and thread.is_alive():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(uv.handle_exit, signal.SIGTERM, None)
+        thread.join(STARTUP_TIMEOUT)
+        server.close()
