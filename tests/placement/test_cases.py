@@ -207,3 +207,12 @@ def test_a_long_waiting_job_holds_a_cluster_against_later_small_jobs():
     result = schedule(s, [small, big], Config(starvation_after_s=600))
     assert result.reservations == {"eu": big.id}
     assert small.id in result.waiting and "held for job" in result.waiting[small.id].clusters["eu"]
+
+
+def test_the_engine_imports_no_io_library():
+    import subprocess
+    import sys
+    code = ("import sys, broker.placement, broker.jobset; "
+            "print(sorted(m for m in ('sqlalchemy', 'fastapi', 'kubernetes') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -10,6 +10,8 @@ from broker.placement.quality import first_fit, fits_one_hypernode, placed_in_on
 
 from .fixtures import GPU, cluster, fabric, hard, job, queue, snapshot
 
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PuLP 3 announces its 4.0 API
+
 
 def trace(seed, length=300):
     rnd = random.Random(seed)
