@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import calendar
 import collections
+import contextlib
 import json
 import secrets
 import threading
@@ -78,6 +79,7 @@ class SimApp:
         for spec in specs:
             self.clusters[spec.name] = SimCluster(spec, clock, self.wake)
         self.streams: dict[str, set[_WatchStream]] = {name: set() for name in self.clusters}
+        self._slowed: dict[str, asyncio.Event] = {}
         self.started = threading.Event()
         self.stopping = False
 
@@ -98,8 +100,8 @@ class SimApp:
     def step_all(self) -> None:
         now = self.clock.now()
         for cluster in self.clusters.values():
-            if cluster.controller.needs_step(now):
-                with cluster.lock:
+            with cluster.lock:  # also waits for a step another thread is in the middle of
+                if cluster.controller.needs_step(now):
                     cluster.controller.step(now)
 
     def advance(self, seconds: float) -> None:
@@ -132,6 +134,9 @@ class SimApp:
         cluster.fault, cluster.latency, cluster.fail_status = mode, seconds, status
         if mode == "unreachable":
             self.close_streams(name)
+        release = self._slowed.pop(name, None)  # requests held back by "slow" go on at once
+        if release is not None:
+            self.loop.call_soon_threadsafe(release.set)
 
     def close_streams(self, name: str | None = None) -> None:
         for cluster_name, streams in self.streams.items():
@@ -210,7 +215,9 @@ class SimApp:
             if cluster.fault == "unreachable":
                 raise ApiError(503, "ServiceUnavailable", "cluster unreachable (simulated)")
             if cluster.fault == "slow" and cluster.latency > 0:
-                await asyncio.sleep(cluster.latency)
+                release = self._slowed.setdefault(cluster.name, asyncio.Event())
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(release.wait(), cluster.latency)
             if cluster.fault == "failing":
                 reason = {500: "InternalError", 503: "ServiceUnavailable", 429: "TooManyRequests"}.get(
                     cluster.fail_status, "InternalError")
@@ -386,12 +393,11 @@ class SimApp:
         """The server-side printing `kubectl get` asks for (Accept: ...;as=Table)."""
         columns = [{"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0}]
         columns += [{"name": n, "type": t, "format": "", "description": n, "priority": 0} for n, t, _ in kind.columns]
-        columns.append({"name": "Age", "type": "string", "format": "", "description": "Age", "priority": 0})
         now = cluster.clock.now()
         rows = []
         for obj in items:
-            cells = [obj["metadata"]["name"]] + [fn(obj) for _, _, fn in kind.columns]
-            cells.append(_age(now, obj["metadata"].get("creationTimestamp")))
+            cells = [obj["metadata"]["name"]] + [
+                fn(obj) if fn else _age(now, obj["metadata"].get("creationTimestamp")) for _, _, fn in kind.columns]
             partial = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
             rows.append({"cells": cells, "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                                                     "metadata": partial}})

@@ -22,7 +22,7 @@ class Kind:
     categories: tuple[str, ...] = ()
     status_subresource: bool = True
     generation: bool = False  # whether metadata.generation is tracked
-    columns: tuple[tuple[str, str, Callable[[dict], object]], ...] = field(default=(), compare=False)
+    columns: tuple[tuple[str, str, Callable[[dict], object] | None], ...] = field(default=(), compare=False)
 
     @property
     def key(self) -> str:
@@ -41,6 +41,9 @@ class Kind:
         if self.categories:
             entry["categories"] = list(self.categories)
         return entry
+
+
+AGE = ("Age", "string", None)  # computed from creationTimestamp against the simulated clock
 
 
 def _get(obj: dict, *path: str, default=None):
@@ -81,31 +84,31 @@ def _job_status(job: dict) -> str:
 
 
 NAMESPACES = Kind("", "v1", "Namespace", "namespaces", "namespace", False, short_names=("ns",),
-                  columns=(("Status", "string", lambda o: _get(o, "status", "phase", default="")),))
+                  columns=(("Status", "string", lambda o: _get(o, "status", "phase", default="")), AGE))
 NODES = Kind("", "v1", "Node", "nodes", "node", False, short_names=("no",),
-             columns=(("Status", "string", _node_status), ("Roles", "string", _node_roles),
+             columns=(("Status", "string", _node_status), ("Roles", "string", _node_roles), AGE,
                       ("Version", "string", lambda o: _get(o, "status", "nodeInfo", "kubeletVersion", default=""))))
 PODS = Kind("", "v1", "Pod", "pods", "pod", True, short_names=("po",), categories=("all",),
             columns=(("Ready", "string", _pod_ready),
                      ("Status", "string", lambda o: _get(o, "status", "reason") or _get(o, "status", "phase", default="")),
-                     ("Node", "string", lambda o: _get(o, "spec", "nodeName", default="<none>"))))
+                     AGE, ("Node", "string", lambda o: _get(o, "spec", "nodeName", default="<none>"))))
 SERVICES = Kind("", "v1", "Service", "services", "service", True, short_names=("svc",), categories=("all",),
                 columns=(("Type", "string", lambda o: _get(o, "spec", "type", default="ClusterIP")),
-                         ("Cluster-IP", "string", lambda o: _get(o, "spec", "clusterIP", default=""))))
+                         ("Cluster-IP", "string", lambda o: _get(o, "spec", "clusterIP", default="")), AGE))
 JOBS = Kind("batch", "v1", "Job", "jobs", "job", True, categories=("all",), generation=True,
             columns=(("Status", "string", _job_status),
                      ("Completions", "string", lambda o: f"{_get(o, 'status', 'succeeded', default=0)}/"
-                                                         f"{_get(o, 'spec', 'completions', default=1)}")))
+                                                         f"{_get(o, 'spec', 'completions', default=1)}"), AGE))
 JOBSETS = Kind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets", "jobset", True, generation=True,
                columns=(("TerminalState", "string", lambda o: _get(o, "status", "terminalState", default="")),
                         ("Restarts", "string", lambda o: str(_get(o, "status", "restarts", default=0))),
                         ("Completed", "string", _completed),
-                        ("Suspended", "string", lambda o: str(_get(o, "spec", "suspend", default="")).lower())))
+                        ("Suspended", "string", lambda o: str(_get(o, "spec", "suspend", default="")).lower()), AGE))
 HYPERNODES = Kind("topology.volcano.sh", "v1alpha1", "HyperNode", "hypernodes", "hypernode", False,
                   short_names=("hn",), generation=True,
                   columns=(("Tier", "string", lambda o: str(_get(o, "spec", "tier", default=""))),
                            ("TierName", "string", lambda o: _get(o, "spec", "tierName", default="")),
-                           ("NodeCount", "integer", lambda o: _get(o, "status", "nodeCount", default=0))))
+                           ("NodeCount", "integer", lambda o: _get(o, "status", "nodeCount", default=0)), AGE))
 CRDS = Kind("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions",
             "customresourcedefinition", False, verbs=tuple(READ_VERBS), short_names=("crd", "crds"),
             generation=True, columns=(("Created At", "date", lambda o: o["metadata"].get("creationTimestamp", "")),))
