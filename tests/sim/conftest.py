@@ -6,10 +6,12 @@ nothing depends on how fast this machine is.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from clusters.sim.testing import running_simulator
 
@@ -28,7 +30,12 @@ def api(sim):
 
 
 @pytest.fixture
-def namespace(api):
+def namespace(sim, api):
+    """A fresh namespace, deleted afterwards so that one test's pods never hold another's capacity."""
     name = f"t-{uuid.uuid4().hex[:8]}"
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
-    return name
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    with contextlib.suppress(ApiException):
+        core.delete_namespace(name)
+    sim.settle()
