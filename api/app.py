@@ -1,0 +1,59 @@
+"""The FastAPI application: one per process, built from settings."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+import broker
+from api.problems import install_problem_handlers, problem_response
+from broker.db.runtime import Database, open_database
+from broker.settings import Settings, get_settings
+
+log = logging.getLogger("archipelago.api")
+
+
+def create_app(settings: Settings | None = None, database: Database | None = None) -> FastAPI:
+    """Build the app; the database is migrated on start for the embedded SQLite default."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        owned = database is None
+        app.state.db = database or open_database(settings, upgrade=settings.is_sqlite)
+        try:
+            yield
+        finally:
+            if owned:
+                app.state.db.dispose()
+
+    app = FastAPI(title="Archipelago", version=broker.__version__, lifespan=lifespan,
+                  description="Multi-cluster broker that places JobSets on the cluster and HyperNode "
+                              "where they run best.")
+    app.state.settings = settings
+    install_problem_handlers(app)
+
+    @app.get("/healthz", tags=["health"], summary="The process is alive")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"], summary="The process can serve: its database answers",
+             responses={503: {"description": "The database does not answer"}})
+    def readyz(request: Request):
+        try:
+            with request.app.state.db.engine.connect() as connection:
+                connection.execute(text("SELECT 1"))
+        except Exception as exc:  # any driver failure means not ready
+            log.warning("readiness check failed: %s", exc)
+            return problem_response(503, "Not ready", "the database does not answer; see the server log")
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/api/v1/version", tags=["health"], summary="The broker's version")
+    def version() -> dict[str, str]:
+        return {"version": broker.__version__}
+
+    return app

@@ -1,0 +1,8 @@
+"""Archipelago: a multi-cluster broker for JobSets."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("archipelago")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0"

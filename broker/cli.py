@@ -1,0 +1,95 @@
+"""The `archipelago` command. Errors are one line on stderr and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Callable
+
+import typer
+from cryptography.fernet import Fernet
+
+import broker
+from broker.settings import ConfigError, get_settings
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Archipelago: place JobSets across Kubernetes clusters.")
+db_app = typer.Typer(no_args_is_help=True, help="The inventory database.")
+secret_app = typer.Typer(no_args_is_help=True, help="The key that encrypts kubeconfigs at rest.")
+app.add_typer(db_app, name="db")
+app.add_typer(secret_app, name="secret")
+
+
+def fail(message: str, code: int = 2) -> None:
+    typer.echo(f"archipelago: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def one_line_errors(command: Callable) -> Callable:
+    """Turn configuration errors into the one-line message the user acts on."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except ConfigError as exc:
+            fail(str(exc))
+
+    return wrapper
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    typer.echo(broker.__version__)
+
+
+@app.command()
+@one_line_errors
+def serve(host: str = typer.Option(None, help="Address to listen on [default: ARCHIPELAGO_HOST or 127.0.0.1]"),
+          port: int = typer.Option(None, help="Port [default: ARCHIPELAGO_PORT or 8000]")) -> None:
+    """Serve the API and dashboard (migrates the embedded SQLite database first)."""
+    import uvicorn
+
+    from api.app import create_app
+    from broker.db.runtime import open_database
+
+    settings = get_settings()
+    settings.fernet_key()  # a missing or malformed secret key stops us here, not at the first cluster
+    database = open_database(settings, upgrade=settings.is_sqlite)  # fail fast, before binding the port
+    host, port = host or settings.host, port or settings.port
+    typer.echo(f"Archipelago {broker.__version__} on http://{host}:{port} "
+               f"(database {database.engine.url.render_as_string(hide_password=True)})", err=True)
+    uvicorn.run(create_app(settings, database), host=host, port=port, log_level="info")
+
+
+@db_app.command("upgrade")
+@one_line_errors
+def db_upgrade(revision: str = typer.Argument("head")) -> None:
+    """Apply the migrations up to REVISION."""
+    from broker.db import migrate
+    from broker.db.runtime import open_database
+
+    database = open_database(get_settings(), upgrade=False)
+    migrate.upgrade(database.engine, revision)
+    typer.echo(f"database at {database.engine.url.render_as_string(hide_password=True)} is at {revision}")
+    database.dispose()
+
+
+@secret_app.command("generate")
+def secret_generate() -> None:
+    """Print a new value for ARCHIPELAGO_SECRET_KEY."""
+    typer.echo(Fernet.generate_key().decode())
+
+
+@app.command()
+def sim(scenario: Path = typer.Option(..., exists=True, dir_okay=False, help="Scenario YAML"),
+        host: str = "127.0.0.1", port: int = 6443,
+        kubeconfig_dir: Path = typer.Option(Path("."), help="Where to write <cluster>.kubeconfig"),
+        speed: float = typer.Option(1.0, help="Simulated seconds per real second"),
+        tls: bool = typer.Option(False, help="Serve HTTPS with a self-signed CA")) -> None:
+    """Serve simulated member clusters (for tests, benchmarks and the demo)."""
+    from clusters.sim.cli import run
+
+    run(scenario, host=host, port=port, kubeconfig_dir=kubeconfig_dir, speed=speed, tls=tls)

@@ -1,0 +1,260 @@
+"""The SQL inventory: member clusters and their topology, tenants and queues, jobs and placements.
+
+One schema for SQLite and PostgreSQL. Resource amounts are JSON maps of integer milli-units
+(`{"cpu": 64000, "nvidia.com/gpu": 8000}`) so that arithmetic on them is exact.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (JSON, BigInteger, Boolean, CheckConstraint, DateTime, Float, ForeignKey, Index,
+                        Integer, LargeBinary, MetaData, String, Text, UniqueConstraint)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+CLUSTER_STATES = ("Pending", "Ready", "NotReady", "Cordoned", "Draining")
+JOB_STATES = ("Queued", "Admitted", "Dispatching", "Running", "Succeeded", "Failed", "Cancelled")
+JOB_FINISHED_STATES = ("Succeeded", "Failed", "Cancelled")
+PLACEMENT_STATES = ("Decided", "Applying", "Applied", "Running", "Succeeded", "Failed", "Deleting", "Deleted")
+PLACEMENT_LIVE_STATES = ("Decided", "Applying", "Applied", "Running", "Deleting")
+PREEMPTION_POLICIES = ("Never", "LowerPriority")
+TOKEN_ROLES = ("admin", "tenant")
+EVENT_KINDS = ("cluster", "job", "queue", "tenant", "placement")
+EVENT_TYPES = ("Normal", "Warning")
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+# SQLite only auto-increments INTEGER PRIMARY KEY; PostgreSQL gets a real BIGINT.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    })
+
+
+class Cluster(Base):
+    __tablename__ = "clusters"
+    __table_args__ = (CheckConstraint(_in("state", CLUSTER_STATES), name="state"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    api_server: Mapped[str] = mapped_column(String(2048))
+    kubeconfig_encrypted: Mapped[bytes] = mapped_column(LargeBinary)
+    context: Mapped[str | None] = mapped_column(String(253))
+    labels: Mapped[dict[str, str]] = mapped_column(Json, default=dict)
+    taints: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
+    state: Mapped[str] = mapped_column(String(16), default="Pending")
+    kubernetes_version: Mapped[str | None] = mapped_column(String(64))
+    jobset_crd: Mapped[bool] = mapped_column(Boolean, default=False)
+    hypernode_source: Mapped[str | None] = mapped_column(String(16))  # crd, labels, none
+    last_heartbeat: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    unreachable_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str | None] = mapped_column(Text)
+    warnings: Mapped[list[str]] = mapped_column(Json, default=list)
+    synced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    nodes: Mapped[list[Node]] = relationship(back_populates="cluster", cascade="all, delete-orphan",
+                                             passive_deletes=True)
+    hypernodes: Mapped[list[HyperNode]] = relationship(back_populates="cluster", cascade="all, delete-orphan",
+                                                       passive_deletes=True)
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+    __table_args__ = (UniqueConstraint("cluster_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(253))
+    labels: Mapped[dict[str, str]] = mapped_column(Json, default=dict)
+    taints: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
+    unschedulable: Mapped[bool] = mapped_column(Boolean, default=False)
+    ready: Mapped[bool] = mapped_column(Boolean, default=True)
+    allocatable: Mapped[dict[str, int]] = mapped_column(Json, default=dict)
+    used: Mapped[dict[str, int]] = mapped_column(Json, default=dict)
+
+    cluster: Mapped[Cluster] = relationship(back_populates="nodes")
+
+
+class HyperNode(Base):
+    """One switch domain; `nodes` is every node beneath it, resolved at sync, so free capacity is one sum."""
+
+    __tablename__ = "hypernodes"
+    __table_args__ = (UniqueConstraint("cluster_id", "name"), CheckConstraint("tier >= 1", name="tier"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(253))
+    tier: Mapped[int] = mapped_column(Integer)
+    parent: Mapped[str | None] = mapped_column(String(253))
+    nodes: Mapped[list[str]] = mapped_column(Json, default=list)
+
+    cluster: Mapped[Cluster] = relationship(back_populates="hypernodes")
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    namespaces: Mapped[list[str]] = mapped_column(Json, default=list)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    queues: Mapped[list[Queue]] = relationship(back_populates="tenant")
+
+
+class Queue(Base):
+    """A tenant's queue; the tenant's queues form its cohort, within which unused quota is borrowed."""
+
+    __tablename__ = "queues"
+    __table_args__ = (
+        CheckConstraint("weight > 0", name="weight"),
+        CheckConstraint(_in("preemption_policy", PREEMPTION_POLICIES), name="preemption_policy"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="RESTRICT"))
+    name: Mapped[str] = mapped_column(String(63), unique=True)  # JobSets name it by label alone
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    nominal_quota: Mapped[dict[str, int]] = mapped_column(Json, default=dict)
+    borrowing_limit: Mapped[dict[str, int] | None] = mapped_column(Json)
+    preemption_policy: Mapped[str] = mapped_column(String(16), default="Never")
+    is_default: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    tenant: Mapped[Tenant] = relationship(back_populates="queues")
+
+
+class Token(Base):
+    """An API bearer token; only its SHA-256 is kept."""
+
+    __tablename__ = "tokens"
+    __table_args__ = (CheckConstraint(_in("role", TOKEN_ROLES), name="role"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    role: Mapped[str] = mapped_column(String(8))
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    description: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Job(Base):
+    """A submitted JobSet and its federated life."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        CheckConstraint(_in("state", JOB_STATES), name="state"),
+        CheckConstraint("restart_count >= 0", name="restart_count"),
+        # The scheduler's read: pending jobs by queue, then priority and age.
+        Index(None, "state", "queue_id", "priority", "submitted_at"),
+        Index(None, "tenant_id", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="RESTRICT"))
+    queue_id: Mapped[int] = mapped_column(ForeignKey("queues.id", ondelete="RESTRICT"))
+    name: Mapped[str] = mapped_column(String(63))
+    namespace: Mapped[str] = mapped_column(String(63))
+    manifest: Mapped[dict[str, Any]] = mapped_column(Json)
+    priority_class: Mapped[str] = mapped_column(String(63), default="normal")
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    placement_mode: Mapped[str] = mapped_column(String(8), default="whole")
+    demand: Mapped[dict[str, int]] = mapped_column(Json, default=dict)
+    state: Mapped[str] = mapped_column(String(16), default="Queued")
+    reason: Mapped[str | None] = mapped_column(Text)
+    waiting_reasons: Mapped[dict[str, str]] = mapped_column(Json, default=dict)
+    status: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    restart_count: Mapped[int] = mapped_column(Integer, default=0)
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    submitted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    admitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    tenant: Mapped[Tenant] = relationship()
+    queue: Mapped[Queue] = relationship()
+    placements: Mapped[list[Placement]] = relationship(back_populates="job", order_by="Placement.id",
+                                                       passive_deletes=True)
+
+
+class Placement(Base):
+    """One part of a job (the whole JobSet, or one ReplicatedJob in split mode) on one cluster.
+
+    It is also the dispatch outbox: each state step is committed before the member is touched.
+    """
+
+    __tablename__ = "placements"
+    __table_args__ = (
+        CheckConstraint(_in("state", PLACEMENT_STATES), name="state"),
+        UniqueConstraint("job_id", "part", "generation"),
+        Index(None, "cluster_id", "state"),
+        Index(None, "state", "next_attempt_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    part: Mapped[str] = mapped_column(String(63), default="")  # "" is the whole JobSet
+    cluster_id: Mapped[int | None] = mapped_column(ForeignKey("clusters.id", ondelete="SET NULL"))
+    cluster_name: Mapped[str] = mapped_column(String(63))
+    hypernode: Mapped[str | None] = mapped_column(String(253))
+    tier: Mapped[int | None] = mapped_column(Integer)
+    # [{"node", "replicatedJob", "pods"}] as the engine bound them, and their resources per node:
+    # the next cycle's snapshot rebuilds this placement's hold on each node from these.
+    assignments: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
+    node_usage: Mapped[dict[str, dict[str, int]]] = mapped_column(Json, default=dict)
+    exclusive_topology: Mapped[str | None] = mapped_column(String(317))
+    resources: Mapped[dict[str, int]] = mapped_column(Json, default=dict)
+    generation: Mapped[int] = mapped_column(Integer, default=1)
+    state: Mapped[str] = mapped_column(String(16), default="Decided")
+    status: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    member_uid: Mapped[str | None] = mapped_column(String(64))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    job: Mapped[Job] = relationship(back_populates="placements")
+
+
+class Event(Base):
+    """Append-only log of what happened to a job, cluster, queue or tenant."""
+
+    __tablename__ = "events"
+    __table_args__ = (
+        CheckConstraint(_in("kind", EVENT_KINDS), name="kind"),
+        CheckConstraint(_in("type", EVENT_TYPES), name="type"),
+        Index(None, "kind", "object_id", "time"),
+        Index(None, "time"),
+        Index(None, "tenant_id", "time"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    time: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    kind: Mapped[str] = mapped_column(String(16))
+    object_id: Mapped[str] = mapped_column(String(253))
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    type: Mapped[str] = mapped_column(String(8), default="Normal")
+    reason: Mapped[str] = mapped_column(String(63))
+    message: Mapped[str] = mapped_column(Text)

@@ -1,0 +1,32 @@
+"""The database a running process works on: settings → engine → migrated schema → sessions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from broker.db import migrate
+from broker.db.session import check_connection, make_engine, make_sessionmaker
+from broker.settings import Settings
+
+
+@dataclass
+class Database:
+    engine: Engine
+    sessions: sessionmaker[Session]
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def open_database(settings: Settings, *, upgrade: bool) -> Database:
+    """Connect (failing with one line if unreachable) and, if asked, bring the schema to head."""
+    if settings.sqlite_path is not None:
+        settings.sqlite_path.resolve().parent.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(settings.database_url)
+    check_connection(engine)
+    if upgrade:
+        migrate.upgrade(engine)
+    return Database(engine, make_sessionmaker(engine))

@@ -1,0 +1,119 @@
+"""Settings from the environment (prefix ARCHIPELAGO_); nothing is read at import time."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from functools import lru_cache
+from pathlib import Path
+
+from cryptography.fernet import Fernet
+from pydantic import field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+DEFAULT_DATABASE_URL = "sqlite:///./archipelago.db"
+SECRET_FILE_NAME = "archipelago.secret"
+
+
+class ConfigError(Exception):
+    """Bad configuration; its message is one line that says what to fix."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ARCHIPELAGO_", extra="ignore")
+
+    database_url: str = DEFAULT_DATABASE_URL
+    secret_key: str | None = None
+    admin_token: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+    # Loop intervals, in seconds.
+    scheduler_interval: float = 2.0
+    cluster_sync_interval: float = 30.0
+    health_probe_interval: float = 5.0
+    status_poll_interval: float = 5.0
+    dispatch_interval: float = 1.0
+
+    # Member health and recovery.
+    not_ready_grace: float = 20.0
+    failover_toleration: float = 300.0
+    member_timeout: float = 5.0
+
+    # Kubeconfig trust: each stays off unless an admin turns it on.
+    allow_kubeconfig_exec: bool = False
+    allow_kubeconfig_files: bool = False
+    allow_insecure_tls: bool = False
+
+    @field_validator("database_url")
+    @classmethod
+    def _parsable_url(cls, value: str) -> str:
+        try:
+            url = make_url(value)
+        except ArgumentError:
+            raise ValueError(f"ARCHIPELAGO_DATABASE_URL {value!r} is not a database URL; "
+                             "expected e.g. sqlite:///./archipelago.db or postgresql+psycopg://user@host/db")
+        if url.get_backend_name() not in ("sqlite", "postgresql"):
+            raise ValueError(f"ARCHIPELAGO_DATABASE_URL uses {url.get_backend_name()!r}; "
+                             "Archipelago runs on sqlite or postgresql")
+        return value
+
+    @property
+    def is_sqlite(self) -> bool:
+        return make_url(self.database_url).get_backend_name() == "sqlite"
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The database file of an SQLite URL, or None for memory or another backend."""
+        if not self.is_sqlite:
+            return None
+        database = make_url(self.database_url).database
+        return Path(database) if database and database != ":memory:" else None
+
+    def fernet_key(self) -> bytes:
+        """The key that encrypts kubeconfigs at rest.
+
+        An SQLite file (the embedded default) gets a generated key in a 0600 file beside it, so the
+        demo needs no setup; any other database must be given ARCHIPELAGO_SECRET_KEY explicitly.
+        """
+        if self.secret_key:
+            return _check_fernet_key(self.secret_key.encode())
+        path = self.sqlite_path
+        if not self.is_sqlite:
+            raise ConfigError("ARCHIPELAGO_SECRET_KEY is not set; a non-SQLite database needs one "
+                              "(generate it with: archipelago secret generate)")
+        if path is None:  # in-memory SQLite: nothing to keep the key beside
+            return Fernet.generate_key()
+        key_file = path.resolve().parent / SECRET_FILE_NAME
+        if not key_file.exists():
+            key_file.parent.mkdir(parents=True, exist_ok=True)
+            descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(Fernet.generate_key())
+        return _check_fernet_key(key_file.read_bytes().strip())
+
+
+def _check_fernet_key(key: bytes) -> bytes:
+    try:
+        Fernet(key)
+    except ValueError:
+        raise ConfigError("ARCHIPELAGO_SECRET_KEY is not a Fernet key (32 url-safe base64-encoded bytes); "
+                          "generate one with: archipelago secret generate") from None
+    return key
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings; tests call `get_settings.cache_clear()` after changing the environment."""
+    try:
+        return Settings()
+    except ValueError as exc:  # pydantic's ValidationError: keep only our message
+        errors = getattr(exc, "errors", lambda: [])()
+        message = "; ".join(str(e.get("ctx", {}).get("error", e.get("msg"))) for e in errors) or str(exc)
+        raise ConfigError(message) from None

@@ -1,0 +1,145 @@
+"""Kubernetes label selectors: the string form (`a=b,c in (x,y),!d`) and `matchLabels`/`matchExpressions`.
+
+Pure and dependency-free so that the broker (cluster selectors) and the simulator (list filters,
+node affinity) share one implementation of the same rules.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        if self.operator == "In":
+            return present and labels[self.key] in self.values
+        if self.operator == "NotIn":
+            return not present or labels[self.key] not in self.values
+        if self.operator == "Exists":
+            return present
+        if self.operator == "DoesNotExist":
+            return not present
+        if not present:
+            return False
+        try:
+            actual, bound = int(labels[self.key]), int(self.values[0])
+        except ValueError:
+            return False
+        return actual > bound if self.operator == "Gt" else actual < bound
+
+    def __str__(self) -> str:
+        if self.operator == "Exists":
+            return self.key
+        if self.operator == "DoesNotExist":
+            return f"!{self.key}"
+        if self.operator in ("Gt", "Lt"):
+            return f"{self.key} {'>' if self.operator == 'Gt' else '<'} {self.values[0]}"
+        if len(self.values) == 1:
+            return f"{self.key}{'=' if self.operator == 'In' else '!='}{self.values[0]}"
+        return f"{self.key} {'in' if self.operator == 'In' else 'notin'} ({','.join(self.values)})"
+
+
+@dataclass(frozen=True)
+class Selector:
+    """All requirements must hold; the empty selector matches everything."""
+
+    requirements: tuple[Requirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(r.matches(labels) for r in self.requirements)
+
+    def __str__(self) -> str:
+        return ",".join(str(r) for r in self.requirements)
+
+
+def _check_key(key: str, text: str) -> str:
+    if not _KEY.match(key):
+        raise ValueError(f"invalid label key {key!r} in selector {text!r}")
+    return key
+
+
+def _check_values(values: Iterable[str], text: str) -> tuple[str, ...]:
+    checked = tuple(v.strip() for v in values)
+    for value in checked:
+        if not _VALUE.match(value):
+            raise ValueError(f"invalid label value {value!r} in selector {text!r}")
+    return checked
+
+
+def _split_terms(text: str) -> list[str]:
+    """Split on commas that are not inside a parenthesised value set."""
+    terms, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced ')' in selector {text!r}")
+        elif char == "," and depth == 0:
+            terms.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise ValueError(f"unbalanced '(' in selector {text!r}")
+    terms.append(text[start:])
+    return [t.strip() for t in terms]
+
+
+_SET_TERM = re.compile(r"^(\S+)\s+(in|notin)\s*\((.*)\)$")
+_CMP_TERM = re.compile(r"^([^<>=!\s]+)\s*(==|=|!=|>|<)\s*(.*)$")
+
+
+def parse_selector(text: str) -> Selector:
+    """Parse the string form; raise ValueError saying which term is wrong."""
+    text = (text or "").strip()
+    if not text:
+        return Selector()
+    requirements = []
+    for term in _split_terms(text):
+        if not term:
+            raise ValueError(f"empty term in selector {text!r}")
+        if m := _SET_TERM.match(term):
+            values = _check_values(m.group(3).split(","), text)
+            if not values or any(not v for v in values):
+                raise ValueError(f"empty value set in {term!r}")
+            op = "In" if m.group(2) == "in" else "NotIn"
+            requirements.append(Requirement(_check_key(m.group(1), text), op, values))
+        elif m := _CMP_TERM.match(term):
+            key, op, value = _check_key(m.group(1), text), m.group(2), m.group(3).strip()
+            if op in (">", "<"):
+                if not re.fullmatch(r"-?\d+", value):
+                    raise ValueError(f"{term!r}: '{op}' needs an integer")
+                requirements.append(Requirement(key, "Gt" if op == ">" else "Lt", (value,)))
+            else:
+                requirements.append(Requirement(key, "NotIn" if op == "!=" else "In",
+                                                _check_values([value], text)))
+        elif term.startswith("!"):
+            requirements.append(Requirement(_check_key(term[1:].strip(), text), "DoesNotExist"))
+        else:
+            requirements.append(Requirement(_check_key(term, text), "Exists"))
+    return Selector(tuple(requirements))
+
+
+def selector_from_object(obj: Mapping | None) -> Selector:
+    """A `metav1.LabelSelector` (matchLabels + matchExpressions) or a node selector term."""
+    if not obj:
+        return Selector()
+    requirements = [Requirement(k, "In", (str(v),)) for k, v in (obj.get("matchLabels") or {}).items()]
+    for expr in obj.get("matchExpressions") or []:
+        operator = expr.get("operator")
+        if operator not in _OPERATORS:
+            raise ValueError(f"unknown selector operator {operator!r}")
+        requirements.append(Requirement(expr["key"], operator, tuple(str(v) for v in expr.get("values") or ())))
+    return Selector(tuple(requirements))

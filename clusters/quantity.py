@@ -1,0 +1,54 @@
+"""Kubernetes resource quantities ("500m", "512Gi", "1e3") as exact numbers.
+
+Shared by the broker and the simulator: both must agree to the unit on what a pod asks for.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
+            "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12),
+            "P": Decimal(10**15), "E": Decimal(10**18)}
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
+
+
+def parse_quantity(value: str | int | float) -> Decimal:
+    """Parse a quantity; raise ValueError with the offending text if it is not one."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a resource quantity: {value!r}")
+    if isinstance(value, (int, float)):
+        return Decimal(str(value))
+    match = _QUANTITY.match(value.strip()) if isinstance(value, str) else None
+    if not match:
+        raise ValueError(f"not a resource quantity: {value!r}")
+    number, suffix = match.group(1), match.group(2) or ""
+    try:
+        amount = Decimal(number)
+    except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
+        raise ValueError(f"not a resource quantity: {value!r}") from exc
+    if suffix in _BINARY:
+        return amount * _BINARY[suffix]
+    if suffix[:1] in ("e", "E"):
+        return amount * (Decimal(10) ** int(suffix[1:]))
+    return amount * _DECIMAL[suffix]
+
+
+def to_milli(value: str | int | float) -> int:
+    """A quantity in thousandths, rounded up as the scheduler does, for integer arithmetic."""
+    milli = parse_quantity(value) * 1000
+    return int(milli.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def format_quantity(milli: int, resource: str) -> str:
+    """Render a milli-amount for people: cores for cpu, binary units for memory, counts otherwise."""
+    if resource == "cpu":
+        return f"{milli // 1000}" if milli % 1000 == 0 else f"{milli}m"
+    whole = milli / 1000
+    if resource in ("memory", "ephemeral-storage"):
+        for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+            if whole >= size:
+                return f"{whole / size:g}{unit}"
+    return f"{whole:g}"

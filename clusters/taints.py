@@ -1,0 +1,31 @@
+"""Taints and tolerations, as the Kubernetes scheduler matches them."""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def tolerates(toleration: Mapping, taint: Mapping) -> bool:
+    effect = toleration.get("effect")
+    if effect and effect != taint.get("effect"):
+        return False
+    key = toleration.get("key")
+    if key and key != taint.get("key"):
+        return False
+    if toleration.get("operator", "Equal") == "Exists":
+        return True
+    return bool(key) and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def untolerated(taints: Iterable[Mapping], tolerations: Iterable[Mapping]) -> list[Mapping]:
+    """The taints that keep a pod with these tolerations off (PreferNoSchedule never does)."""
+    tolerations = list(tolerations)
+    return [t for t in taints
+            if t.get("effect") in _BLOCKING_EFFECTS and not any(tolerates(tol, t) for tol in tolerations)]
+
+
+def describe_taint(taint: Mapping) -> str:
+    value = taint.get("value")
+    return f"{taint.get('key')}{'=' + value if value else ''}:{taint.get('effect')}"
