@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 from contextlib import asynccontextmanager
 
@@ -11,23 +12,33 @@ from sqlalchemy import text
 
 import broker
 from api.problems import install_problem_handlers, problem_response
+from api.routes import ROUTER_MODULES
 from broker.db.runtime import Database, open_database
+from broker.services import build_services
+from broker.services.loop import ServiceRunner
 from broker.settings import Settings, get_settings
 
 log = logging.getLogger("archipelago.api")
 
 
-def create_app(settings: Settings | None = None, database: Database | None = None) -> FastAPI:
-    """Build the app; the database is migrated on start for the embedded SQLite default."""
+def create_app(settings: Settings | None = None, database: Database | None = None, *,
+               run_loops: bool = True) -> FastAPI:
+    """Build the app; the database is migrated on start for the embedded SQLite default.
+
+    `run_loops=False` serves the API alone: tests drive each loop service's `run_once()` themselves.
+    """
     settings = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         owned = database is None
         app.state.db = database or open_database(settings, upgrade=settings.is_sqlite)
+        app.state.services = ServiceRunner(build_services(app.state.db, settings) if run_loops else [])
+        app.state.services.start()
         try:
             yield
         finally:
+            app.state.services.stop()
             if owned:
                 app.state.db.dispose()
 
@@ -56,4 +67,6 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
     def version() -> dict[str, str]:
         return {"version": broker.__version__}
 
+    for module in ROUTER_MODULES:
+        app.include_router(importlib.import_module(f"api.routes.{module}").router)
     return app

@@ -16,15 +16,17 @@ PROBLEM_JSON = "application/problem+json"
 class Problem(Exception):
     """Raise from a route to answer with problem+json."""
 
-    def __init__(self, status: int, detail: str, *, title: str | None = None, **extra: Any):
+    def __init__(self, status: int, detail: str, *, title: str | None = None,
+                 headers: dict[str, str] | None = None, **extra: Any):
         super().__init__(detail)
-        self.status, self.detail, self.extra = status, detail, extra
+        self.status, self.detail, self.extra, self.headers = status, detail, extra, headers
         self.title = title or HTTPStatus(status).phrase
 
 
-def problem_response(status: int, title: str, detail: str, **extra: Any) -> JSONResponse:
+def problem_response(status: int, title: str, detail: str, headers: dict[str, str] | None = None,
+                     **extra: Any) -> JSONResponse:
     body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
 def _field_path(location: tuple | list) -> str:
@@ -35,12 +37,13 @@ def _field_path(location: tuple | list) -> str:
 def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(Problem)
     async def _problem(_: Request, exc: Problem) -> JSONResponse:
-        return problem_response(exc.status, exc.title, exc.detail, **exc.extra)
+        return problem_response(exc.status, exc.title, exc.detail, exc.headers, **exc.extra)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).description
-        return problem_response(exc.status_code, HTTPStatus(exc.status_code).phrase, detail)
+        return problem_response(exc.status_code, HTTPStatus(exc.status_code).phrase, detail,
+                                getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

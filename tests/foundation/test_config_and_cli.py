@@ -78,7 +78,7 @@ def test_secret_generate_prints_a_usable_key(tmp_path):
 
 
 def test_health_readiness_and_version(settings, db):
-    with TestClient(create_app(settings, db)) as api:
+    with TestClient(create_app(settings, db, run_loops=False)) as api:
         assert api.get("/healthz").json() == {"status": "ok"}
         assert api.get("/readyz").json() == {"status": "ready"}
         assert api.get("/api/v1/version").json() == {"version": broker.__version__}
@@ -90,7 +90,7 @@ def test_health_readiness_and_version(settings, db):
 def test_readyz_fails_when_the_database_is_gone(settings, db):
     url = db.engine.url
     gone = url.set(database="/nonexistent/dir/x.db") if settings.is_sqlite else url.set(port=1)
-    with TestClient(create_app(settings, Database(create_engine(gone), db.sessions))) as api:
+    with TestClient(create_app(settings, Database(create_engine(gone), db.sessions), run_loops=False)) as api:
         answer = api.get("/readyz")
     assert answer.status_code == 503
     assert answer.headers["content-type"] == "application/problem+json"

@@ -1,0 +1,4 @@
+"""Every router of the REST API; `api.app` includes them in this order."""
+
+ROUTER_MODULES = [
+]

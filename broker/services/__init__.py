@@ -1,0 +1,11 @@
+"""The loop services a broker process runs; each joins the pure core to the database and the members."""
+
+from __future__ import annotations
+
+from broker.db.runtime import Database
+from broker.services.loop import LoopService
+from broker.settings import Settings
+
+
+def build_services(database: Database, settings: Settings) -> list[LoopService]:
+    return []

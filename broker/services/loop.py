@@ -1,0 +1,61 @@
+"""Loop services: each writes only `run_once()`; APScheduler runs them on an interval or on demand.
+
+A service is tested by calling `run_once()` once against a real database, never by waiting for the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from abc import ABC, abstractmethod
+from datetime import datetime, timezone
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+log = logging.getLogger("archipelago.services")
+
+
+class LoopService(ABC):
+    name: str = "loop"
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._lock = threading.Lock()
+
+    @abstractmethod
+    def run_once(self) -> None:
+        """One pass: read, decide, commit. Must be safe to interrupt at any instant."""
+
+    def run_guarded(self) -> None:
+        """What the scheduler calls: one pass at a time, and a failed pass never stops the loop."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            self.run_once()
+        except Exception:
+            log.exception("%s: pass failed; retrying on the next interval", self.name)
+        finally:
+            self._lock.release()
+
+
+class ServiceRunner:
+    """Runs loop services in background threads; `wake(name)` runs one now (e.g. a job was queued)."""
+
+    def __init__(self, services: list[LoopService]) -> None:
+        self.services = {s.name: s for s in services}
+        self._scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
+                                                            "misfire_grace_time": None})
+
+    def start(self) -> None:
+        for service in self.services.values():
+            self._scheduler.add_job(service.run_guarded, "interval", seconds=service.interval, id=service.name,
+                                    next_run_time=datetime.now(timezone.utc))
+        self._scheduler.start()
+
+    def wake(self, name: str) -> None:
+        if self._scheduler.running and name in self.services:
+            self._scheduler.modify_job(name, next_run_time=datetime.now(timezone.utc))
+
+    def stop(self) -> None:
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=True)
