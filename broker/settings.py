@@ -30,6 +30,10 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
 
+    # Priority class name (label kueue.x-k8s.io/priority-class) → priority; higher runs first.
+    priority_classes: dict[str, int] = {"low": 100, "normal": 1000, "high": 10000}
+    default_priority_class: str = "normal"
+
     # Loop intervals, in seconds.
     scheduler_interval: float = 2.0
     cluster_sync_interval: float = 30.0

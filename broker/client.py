@@ -1,0 +1,72 @@
+"""The CLI's HTTP client for a running broker: server URL and token from flags, environment or a config file.
+
+Precedence: flag, then ARCHIPELAGO_SERVER / ARCHIPELAGO_TOKEN, then ~/.config/archipelago/config.yaml
+(`server:` and `token:`), then http://127.0.0.1:8000 with the admin token from ARCHIPELAGO_ADMIN_TOKEN.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+CONFIG_FILE = Path("~/.config/archipelago/config.yaml")
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+
+
+class ClientError(Exception):
+    """One line for the user: what failed and what the server said."""
+
+
+def _config_file() -> dict[str, Any]:
+    path = Path(os.environ.get("ARCHIPELAGO_CONFIG", CONFIG_FILE)).expanduser()
+    if not path.exists():
+        return {}
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ClientError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(loaded, dict):
+        raise ClientError(f"{path} must be a mapping with `server:` and `token:`")
+    return loaded
+
+
+class ApiClient:
+    def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 30.0) -> None:
+        config = _config_file()
+        self.server = (server or os.environ.get("ARCHIPELAGO_SERVER") or config.get("server")
+                       or DEFAULT_SERVER).rstrip("/")
+        token = (token or os.environ.get("ARCHIPELAGO_TOKEN") or config.get("token")
+                 or os.environ.get("ARCHIPELAGO_ADMIN_TOKEN"))
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Call the API; return the decoded JSON body, or raise ClientError with the problem's detail."""
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ClientError(f"cannot reach the broker at {self.server}: {exc}") from None
+        if response.status_code >= 400:
+            try:
+                problem = response.json()
+                message = problem.get("detail") or problem.get("title") or response.text
+            except ValueError:
+                message = response.text.strip() or response.reason_phrase
+            raise ClientError(f"{method} {path}: {response.status_code} {message}")
+        return response.json() if response.content else None
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> Any:
+        return self.request("POST", path, **kwargs)
+
+    def patch(self, path: str, **kwargs: Any) -> Any:
+        return self.request("PATCH", path, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> Any:
+        return self.request("DELETE", path, **kwargs)
