@@ -14,6 +14,7 @@ import collections
 import contextlib
 import json
 import secrets
+import socket
 import threading
 import time
 from typing import Iterable
@@ -507,6 +508,14 @@ def protocol_class(app: SimApp) -> type[H11Protocol]:
     """uvicorn's HTTP/1.1 protocol, dropping connections whose request targets an unreachable cluster."""
 
     class DroppingProtocol(H11Protocol):
+        def connection_made(self, transport) -> None:
+            # asyncio sets TCP_NODELAY only on sockets it created; ours come from a pre-bound socket,
+            # and without it every response (headers and body are two writes) waits on a delayed ACK.
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            super().connection_made(transport)
+
         def data_received(self, data: bytes) -> None:
             if app.unreachable(data.split(b"\r\n", 1)[0]):
                 self.transport.abort()

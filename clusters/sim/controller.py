@@ -146,6 +146,7 @@ class Controller:
         self.used: dict[str, Counter] = {}
         self.alloc: dict[str, dict[str, int]] = {}
         self.exclusive_active = 0  # running pods that hold an exclusive topology domain
+        self._usable: list[dict] | None = None  # ready, schedulable nodes in name order
         self.store.listeners.append(self.on_event)
 
     # bookkeeping from store events -----------------------------------------------------------
@@ -180,6 +181,7 @@ class Controller:
                 self.dirty_jobsets.add(ident)
         elif key == NODES.key:
             self.schedule_needed = True
+            self._usable = None
             if event.type == "DELETED":
                 self.alloc.pop(meta["name"], None)
                 self._fail_pods_on(meta["name"], "NodeLost", "node was deleted")
@@ -346,8 +348,11 @@ class Controller:
     def schedule(self, now: float) -> None:
         if not self.unbound:
             return
-        nodes = sorted((n for n in self.store.items(NODES.key) if _ready(n) and not n["spec"].get("unschedulable")),
-                       key=lambda n: n["metadata"]["name"])
+        if self._usable is None:
+            self._usable = sorted((n for n in self.store.items(NODES.key)
+                                   if _ready(n) and not n["spec"].get("unschedulable")),
+                                  key=lambda n: n["metadata"]["name"])
+        nodes = self._usable
         total = len(self.alloc)
         topology: _Topology | None = None  # built only when exclusive placement is in play
         failed: dict[str, str] = {}
@@ -389,7 +394,7 @@ class Controller:
                     terms and not any(_node_term_matches(t, node) for t in terms)):
                 reasons["node(s) didn't match Pod's node affinity/selector"] += 1
                 continue
-            taints = untolerated(node["spec"].get("taints") or (), tolerations)
+            taints = untolerated(node["spec"]["taints"], tolerations) if node["spec"].get("taints") else ()
             if taints:
                 t = taints[0]
                 reasons[f"node(s) had untolerated taint {{{t.get('key')}: {t.get('value', '')}}}"] += 1
