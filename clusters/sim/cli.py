@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 from pathlib import Path
 
 from clusters.sim.server import SimServer
@@ -19,6 +20,13 @@ def run(scenario: Path, host: str = "127.0.0.1", port: int = 6443, kubeconfig_di
             print(f"  {path}", flush=True)
         print(f"  admin token in {Path(kubeconfig_dir) / 'admin-token'}", flush=True)
         uv = server.uvicorn_server()
-        asyncio.run(uv.serve(sockets=[server.sock]))
+        # uvicorn shuts down gracefully on SIGINT/SIGTERM and then re-raises the signal to the handler
+        # it found: make that handler a no-op so that run() returns and the process exits with 0.
+        previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            asyncio.run(uv.serve(sockets=[server.sock]))
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     finally:
         server.close()

@@ -159,9 +159,10 @@ def test_invalid_jobset_is_422_with_causes(api, namespace, mutate, field):
     assert field in [c["field"] for c in status["details"]["causes"]]
 
 
-def test_immutable_fields_are_422(api, namespace):
+def test_immutable_fields_are_422(sim, api, namespace):
     co = client.CustomObjectsApi(api)
     co.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, jobset("fixed"))
+    sim.settle()
     with pytest.raises(ApiException) as err:
         co.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "fixed",
                                           {"spec": {"successPolicy": {"operator": "Any"}}})
@@ -177,6 +178,7 @@ def test_immutable_fields_are_422(api, namespace):
 def test_suspended_jobset_allows_template_scheduling_changes(sim, api, namespace):
     co = client.CustomObjectsApi(api)
     co.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, jobset("kueued", suspend=True))
+    sim.settle()
     current = co.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "kueued")
     current["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "x"}
     updated = co.replace_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "kueued", current)
