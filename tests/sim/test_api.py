@@ -366,3 +366,17 @@ def test_admin_endpoint_sets_faults(sim):
         assert http.get(f"{sim.cluster_url('us-east')}/api", headers={"Authorization": f"Bearer {token}"}).status_code == 500
         http.post(f"{sim.url}/admin/clusters/us-east/fault", json={"mode": "healthy"}, headers=headers)
         assert http.get(f"{sim.cluster_url('us-east')}/api", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+
+
+def test_finalizers_hold_deletion_with_deletion_timestamp(api, namespace):
+    co = client.CustomObjectsApi(api)
+    body = jobset("held", suspend=True)
+    body["metadata"]["finalizers"] = ["example.com/keep"]
+    co.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    co.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "held")
+    held = co.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "held")
+    assert held["metadata"]["deletionTimestamp"]
+    co.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "held", {"metadata": {"finalizers": None}})
+    with pytest.raises(ApiException) as err:
+        co.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "held")
+    assert err.value.status == 404
