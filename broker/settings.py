@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
 
+    # Largest request body the API reads (a batch of JobSets), in bytes.
+    max_request_bytes: int = 16 * 1024 * 1024
+
     # Priority class name (label kueue.x-k8s.io/priority-class) → priority; higher runs first.
     priority_classes: dict[str, int] = {"low": 100, "normal": 1000, "high": 10000}
     default_priority_class: str = "normal"
@@ -40,6 +43,13 @@ class Settings(BaseSettings):
     health_probe_interval: float = 5.0
     status_poll_interval: float = 5.0
     dispatch_interval: float = 1.0
+
+    # Placement engine: score weights override the defaults (TightestTier 4, BinPacking 2, Spread 0,
+    # Locality 1); a queue's LowerPriority policy applies only while preemption is on; a job waiting
+    # longer than starvation_after seconds goes first and may hold a cluster for itself.
+    placement_score_weights: dict[str, float] = {}
+    placement_preemption: bool = True
+    placement_starvation_after: float = 900.0
 
     # Member health and recovery.
     not_ready_grace: float = 20.0

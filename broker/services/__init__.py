@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from broker.db.runtime import Database
 from broker.services.loop import LoopService
+from broker.services.scheduler import SchedulerService
 from broker.settings import Settings
 
 
 def build_services(database: Database, settings: Settings) -> list[LoopService]:
-    return []
+    return [SchedulerService(database, settings)]

@@ -1,0 +1,363 @@
+"""The scheduler's I/O around the pure placement engine: read one snapshot, commit one cycle.
+
+A cycle, after Kueue's scheduler:
+1. `read_inventory`: clusters, nodes, HyperNodes, queues, live placements and pending jobs in one
+   consistent read transaction (REPEATABLE READ on PostgreSQL, an explicit BEGIN on SQLite).
+2. `broker.placement.schedule`: decisions over that snapshot, no I/O.
+3. `commit_decisions`: every decision in one transaction, or none of them.
+
+Two guards make a cycle safe to crash or to race. The commit holds the scheduler's write lock and
+checks a fence (the newest placement id it read): if another scheduler committed placements since
+the read, the whole cycle is dropped, since its snapshot no longer holds. And each job is admitted by
+a conditional UPDATE (still Queued, not cancelled): a job that was placed or cancelled meanwhile gets
+none of its placements inserted. A crash before the commit ends leaves the job Queued with no
+placement, so the next cycle places it once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from types import MappingProxyType
+from typing import Any, Iterator, Sequence
+
+from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from broker.db.models import (PLACEMENT_LIVE_STATES, Cluster as ClusterRow, Event, HyperNode as HyperNodeRow,
+                              Job, Node as NodeRow, Placement as PlacementRow, Queue as QueueRow,
+                              Tenant as TenantRow, as_utc)
+from broker.jobset import JobSetError, JobSpec, parse_jobset
+from broker.placement import (DEFAULT_SCORE_WEIGHTS, Cluster, Config, CycleResult, DryRun, HyperNode, Node,
+                              PendingJob, Placement, Queue, RunningPlacement, Snapshot, Tenant, Waiting, dry_run)
+from broker.settings import ConfigError, Settings
+
+# PostgreSQL advisory lock key held by a scheduler while it commits ("arch" in ASCII).
+SCHEDULER_LOCK_KEY = 0x61726368
+# Placements that may still be preempted; a Deleting one is already on its way out.
+PREEMPTIBLE_STATES = tuple(s for s in PLACEMENT_LIVE_STATES if s != "Deleting")
+_CHUNK = 1000  # ids per IN (...) list, well inside both backends' bind-parameter limits
+
+
+def engine_config(settings: Settings) -> Config:
+    """The engine's plugin weights and switches from the settings; an unknown plugin name stops the start."""
+    try:
+        return Config(score_weights=MappingProxyType({**DEFAULT_SCORE_WEIGHTS, **settings.placement_score_weights}),
+                      starvation_after_s=settings.placement_starvation_after,
+                      preemption=settings.placement_preemption)
+    except ValueError as exc:
+        raise ConfigError(f"ARCHIPELAGO_PLACEMENT_SCORE_WEIGHTS: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRecord:
+    """What the commit needs to know of a pending job beyond the engine's view of it."""
+
+    tenant_id: int
+    reason: str | None
+    waiting_reasons: dict[str, str]
+
+
+@dataclass(slots=True)
+class Inventory:
+    """One cycle's read: the engine's snapshot and pending jobs, and the ids the commit writes with."""
+
+    snapshot: Snapshot
+    pending: list[PendingJob]
+    records: dict[str, PendingRecord]  # pending job id -> its stored reasons
+    unplaceable: dict[str, Waiting]  # pending jobs whose manifest no longer parses
+    cluster_ids: dict[str, int]
+    generations: dict[tuple[str, str], int]  # (job id, part) -> highest generation placed so far
+    tenant_ids: dict[str, int]  # job id -> tenant id, for every pending and running job
+    fence: int  # newest placement id at the read
+
+
+@dataclass(slots=True)
+class CommitOutcome:
+    admitted: list[int] = field(default_factory=list)
+    dropped: list[int] = field(default_factory=list)  # placed or cancelled by someone else meanwhile
+    placements: int = 0
+    preempted: int = 0  # placements marked Deleting
+    reasons_written: int = 0
+    stale: bool = False  # another scheduler committed since the read: nothing was written
+
+
+# -- 1. the read -------------------------------------------------------------------------------------
+def begin_consistent_read(session: Session) -> None:
+    """Make every following SELECT of the session see one committed state."""
+    if session.get_bind().dialect.name == "sqlite":
+        session.connection().exec_driver_sql("BEGIN")  # pysqlite begins only before a write
+    else:
+        session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+
+
+def read_inventory(session: Session, *, now: float, specs: dict[str, JobSpec] | None = None,
+                   with_pending: bool = True) -> Inventory:
+    """The snapshot of one cycle, read in one transaction; call on a fresh session.
+
+    Node.used as the member reports it includes the pods of the broker's own placements, while the
+    engine adds those itself from the live placements: so each node's used is reduced by the live
+    placements' usage there (never below zero). `specs` caches parsed manifests by job id across
+    cycles (a manifest never changes after submission); it is pruned to the jobs still pending.
+    """
+    begin_consistent_read(session)
+    fence = session.scalar(select(func.max(PlacementRow.id))) or 0
+    running, tenant_ids = _running_placements(session)
+    live_usage: dict[tuple[str, str], dict[str, int]] = {}
+    for placement in running:
+        for node, usage in placement.node_usage.items():
+            held = live_usage.setdefault((placement.cluster, node), {})
+            for resource, amount in usage.items():
+                held[resource] = held.get(resource, 0) + amount
+    clusters, cluster_ids = _clusters(session, live_usage)
+    tenants = [Tenant(name) for name in session.scalars(select(TenantRow.name))]
+    queues = [Queue(name=q.name, tenant=tenant, weight=q.weight, priority=q.priority,
+                    nominal_quota=q.nominal_quota or {}, borrowing_limit=q.borrowing_limit,
+                    preemption=q.preemption_policy)
+              for q, tenant in session.execute(select(QueueRow, TenantRow.name).join(TenantRow))]
+    inventory = Inventory(Snapshot(clusters, queues, tenants, running, now), [], {}, {}, cluster_ids, {},
+                          tenant_ids, fence)
+    if with_pending:
+        _read_pending(session, inventory, {} if specs is None else specs)
+    return inventory
+
+
+def _running_placements(session: Session) -> tuple[list[RunningPlacement], dict[str, int]]:
+    rows = session.execute(
+        select(PlacementRow.job_id, PlacementRow.part, PlacementRow.cluster_name, PlacementRow.hypernode,
+               PlacementRow.node_usage, PlacementRow.assignments, PlacementRow.exclusive_topology,
+               PlacementRow.started_at, PlacementRow.created_at, Job.priority, Job.tenant_id,
+               QueueRow.name, TenantRow.name)
+        .join(Job, Job.id == PlacementRow.job_id).join(QueueRow, QueueRow.id == Job.queue_id)
+        .join(TenantRow, TenantRow.id == Job.tenant_id)
+        .where(PlacementRow.state.in_(PLACEMENT_LIVE_STATES)).order_by(PlacementRow.id))
+    running, tenant_ids = [], {}
+    for (job_id, part, cluster, hypernode, node_usage, assignments, exclusive, started, created, priority,
+         tenant_id, queue, tenant) in rows:
+        pods: dict[str, int] = {}
+        for a in assignments:
+            pods[a["node"]] = pods.get(a["node"], 0) + a["pods"]
+        running.append(RunningPlacement(
+            job_id=str(job_id), part=part or None, cluster=cluster, hypernode=hypernode, node_usage=node_usage,
+            node_pods=pods, tenant=tenant, queue=queue, priority=priority,
+            started_at=as_utc(started or created).timestamp(), exclusive_topology=exclusive))
+        tenant_ids[str(job_id)] = tenant_id
+    return running, tenant_ids
+
+
+def _clusters(session: Session, live_usage: dict[tuple[str, str], dict[str, int]]
+              ) -> tuple[list[Cluster], dict[str, int]]:
+    """Every cluster, whatever its state: the engine places on Ready ones and says why not on the others."""
+    names = dict(session.execute(select(ClusterRow.id, ClusterRow.name)).all())
+    nodes: dict[int, list[Node]] = {}
+    for row in session.execute(select(NodeRow.cluster_id, NodeRow.name, NodeRow.labels, NodeRow.taints,
+                                      NodeRow.unschedulable, NodeRow.ready, NodeRow.allocatable, NodeRow.used)):
+        held = live_usage.get((names[row.cluster_id], row.name), {})
+        others = {r: max(q - held.get(r, 0), 0) for r, q in row.used.items()}
+        nodes.setdefault(row.cluster_id, []).append(Node(
+            row.name, row.allocatable, others, row.labels, tuple(row.taints), row.unschedulable or not row.ready))
+    hypernodes: dict[int, list[HyperNode]] = {}
+    for row in session.execute(select(HyperNodeRow.cluster_id, HyperNodeRow.name, HyperNodeRow.tier,
+                                      HyperNodeRow.parent, HyperNodeRow.nodes)):
+        hypernodes.setdefault(row.cluster_id, []).append(
+            HyperNode(row.name, row.tier, row.parent, (), tuple(row.nodes)))
+    clusters = [Cluster(c.name, c.state, c.labels, tuple(c.taints), c.jobset_crd, tuple(nodes.get(c.id, ())),
+                        tuple(hypernodes.get(c.id, ())))
+                for c in session.scalars(select(ClusterRow))]
+    return clusters, {name: cluster_id for cluster_id, name in names.items()}
+
+
+def _read_pending(session: Session, inventory: Inventory, specs: dict[str, JobSpec]) -> None:
+    pending_now = (Job.state == "Queued", Job.cancel_requested_at.is_(None))
+    rows = session.execute(
+        select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason, Job.waiting_reasons,
+               QueueRow.name, TenantRow.name)
+        .join(QueueRow, QueueRow.id == Job.queue_id).join(TenantRow, TenantRow.id == Job.tenant_id)
+        .where(*pending_now)).all()
+    ids = {str(row.id) for row in rows}
+    for stale in specs.keys() - ids:
+        del specs[stale]
+    missing = [int(i) for i in ids - specs.keys()]
+    for chunk in _chunks(missing):
+        for job_id, manifest in session.execute(select(Job.id, Job.manifest).where(Job.id.in_(chunk))):
+            try:
+                specs[str(job_id)] = parse_jobset(manifest)
+            except JobSetError as exc:
+                inventory.unplaceable[str(job_id)] = Waiting(str(job_id), f"its manifest cannot be placed: {exc}")
+    previous: dict[str, set[str]] = {}
+    for job_id, part, cluster, generation in session.execute(
+            select(PlacementRow.job_id, PlacementRow.part, PlacementRow.cluster_name, PlacementRow.generation)
+            .join(Job, Job.id == PlacementRow.job_id).where(*pending_now)):
+        key = (str(job_id), part)
+        inventory.generations[key] = max(generation, inventory.generations.get(key, 0))
+        previous.setdefault(str(job_id), set()).add(cluster)
+    for row in rows:
+        job_id = str(row.id)
+        inventory.records[job_id] = PendingRecord(row.tenant_id, row.reason, row.waiting_reasons or {})
+        inventory.tenant_ids[job_id] = row.tenant_id
+        if job_id in specs:
+            inventory.pending.append(PendingJob(
+                job_id, row[7], row[6], row.priority, as_utc(row.submitted_at).timestamp(), specs[job_id],
+                tuple(sorted(previous.get(job_id, ())))))
+
+
+# -- 3. the commit -----------------------------------------------------------------------------------
+def lock_for_commit(session: Session) -> None:
+    """Serialise schedulers' commits: the PostgreSQL advisory lock, or SQLite's write lock taken up front."""
+    connection = session.connection()
+    if connection.dialect.name == "sqlite":
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    else:
+        connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEDULER_LOCK_KEY})")
+
+
+def commit_decisions(session: Session, inventory: Inventory, result: CycleResult) -> CommitOutcome:
+    """Write one cycle's decisions in the session's transaction (start it fresh; the caller commits).
+
+    1. Take the commit lock; drop everything if another scheduler placed anything since the read.
+    2. Admit each placed job with a conditional UPDATE; only admitted jobs get placements.
+    3. Insert their placements (state Decided, next generation per job and part).
+    4. Mark the live placements their admission preempts Deleting.
+    5. Write waiting reasons that changed, and nothing for those that did not.
+    6. One event per admitted job, per preempted job and per job whose waiting reason changed.
+    """
+    outcome = CommitOutcome()
+    lock_for_commit(session)
+    if (session.scalar(select(func.max(PlacementRow.id))) or 0) != inventory.fence:
+        outcome.stale = True
+        return outcome
+    now = datetime.now(timezone.utc)
+    events: list[dict[str, Any]] = []
+
+    by_job: dict[str, list[Placement]] = {}
+    for placement in result.placements:
+        by_job.setdefault(placement.job_id, []).append(placement)
+    admitted = _admit(session, [int(j) for j in by_job], now)
+    outcome.admitted = sorted(admitted)
+    outcome.dropped = sorted(int(j) for j in by_job if int(j) not in admitted)
+
+    rows = []
+    for job_id, placements in by_job.items():
+        if int(job_id) not in admitted:
+            continue
+        for placement in placements:
+            rows.append(_placement_row(placement, inventory, now))
+        events.append(_event(job_id, "Admitted", _placed_message(placements), inventory.tenant_ids[job_id], now))
+    if rows:
+        session.execute(insert(PlacementRow), rows)
+    outcome.placements = len(rows)
+
+    preempted: dict[str, str] = {}
+    for preemption in result.preemptions:
+        if int(preemption.preemptor) not in admitted:
+            continue
+        marked = session.execute(
+            update(PlacementRow)
+            .where(PlacementRow.job_id == int(preemption.job_id), PlacementRow.part == (preemption.part or ""),
+                   PlacementRow.cluster_name == preemption.cluster, PlacementRow.state.in_(PREEMPTIBLE_STATES))
+            .values(state="Deleting", last_error=preemption.message)
+            .execution_options(synchronize_session=False)).rowcount
+        outcome.preempted += marked
+        if marked:
+            preempted[preemption.job_id] = preemption.message
+    for job_id, message in preempted.items():
+        events.append(_event(job_id, "Preempted", message, inventory.tenant_ids.get(job_id), now, warning=True))
+
+    changed = []
+    for waiting in [*result.waiting.values(), *inventory.unplaceable.values()]:
+        record = inventory.records[waiting.job_id]
+        reasons = dict(waiting.clusters)
+        if waiting.message == record.reason and reasons == record.waiting_reasons:
+            continue
+        changed.append({"job_id": int(waiting.job_id), "new_reason": waiting.message, "new_reasons": reasons})
+        if waiting.message != record.reason:
+            events.append(_event(waiting.job_id, "Waiting", waiting.message, record.tenant_id, now))
+    if changed:
+        jobs = Job.__table__
+        session.execute(update(jobs).where(jobs.c.id == bindparam("job_id"), jobs.c.state == "Queued")
+                        .values(reason=bindparam("new_reason"), waiting_reasons=bindparam("new_reasons")), changed)
+    outcome.reasons_written = len(changed)
+
+    if events:
+        session.execute(insert(Event), events)
+    return outcome
+
+
+def _admit(session: Session, job_ids: Sequence[int], now: datetime) -> set[int]:
+    """Queued → Admitted for the jobs still Queued and not cancelled; returns those it moved."""
+    admitted: set[int] = set()
+    for chunk in _chunks(job_ids):
+        admitted.update(session.scalars(
+            update(Job).where(Job.id.in_(chunk), Job.state == "Queued", Job.cancel_requested_at.is_(None))
+            .values(state="Admitted", admitted_at=now, reason=None, waiting_reasons={})
+            .returning(Job.id).execution_options(synchronize_session=False)))
+    return admitted
+
+
+def _placement_row(placement: Placement, inventory: Inventory, now: datetime) -> dict[str, Any]:
+    part = placement.part or ""
+    total: dict[str, int] = {}
+    for usage in placement.node_usage.values():
+        for resource, amount in usage.items():
+            total[resource] = total.get(resource, 0) + amount
+    return {
+        "job_id": int(placement.job_id), "part": part, "cluster_id": inventory.cluster_ids[placement.cluster],
+        "cluster_name": placement.cluster, "hypernode": placement.hypernode, "tier": placement.tier,
+        "assignments": [{"node": a.node, "replicatedJob": a.replicated_job, "pods": a.pods}
+                        for a in placement.assignments],
+        "node_usage": {node: dict(usage) for node, usage in placement.node_usage.items()},
+        "exclusive_topology": placement.exclusive_domains[0][0] if placement.exclusive_domains else None,
+        "resources": total, "generation": inventory.generations.get((placement.job_id, part), 0) + 1,
+        "state": "Decided", "created_at": now,
+    }
+
+
+def _placed_message(placements: list[Placement]) -> str:
+    """"placed on eu-west, HyperNode leaf-3 (tier 1)"; one clause per part of a split job."""
+    clauses = []
+    for p in placements:
+        where = f"HyperNode {p.hypernode} (tier {p.tier})" if p.hypernode else "spanning HyperNodes"
+        clauses.append(f"{p.part + ' ' if p.part else ''}on {p.cluster}, {where}")
+    return "placed " + "; ".join(clauses)
+
+
+def _event(job_id: str, reason: str, message: str, tenant_id: int | None, now: datetime, *,
+           warning: bool = False) -> dict[str, Any]:
+    return {"kind": "job", "object_id": job_id, "reason": reason, "message": message, "tenant_id": tenant_id,
+            "type": "Warning" if warning else "Normal", "time": now}
+
+
+def _chunks(values: Sequence[int]) -> Iterator[Sequence[int]]:
+    for start in range(0, len(values), _CHUNK):
+        yield values[start:start + _CHUNK]
+
+
+# -- dry run -------------------------------------------------------------------------------------------
+def dry_run_manifest(session: Session, manifest: dict, tenant_name: str | None, settings: Settings,
+                     *, now: float | None = None) -> DryRun:
+    """Where would this JobSet go now, and why: the engine's answer over a fresh snapshot, nothing written.
+
+    The queue is the manifest's `kueue.x-k8s.io/queue-name` label, else the tenant's default queue;
+    the priority comes from its priority class. Raises JobSetError for a manifest, a queue or a
+    priority class the tenant could not submit. Call on a fresh session.
+    """
+    spec = parse_jobset(manifest)
+    priority_class = spec.priority_class or settings.default_priority_class
+    if priority_class not in settings.priority_classes:
+        raise JobSetError("metadata.labels['kueue.x-k8s.io/priority-class']",
+                          f"unknown priority class {priority_class!r}; one of {', '.join(settings.priority_classes)}")
+    clock = datetime.now(timezone.utc).timestamp() if now is None else now
+    inventory = read_inventory(session, now=clock, with_pending=False)
+    queues = select(QueueRow.name, TenantRow.name).join(TenantRow)
+    label = "metadata.labels['kueue.x-k8s.io/queue-name']"
+    if spec.queue is None:
+        found = session.execute(queues.where(TenantRow.name == tenant_name, QueueRow.is_default)).first()
+        if found is None:
+            raise JobSetError(label, "name a queue: the tenant has no default queue")
+    else:
+        found = session.execute(queues.where(QueueRow.name == spec.queue)).first()
+        if found is None or (tenant_name is not None and found[1] != tenant_name):
+            raise JobSetError(label, f"queue {spec.queue!r} does not exist{' for this tenant' if found else ''}")
+    queue_name, owner = found
+    job = PendingJob("dry-run", owner, queue_name, settings.priority_classes[priority_class], clock, spec)
+    return dry_run(inventory.snapshot, job, engine_config(settings))

@@ -1,0 +1,49 @@
+"""The scheduler loop: one placement cycle per pass, on an interval and whenever something changes.
+
+Whoever changes what placement depends on wakes it at once with `ServiceRunner.wake("scheduler")`:
+the submission of a job, a placement that finished or was deleted (capacity freed), a cluster
+that is Ready again, a queue or quota edit. The interval (ARCHIPELAGO_SCHEDULER_INTERVAL) catches
+everything else, e.g. members' capacity reported by the inventory sync.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from broker.db.runtime import Database
+from broker.db.session import transaction
+from broker.jobset import JobSpec
+from broker.placement import schedule
+from broker.scheduling import CommitOutcome, commit_decisions, engine_config, read_inventory
+from broker.services.loop import LoopService
+from broker.settings import Settings
+
+log = logging.getLogger("archipelago.scheduler")
+
+
+class SchedulerService(LoopService):
+    name = "scheduler"
+
+    def __init__(self, database: Database, settings: Settings) -> None:
+        super().__init__(settings.scheduler_interval)
+        self.sessions = database.sessions
+        self.config = engine_config(settings)
+        self.specs: dict[str, JobSpec] = {}  # parsed manifests of pending jobs, by job id
+
+    def run_once(self) -> CommitOutcome:
+        """1. read one snapshot, 2. decide, 3. commit every decision in one transaction."""
+        with self.sessions() as session:
+            inventory = read_inventory(session, now=time.time(), specs=self.specs)
+        if not inventory.pending and not inventory.unplaceable:
+            return CommitOutcome()
+        result = schedule(inventory.snapshot, inventory.pending, self.config)
+        with transaction(self.sessions) as session:
+            outcome = commit_decisions(session, inventory, result)
+        if outcome.stale:
+            log.info("scheduler: another scheduler committed since this cycle's read; its decisions are dropped")
+        elif outcome.admitted or outcome.dropped or outcome.preempted:
+            log.info("scheduler: admitted %d jobs (%d placements), preempted %d placements, %d placed elsewhere "
+                     "or cancelled meanwhile", len(outcome.admitted), outcome.placements, outcome.preempted,
+                     len(outcome.dropped))
+        return outcome

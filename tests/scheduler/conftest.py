@@ -1,0 +1,79 @@
+"""An inventory in a real database (both backends), filled through the models, and the service under test."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import func, select
+
+from broker.db.models import Cluster, Event, HyperNode, Job, Node, Placement, Queue, Tenant
+from broker.db.session import transaction
+from broker.jobset import parse_jobset
+from broker.services.scheduler import SchedulerService
+from tests.placement.fixtures import GPU, manifest
+
+_submitted = itertools.count()
+EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def add_cluster(session, name: str, leaves: int = 2, nodes_per_leaf: int = 4, gpus: int = 8,
+                state: str = "Ready") -> Cluster:
+    """A cluster of `leaves` tier-1 HyperNodes under one tier-2 spine, each leaf `nodes_per_leaf` GPU nodes."""
+    cluster = Cluster(name=name, api_server=f"https://{name}:6443", kubeconfig_encrypted=b"-", state=state,
+                      jobset_crd=True)
+    leaf_names = [f"leaf-{i}" for i in range(leaves)]
+    for leaf in leaf_names:
+        members = [f"{name}-{leaf}-n{i}" for i in range(nodes_per_leaf)]
+        cluster.hypernodes.append(HyperNode(name=leaf, tier=1, parent="spine", nodes=members))
+        cluster.nodes += [Node(name=n, allocatable={"cpu": 64_000, "memory": 512 * 2**30 * 1000, GPU: gpus * 1000})
+                          for n in members]
+    cluster.hypernodes.append(HyperNode(name="spine", tier=2, nodes=[n.name for n in cluster.nodes]))
+    session.add(cluster)
+    return cluster
+
+
+def add_queue(session, name: str = "q", tenant: str = "research", quota_gpus: int | None = None,
+              preemption: str = "Never") -> Queue:
+    owner = session.scalar(select(Tenant).where(Tenant.name == tenant)) or Tenant(name=tenant, namespaces=[tenant])
+    queue = Queue(name=name, tenant=owner, preemption_policy=preemption,
+                  nominal_quota={GPU: quota_gpus * 1000} if quota_gpus is not None else {})
+    session.add(queue)
+    return queue
+
+
+def submit(session, queue: Queue, name: str, gpus: int = 8, pods: int = 1, priority: int = 1000,
+           parts=None, annotations=None, state: str = "Queued") -> Job:
+    """A job as submission stores it: manifest, resolved priority, demand, Queued."""
+    body = manifest(name, parts or (("workers", 1, pods, gpus),), annotations, queue.name)
+    spec = parse_jobset(body)
+    job = Job(tenant=queue.tenant, queue=queue, name=name, namespace=queue.tenant.name, manifest=body,
+              priority=priority, placement_mode=spec.placement, demand=spec.requests, state=state,
+              submitted_at=EPOCH + timedelta(seconds=next(_submitted)))
+    session.add(job)
+    return job
+
+
+def count(session, model, *where) -> int:
+    return session.scalar(select(func.count()).select_from(model).where(*where))
+
+
+def job_events(session, job_id: int, reason: str | None = None) -> list[Event]:
+    query = select(Event).where(Event.kind == "job", Event.object_id == str(job_id)).order_by(Event.id)
+    return list(session.scalars(query.where(Event.reason == reason) if reason else query))
+
+
+def placements_of(session, job_id: int) -> list[Placement]:
+    return list(session.scalars(select(Placement).where(Placement.job_id == job_id).order_by(Placement.id)))
+
+
+@pytest.fixture
+def setup(db):
+    """`with setup() as session:` one committed transaction that fills the inventory."""
+    return lambda: transaction(db.sessions)
+
+
+@pytest.fixture
+def scheduler(db, settings) -> SchedulerService:
+    return SchedulerService(db, settings)

@@ -1,0 +1,201 @@
+"""Named cases of one scheduling cycle, end to end through the database (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import event, select
+
+from broker.db.models import Job, Node, Placement
+from broker.services import build_services
+from tests.placement.fixtures import GPU
+from tests.scheduler.conftest import add_cluster, add_queue, count, job_events, placements_of, submit
+
+
+def test_a_job_that_fits_is_placed_admitted_and_logged(db, setup, scheduler):
+    with setup() as session:
+        cluster = add_cluster(session, "eu-west")
+        job = submit(session, add_queue(session), "train", gpus=8, pods=2)
+    outcome = scheduler.run_once()
+    assert outcome.admitted == [job.id]
+    with db.sessions() as session:
+        stored = session.get(Job, job.id)
+        assert (stored.state, stored.reason, stored.waiting_reasons) == ("Admitted", None, {})
+        assert stored.admitted_at is not None
+        [placement] = placements_of(session, job.id)
+        assert (placement.state, placement.part, placement.generation) == ("Decided", "", 1)
+        assert (placement.cluster_id, placement.cluster_name) == (cluster.id, "eu-west")
+        assert (placement.hypernode, placement.tier) == ("leaf-0", 1)
+        assert sum(a["pods"] for a in placement.assignments) == 2
+        assert sum(u[GPU] for u in placement.node_usage.values()) == 16_000
+        assert placement.resources[GPU] == 16_000
+        [admitted] = job_events(session, job.id, "Admitted")
+        assert admitted.message == "placed on eu-west, HyperNode leaf-0 (tier 1)"
+        assert admitted.tenant_id == stored.tenant_id
+
+
+def test_the_next_cycle_counts_what_the_last_one_placed(db, setup, scheduler):
+    """A leaf of 32 GPUs takes one 32-GPU job; its live placement keeps the second one waiting."""
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1)
+        queue = add_queue(session)
+        first = submit(session, queue, "first", gpus=8, pods=4)
+    scheduler.run_once()
+    with setup() as session:
+        second = submit(session, session.get(type(queue), queue.id), "second", gpus=8, pods=4)
+    outcome = scheduler.run_once()
+    assert outcome.admitted == []
+    with db.sessions() as session:
+        assert session.get(Job, first.id).state == "Admitted"
+        assert session.get(Job, second.id).waiting_reasons == {"eu-west": "needs 32 GPUs; 0 GPUs free"}
+
+
+def test_member_reported_usage_counts_the_brokers_own_pods_once(db, setup, scheduler):
+    """Node.used includes the pods of live placements; the snapshot must not count them twice."""
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1, nodes_per_leaf=1)
+        queue = add_queue(session)
+        running = submit(session, queue, "running", gpus=4, state="Running")
+        session.flush()
+        node = session.scalars(select(Node)).one()
+        node.used = {GPU: 4000}  # the member sees the running job's pods
+        session.add(Placement(job_id=running.id, cluster_id=node.cluster_id, cluster_name="eu-west",
+                              state="Running", assignments=[{"node": node.name, "replicatedJob": "workers", "pods": 1}],
+                              node_usage={node.name: {GPU: 4000}}))
+        waiting = submit(session, queue, "next", gpus=4)
+    assert scheduler.run_once().admitted == [waiting.id]
+
+
+def test_a_job_that_does_not_fit_stays_queued_with_a_reason_per_cluster(db, setup, scheduler):
+    with setup() as session:
+        add_cluster(session, "eu-west")
+        add_cluster(session, "us-east", state="Cordoned")
+        add_cluster(session, "ap-south", state="NotReady")
+        job = submit(session, add_queue(session), "huge", gpus=8, pods=16)
+    outcome = scheduler.run_once()
+    assert outcome.admitted == [] and outcome.reasons_written == 1
+    with db.sessions() as session:
+        stored = session.get(Job, job.id)
+        assert stored.state == "Queued"
+        assert stored.reason == "no cluster can take it now"
+        assert stored.waiting_reasons == {"eu-west": "needs 128 GPUs; 64 GPUs free", "us-east": "cordoned",
+                                          "ap-south": "not ready (not answering)"}
+        assert [e.message for e in job_events(session, job.id, "Waiting")] == ["no cluster can take it now"]
+        assert count(session, Placement) == 0
+
+
+def test_a_job_over_its_queue_quota_waits_for_quota(db, setup, scheduler):
+    with setup() as session:
+        add_cluster(session, "eu-west")
+        job = submit(session, add_queue(session, quota_gpus=8), "big", gpus=8, pods=2)
+    scheduler.run_once()
+    with db.sessions() as session:
+        stored = session.get(Job, job.id)
+        assert stored.state == "Queued"
+        assert stored.reason.startswith("queue q is at its quota of 8 GPUs")
+        assert stored.waiting_reasons == {}
+
+
+def test_unchanged_reasons_are_not_written_again(db, setup, scheduler):
+    with setup() as session:
+        add_cluster(session, "eu-west")
+        job = submit(session, add_queue(session), "huge", gpus=8, pods=16)
+    scheduler.run_once()
+    job_updates = []
+    listener = lambda *args: job_updates.append(args[2]) if args[2].lstrip().upper().startswith("UPDATE JOBS") else None  # noqa: E731
+    event.listen(db.engine, "before_cursor_execute", listener)
+    try:
+        outcome = scheduler.run_once()
+    finally:
+        event.remove(db.engine, "before_cursor_execute", listener)
+    assert outcome.reasons_written == 0 and job_updates == []
+    with db.sessions() as session:
+        assert len(job_events(session, job.id)) == 1
+
+
+def test_a_changed_reason_is_written_with_an_event(db, setup, scheduler):
+    with setup() as session:
+        add_cluster(session, "eu-west")
+        job = submit(session, add_queue(session), "huge", gpus=8, pods=16)
+    scheduler.run_once()
+    with setup() as session:
+        add_cluster(session, "us-east", state="Cordoned")
+    outcome = scheduler.run_once()
+    assert outcome.reasons_written == 1
+    with db.sessions() as session:
+        assert session.get(Job, job.id).waiting_reasons["us-east"] == "cordoned"
+        assert len(job_events(session, job.id, "Waiting")) == 1  # the summary line did not change
+
+
+def test_a_higher_priority_job_preempts_and_the_victim_is_marked_deleting(db, setup, scheduler):
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1, nodes_per_leaf=1)
+        queue = add_queue(session, preemption="LowerPriority")
+        low = submit(session, queue, "low", gpus=8, priority=100)
+    scheduler.run_once()
+    with setup() as session:
+        session.get(Job, low.id).state = "Running"
+        placements_of(session, low.id)[0].state = "Running"
+        high = submit(session, session.get(type(queue), queue.id), "high", gpus=8, priority=10_000)
+    outcome = scheduler.run_once()
+    assert outcome.admitted == [high.id] and outcome.preempted == 1
+    with db.sessions() as session:
+        [victim] = placements_of(session, low.id)
+        assert victim.state == "Deleting"
+        assert f"preempted by higher-priority job {high.id}" in victim.last_error
+        assert session.get(Job, low.id).state == "Running"  # the propagation moves it back to Queued
+        [preempted] = job_events(session, low.id, "Preempted")
+        assert preempted.type == "Warning" and str(high.id) in preempted.message
+        assert placements_of(session, high.id)[0].state == "Decided"
+
+
+def test_a_split_job_gets_one_placement_per_part_and_one_event(db, setup, scheduler):
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1)
+        add_cluster(session, "us-east", leaves=1)
+        job = submit(session, add_queue(session), "split", parts=(("workers", 1, 4, 8), ("eval", 1, 2, 8)),
+                     annotations={"archipelago.io/placement": "split"})
+    scheduler.run_once()
+    with db.sessions() as session:
+        placements = placements_of(session, job.id)
+        assert sorted(p.part for p in placements) == ["eval", "workers"]
+        assert {p.generation for p in placements} == {1}
+        [admitted] = job_events(session, job.id, "Admitted")
+        assert admitted.message.count(" on ") == 2
+
+
+def test_a_job_placed_again_gets_the_next_generation_near_its_last_cluster(db, setup, scheduler):
+    with setup() as session:
+        add_cluster(session, "eu-west")
+        us = add_cluster(session, "us-east")
+        job = submit(session, add_queue(session), "again", gpus=8)
+        session.flush()
+        session.add(Placement(job_id=job.id, cluster_id=us.id, cluster_name="us-east", state="Deleted", generation=1))
+    scheduler.run_once()
+    with db.sessions() as session:
+        placement = placements_of(session, job.id)[-1]
+        assert (placement.generation, placement.cluster_name) == (2, "us-east")
+
+
+def test_a_manifest_that_no_longer_parses_says_so(db, setup, scheduler):
+    with setup() as session:
+        add_cluster(session, "eu-west")
+        job = submit(session, add_queue(session), "broken")
+        job.manifest = {**job.manifest, "kind": "Deployment"}
+    scheduler.run_once()
+    with db.sessions() as session:
+        assert session.get(Job, job.id).reason.startswith("its manifest cannot be placed: kind:")
+
+
+def test_cancelled_jobs_are_not_placed(db, setup, scheduler):
+    with setup() as session:
+        add_cluster(session, "eu-west")
+        job = submit(session, add_queue(session), "cancelled")
+        job.cancel_requested_at = datetime.now(timezone.utc)
+    scheduler.run_once()
+    with db.sessions() as session:
+        assert placements_of(session, job.id) == []
+
+
+def test_the_broker_runs_the_scheduler(db, settings):
+    assert "scheduler" in [service.name for service in build_services(db, settings)]
