@@ -14,6 +14,7 @@ import broker
 from api.problems import install_problem_handlers, problem_response
 from api.routes import ROUTER_MODULES
 from broker.db.runtime import Database, open_database
+from broker.jobs import CapacityCache
 from broker.services import build_services
 from broker.services.loop import ServiceRunner
 from broker.settings import Settings, get_settings
@@ -46,6 +47,7 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
                   description="Multi-cluster broker that places JobSets on the cluster and HyperNode "
                               "where they run best.")
     app.state.settings = settings
+    app.state.capacity = CapacityCache()
     install_problem_handlers(app)
 
     @app.get("/healthz", tags=["health"], summary="The process is alive")

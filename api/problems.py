@@ -10,6 +10,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from broker.errors import Conflict, Invalid, NotFound
+
 PROBLEM_JSON = "application/problem+json"
 
 
@@ -38,6 +40,18 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(Problem)
     async def _problem(_: Request, exc: Problem) -> JSONResponse:
         return problem_response(exc.status, exc.title, exc.detail, exc.headers, **exc.extra)
+
+    @app.exception_handler(NotFound)
+    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
+        return problem_response(404, "Not Found", str(exc))
+
+    @app.exception_handler(Conflict)
+    async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
+        return problem_response(409, "Conflict", str(exc))
+
+    @app.exception_handler(Invalid)
+    async def _invalid(_: Request, exc: Invalid) -> JSONResponse:
+        return problem_response(422, "Invalid", str(exc), errors=[{"field": exc.path, "message": exc.message}])
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -1,4 +1,6 @@
 """Every router of the REST API; `api.app` includes them in this order."""
 
 ROUTER_MODULES = [
+    "tenants",
+    "jobs",
 ]

@@ -1,0 +1,195 @@
+"""Jobs: submit a JobSet (JSON or YAML, one or a batch), follow it, cancel it; placements and events."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import yaml
+from fastapi import APIRouter, Query, Request
+from sqlalchemy import select
+
+from api import schemas
+from api.deps import PrincipalDep, SessionDep, SettingsDep
+from api.problems import Problem
+from api.schemas import problems
+from api.views import event_out, humanised, job_out, placement_out
+from broker import jobs as job_service
+from broker.db.models import Job, Queue, Tenant
+from broker.errors import Invalid, NotFound
+from broker.tenancy import Principal, get_tenant
+
+router = APIRouter(prefix="/api/v1")
+
+JSON_TYPES = ("application/json",)
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+JOBSET_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "A JobSet (jobset.x-k8s.io/v1alpha2), a list of them, a `kind: List`, or a YAML "
+                       "stream of several documents.",
+        "content": {
+            "application/json": {"schema": {"oneOf": [{"type": "object"}, {"type": "array",
+                                                                              "items": {"type": "object"}}]}},
+            "application/yaml": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise Problem(413, f"the body is {int(declared)} bytes; the limit is {limit} (split the batch)")
+    body = bytearray()
+    async for chunk in request.stream():
+        body.extend(chunk)
+        if len(body) > limit:
+            raise Problem(413, f"the body is over the limit of {limit} bytes (split the batch)")
+    return bytes(body)
+
+
+def _decode_jobsets(content_type: str, body: bytes) -> tuple[list[Any], bool]:
+    """The manifests in a body, and whether it was a batch."""
+    media_type = content_type.split(";")[0].strip().lower()
+    if media_type in JSON_TYPES:
+        try:
+            documents = [json.loads(body)]
+        except ValueError as exc:
+            raise Problem(400, f"the body is not valid JSON: {exc}") from None
+    elif media_type in YAML_TYPES:
+        try:
+            documents = [d for d in yaml.safe_load_all(body) if d is not None]
+        except yaml.YAMLError as exc:
+            raise Problem(400, f"the body is not valid YAML: {str(exc).splitlines()[0]}") from None
+    else:
+        raise Problem(415, f"send the JobSet as application/json or application/yaml, not {media_type or 'nothing'}")
+    if len(documents) == 1 and isinstance(documents[0], list):
+        return documents[0], True
+    if len(documents) == 1 and isinstance(documents[0], dict) and documents[0].get("kind") == "List":
+        items = documents[0].get("items")
+        if not isinstance(items, list):
+            raise Invalid("items", "a List needs `items`, a list of JobSets")
+        return items, True
+    if not documents:
+        raise Invalid("", "the body holds no JobSet")
+    return documents, len(documents) > 1
+
+
+def _submitting_tenant(session, principal: Principal, tenant: str | None) -> Tenant:
+    if principal.is_admin:
+        if not tenant:
+            raise Invalid("tenant", "an admin submits on behalf of a tenant: add ?tenant=NAME")
+        return get_tenant(session, tenant)
+    if tenant and tenant != principal.tenant_name:
+        raise NotFound(f"tenant {tenant!r} does not exist")
+    return session.get(Tenant, principal.tenant_id)
+
+
+def _names(session, jobs: list[Job]) -> tuple[dict[int, str], dict[int, str]]:
+    tenant_ids, queue_ids = {j.tenant_id for j in jobs}, {j.queue_id for j in jobs}
+    tenants = dict(session.execute(select(Tenant.id, Tenant.name).where(Tenant.id.in_(tenant_ids))).all())
+    queues = dict(session.execute(select(Queue.id, Queue.name).where(Queue.id.in_(queue_ids))).all())
+    return tenants, queues
+
+
+def _jobs_out(session, jobs: list[Job]) -> list[schemas.JobOut]:
+    tenants, queues = _names(session, jobs)
+    clusters = job_service.clusters_of(session, [j.id for j in jobs])
+    return [job_out(j, tenants[j.tenant_id], queues[j.queue_id], clusters.get(j.id, [])) for j in jobs]
+
+
+@router.post("/jobs", tags=["jobs"], status_code=201, response_model=schemas.SubmitResult,
+             openapi_extra=JOBSET_BODY, responses=problems(400, 401, 404, 409, 413, 415, 422),
+             summary="Submit one JobSet or a batch")
+async def submit(request: Request, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
+                 tenant: str | None = Query(None, description="the tenant to submit for (admins only)"),
+                 queue: str | None = Query(None, description="overrides the kueue.x-k8s.io/queue-name label")):
+    manifests, batch = _decode_jobsets(request.headers.get("content-type", ""),
+                                       await _read_body(request, settings.max_request_bytes))
+    owner = _submitting_tenant(session, principal, tenant)
+    capacity = request.app.state.capacity.get(session)
+    jobs = job_service.submit_jobs(session, owner, manifests, settings, capacity, queue_override=queue, batch=batch)
+    session.commit()
+    request.app.state.services.wake("scheduler")
+    return schemas.SubmitResult(items=_jobs_out(session, jobs))
+
+
+@router.post("/jobs:dry-run", tags=["jobs"], response_model=schemas.DryRunOut, openapi_extra=JOBSET_BODY,
+             responses=problems(400, 401, 404, 413, 415, 422), summary="Where would this JobSet go now, and why")
+async def dry_run(request: Request, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
+                  tenant: str | None = Query(None, description="the tenant to ask for (admins only)")):
+    from broker.scheduling import dry_run_manifest
+
+    manifests, batch = _decode_jobsets(request.headers.get("content-type", ""),
+                                       await _read_body(request, settings.max_request_bytes))
+    if batch:
+        raise Invalid("", "a dry run takes one JobSet")
+    owner = _submitting_tenant(session, principal, tenant)
+    return dry_run_manifest(session, manifests[0], owner.name, settings)
+
+
+@router.get("/jobs", tags=["jobs"], response_model=schemas.JobPage, responses=problems(401, 422))
+def list_jobs(session: SessionDep, principal: PrincipalDep,
+              tenant: str | None = None, queue: str | None = None,
+              state: list[str] = Query([], description="one or more of Queued, Admitted, Dispatching, Running, "
+                                                       "Succeeded, Failed, Cancelled"),
+              cluster: str | None = None, name: str | None = None,
+              selector: str | None = Query(None, description="label selector over the JobSet's labels"),
+              limit: int = Query(100, ge=1, le=job_service.MAX_PAGE), cursor: str | None = None):
+    filters = job_service.JobFilter(tenant=tenant, queue=queue, states=state, cluster=cluster, name=name,
+                                    selector=selector)
+    page, next_cursor = job_service.list_jobs(session, principal, filters, limit, _cursor(cursor))
+    return schemas.JobPage(items=_jobs_out(session, page),
+                           next_cursor=str(next_cursor) if next_cursor is not None else None)
+
+
+def _cursor(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if not value.isdigit():
+        raise Invalid("cursor", "pass back the next_cursor of the previous page")
+    return int(value)
+
+
+def _job_detail(session, job: Job) -> schemas.JobDetail:
+    summary = _jobs_out(session, [job])[0]
+    return schemas.JobDetail(**summary.model_dump(), manifest=job.manifest, demand=humanised(job.demand),
+                             waiting_reasons=job.waiting_reasons or {}, status=job.status or {},
+                             placements=[placement_out(p) for p in job.placements],
+                             events=[event_out(e) for e in job_service.job_events(session, job.id)])
+
+
+@router.get("/jobs/{job_id}", tags=["jobs"], response_model=schemas.JobDetail, responses=problems(401, 404))
+def get_job(job_id: int, session: SessionDep, principal: PrincipalDep):
+    return _job_detail(session, job_service.get_job(session, principal, job_id))
+
+
+@router.delete("/jobs/{job_id}", tags=["jobs"], status_code=202, response_model=schemas.JobOut,
+               responses=problems(401, 404, 409), summary="Cancel: remove the job from every member")
+def cancel_job(job_id: int, request: Request, session: SessionDep, principal: PrincipalDep):
+    job = job_service.request_cancel(session, principal, job_id)
+    session.commit()
+    request.app.state.services.wake("dispatcher")
+    return _jobs_out(session, [job])[0]
+
+
+@router.get("/placements", tags=["placements"], response_model=schemas.PlacementPage, responses=problems(401, 422))
+def list_placements(session: SessionDep, principal: PrincipalDep, cluster: str | None = None,
+                    state: list[str] = Query([]), job: int | None = None,
+                    limit: int = Query(100, ge=1, le=job_service.MAX_PAGE), cursor: str | None = None):
+    rows = job_service.list_placements(session, principal, cluster, state, job, limit, _cursor(cursor))
+    next_cursor = str(rows[-1][0].id) if len(rows) == limit else None
+    return schemas.PlacementPage(items=[placement_out(p) for p, _ in rows], next_cursor=next_cursor)
+
+
+@router.get("/events", tags=["events"], response_model=schemas.EventPage, responses=problems(401, 422))
+def list_events(session: SessionDep, principal: PrincipalDep,
+                kind: str | None = Query(None, description="cluster, job, queue, tenant or placement"),
+                object: str | None = Query(None, description="the object's name or id"),
+                since: datetime | None = None, limit: int = Query(100, ge=1, le=job_service.MAX_PAGE),
+                cursor: str | None = None):
+    rows = job_service.list_events(session, principal, kind, object, since, limit, _cursor(cursor))
+    return schemas.EventPage(items=[event_out(e) for e in rows],
+                             next_cursor=str(rows[-1].id) if rows else cursor)

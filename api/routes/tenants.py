@@ -1,0 +1,149 @@
+"""Tenants, queues and tokens: admins manage them; a tenant reads its own queues."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fastapi import APIRouter, Response
+from sqlalchemy import select
+
+from api import schemas
+from api.deps import AdminDep, PrincipalDep, SessionDep
+from api.schemas import problems
+from api.views import queue_out
+from broker import tenancy
+from broker.db.models import Queue, Tenant
+from broker.errors import NotFound
+from broker.jobs import federation_capacity
+
+router = APIRouter(prefix="/api/v1")
+AUTH_ERRORS = (401, 403)
+
+
+def _tenant_out(tenant: Tenant) -> schemas.TenantOut:
+    return schemas.TenantOut(name=tenant.name, namespaces=tenant.namespaces,
+                             queues=sorted(q.name for q in tenant.queues), created_at=tenant.created_at)
+
+
+@router.get("/tenants", tags=["tenants"], response_model=list[schemas.TenantOut], responses=problems(401))
+def list_tenants(session: SessionDep, principal: PrincipalDep):
+    return [_tenant_out(t) for t in tenancy.list_tenants(session, None if principal.is_admin
+                                                          else principal.tenant_id)]
+
+
+@router.post("/tenants", tags=["tenants"], status_code=201, response_model=schemas.TenantOut,
+             responses=problems(*AUTH_ERRORS, 409, 422))
+def create_tenant(body: schemas.TenantIn, session: SessionDep, _: AdminDep):
+    tenant = tenancy.create_tenant(session, body.name, body.namespaces)
+    session.commit()
+    return _tenant_out(tenant)
+
+
+@router.get("/tenants/{name}", tags=["tenants"], response_model=schemas.TenantOut, responses=problems(401, 404))
+def get_tenant(name: str, session: SessionDep, principal: PrincipalDep):
+    tenant = tenancy.get_tenant(session, name)
+    if not principal.may_see(tenant.id):
+        raise NotFound(f"tenant {name!r} does not exist")
+    return _tenant_out(tenant)
+
+
+@router.patch("/tenants/{name}", tags=["tenants"], response_model=schemas.TenantOut,
+              responses=problems(*AUTH_ERRORS, 404, 409, 422))
+def update_tenant(name: str, body: schemas.TenantPatch, session: SessionDep, _: AdminDep):
+    tenant = tenancy.update_tenant(session, name, body.namespaces)
+    session.commit()
+    return _tenant_out(tenant)
+
+
+@router.delete("/tenants/{name}", tags=["tenants"], status_code=204, responses=problems(*AUTH_ERRORS, 404, 409))
+def delete_tenant(name: str, session: SessionDep, _: AdminDep):
+    tenancy.delete_tenant(session, name)
+    session.commit()
+    return Response(status_code=204)
+
+
+def _queues_out(session, queues: list[Queue]) -> list[schemas.QueueOut]:
+    stats = tenancy.queue_stats(session, [q.id for q in queues])
+    totals: dict[str, int] = {}
+    for cluster_total in federation_capacity(session).cluster_totals.values():
+        for resource, amount in cluster_total.items():
+            totals[resource] = totals.get(resource, 0) + amount
+    all_queues = list(session.scalars(select(Queue)))
+    all_stats = tenancy.queue_stats(session, [q.id for q in all_queues])
+    active_weight = sum(q.weight for q in all_queues if all_stats[q.id].pending or all_stats[q.id].running)
+    out = []
+    for queue in queues:
+        has_work = stats[queue.id].pending or stats[queue.id].running
+        fair_share = queue.weight / active_weight if has_work and active_weight else 0.0
+        dominant = max((amount / totals[r] for r, amount in stats[queue.id].usage.items() if totals.get(r)),
+                       default=0.0)
+        out.append(queue_out(queue, stats[queue.id], fair_share, dominant))
+    return out
+
+
+@router.get("/queues", tags=["queues"], response_model=list[schemas.QueueOut], responses=problems(401))
+def list_queues(session: SessionDep, principal: PrincipalDep, tenant: str | None = None):
+    query = select(Queue).join(Tenant).order_by(Tenant.name, Queue.name)
+    if not principal.is_admin:
+        query = query.where(Queue.tenant_id == principal.tenant_id)
+    if tenant:
+        query = query.where(Tenant.name == tenant)
+    return _queues_out(session, list(session.scalars(query)))
+
+
+@router.post("/queues", tags=["queues"], status_code=201, response_model=schemas.QueueOut,
+             responses=problems(*AUTH_ERRORS, 404, 409, 422))
+def create_queue(body: schemas.QueueIn, session: SessionDep, _: AdminDep):
+    changes = tenancy.QueueChanges(**body.model_dump(exclude={"name", "tenant"}))
+    queue = tenancy.create_queue(session, body.name, body.tenant, changes)
+    session.commit()
+    return _queues_out(session, [queue])[0]
+
+
+@router.get("/queues/{name}", tags=["queues"], response_model=schemas.QueueOut, responses=problems(401, 404))
+def get_queue(name: str, session: SessionDep, principal: PrincipalDep):
+    queue = tenancy.get_queue(session, name, None if principal.is_admin else principal.tenant_id)
+    return _queues_out(session, [queue])[0]
+
+
+@router.patch("/queues/{name}", tags=["queues"], response_model=schemas.QueueOut,
+              responses=problems(*AUTH_ERRORS, 404, 422))
+def update_queue(name: str, body: schemas.QueueSettings, session: SessionDep, _: AdminDep):
+    queue = tenancy.update_queue(session, name, tenancy.QueueChanges(**body.model_dump()))
+    session.commit()
+    return _queues_out(session, [queue])[0]
+
+
+@router.delete("/queues/{name}", tags=["queues"], status_code=204, responses=problems(*AUTH_ERRORS, 404, 409))
+def delete_queue(name: str, session: SessionDep, _: AdminDep):
+    tenancy.delete_queue(session, name)
+    session.commit()
+    return Response(status_code=204)
+
+
+def _token_out(row, tenant_name: str | None, model=schemas.TokenOut, **extra):
+    return model(id=row.id, role=row.role, tenant=tenant_name, description=row.description,
+                 created_at=row.created_at, expires_at=row.expires_at, revoked_at=row.revoked_at, **extra)
+
+
+@router.post("/tokens", tags=["tokens"], status_code=201, response_model=schemas.TokenCreated,
+             responses=problems(*AUTH_ERRORS, 404, 422))
+def create_token(body: schemas.TokenIn, session: SessionDep, _: AdminDep):
+    expires = timedelta(days=body.expires_in_days) if body.expires_in_days else None
+    token, secret = tenancy.create_token(session, body.role, body.tenant, body.description, expires)
+    session.commit()
+    return _token_out(token, body.tenant, schemas.TokenCreated, token=secret)
+
+
+@router.get("/tokens", tags=["tokens"], response_model=list[schemas.TokenOut], responses=problems(*AUTH_ERRORS))
+def list_tokens(session: SessionDep, _: AdminDep):
+    return [_token_out(token, tenant_name) for token, tenant_name in tenancy.list_tokens(session)]
+
+
+@router.delete("/tokens/{token_id}", tags=["tokens"], response_model=schemas.TokenOut,
+               responses=problems(*AUTH_ERRORS, 404))
+def revoke_token(token_id: int, session: SessionDep, _: AdminDep):
+    token = tenancy.revoke_token(session, token_id)
+    tenant_name = token and session.scalar(select(Tenant.name).where(Tenant.id == token.tenant_id))
+    session.commit()
+    return _token_out(token, tenant_name)

@@ -1,0 +1,204 @@
+"""Request and response models: the OpenAPI document is generated from these."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Quantity = str | int | float
+
+
+class Problem(BaseModel):
+    """application/problem+json (RFC 9457)."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    errors: list[dict[str, str]] | None = None
+
+
+def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` entry documenting problem+json errors of a route."""
+    return {code: {"model": Problem, "content": {"application/problem+json": {}}} for code in codes}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# Tenants and queues
+
+class TenantIn(Strict):
+    name: str = Field(description="DNS-1123 label")
+    namespaces: list[str] | None = Field(None, description="namespaces the tenant's JobSets run in on every "
+                                                           "member; defaults to one named after the tenant")
+
+
+class TenantPatch(Strict):
+    namespaces: list[str]
+
+
+class TenantOut(BaseModel):
+    name: str
+    namespaces: list[str]
+    queues: list[str]
+    created_at: datetime
+
+
+class QueueSettings(Strict):
+    weight: float | None = Field(None, gt=0, description="fair-share weight")
+    priority: int | None = Field(None, description="queue priority; breaks ties after fair share")
+    nominal_quota: dict[str, Quantity] | None = Field(None, description='per resource, e.g. {"nvidia.com/gpu": "64"}')
+    borrowing_limit: dict[str, Quantity] | None = Field(None, description="how much above its quota the queue may "
+                                                                          "borrow from its tenant's other queues")
+    preemption_policy: Literal["Never", "LowerPriority"] | None = None
+    default: bool | None = Field(None, description="the queue for the tenant's JobSets that name none")
+
+
+class QueueIn(QueueSettings):
+    name: str
+    tenant: str
+
+
+class QueueOut(BaseModel):
+    name: str
+    tenant: str
+    weight: float
+    priority: int
+    nominal_quota: dict[str, str]
+    borrowing_limit: dict[str, str] | None
+    preemption_policy: str
+    default: bool
+    usage: dict[str, str]
+    pending: int
+    running: int
+    oldest_pending_at: datetime | None
+    fair_share: float = Field(description="the share of the federation its weight entitles it to, among the "
+                                          "queues that have work")
+    dominant_share: float = Field(description="its largest share of any resource it uses, 0..1")
+
+
+# Tokens
+
+class TokenIn(Strict):
+    role: Literal["admin", "tenant"] = "tenant"
+    tenant: str | None = None
+    description: str | None = None
+    expires_in_days: float | None = Field(None, gt=0)
+
+
+class TokenOut(BaseModel):
+    id: int
+    role: str
+    tenant: str | None
+    description: str | None
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="the secret; shown only in this answer")
+
+
+# Jobs, placements, events
+
+class JobOut(BaseModel):
+    id: int
+    name: str
+    namespace: str
+    tenant: str
+    queue: str
+    state: str
+    priority_class: str
+    priority: int
+    placement_mode: str
+    reason: str | None
+    clusters: list[str]
+    restart_count: int
+    submitted_at: datetime
+    admitted_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancel_requested: bool
+
+
+class JobPage(BaseModel):
+    items: list[JobOut]
+    next_cursor: str | None
+
+
+class SubmitResult(BaseModel):
+    items: list[JobOut]
+
+
+class PlacementOut(BaseModel):
+    id: int
+    job_id: int
+    part: str
+    cluster: str
+    hypernode: str | None
+    tier: int | None
+    state: str
+    generation: int
+    nodes: list[str]
+    resources: dict[str, str]
+    status: dict[str, Any]
+    last_error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class PlacementPage(BaseModel):
+    items: list[PlacementOut]
+    next_cursor: str | None
+
+
+class EventOut(BaseModel):
+    id: int
+    time: datetime
+    kind: str
+    object_id: str
+    type: str
+    reason: str
+    message: str
+
+
+class EventPage(BaseModel):
+    items: list[EventOut]
+    next_cursor: str | None
+
+
+class JobDetail(JobOut):
+    manifest: dict[str, Any]
+    demand: dict[str, str]
+    waiting_reasons: dict[str, str]
+    status: dict[str, Any]
+    placements: list[PlacementOut]
+    events: list[EventOut]
+
+
+class DryRunPlacement(BaseModel):
+    part: str
+    cluster: str
+    hypernode: str | None
+    tier: int | None
+    nodes: list[str]
+
+
+class DryRunCluster(BaseModel):
+    cluster: str
+    score: float | None
+    reason: str | None
+
+
+class DryRunOut(BaseModel):
+    fits: bool
+    placements: list[DryRunPlacement]
+    clusters: list[DryRunCluster]
+    reason: str | None
+    waiting_reasons: dict[str, str]

@@ -1,0 +1,49 @@
+"""ORM rows → response models (amounts humanised: "8" GPUs, "512Gi" memory)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from broker.db.models import Event, Job, Placement, Queue
+from broker.tenancy import QueueStats
+from clusters.quantity import format_quantity
+
+from api import schemas
+
+
+def humanised(amounts: Mapping[str, int] | None) -> dict[str, str]:
+    return {resource: format_quantity(amount, resource) for resource, amount in sorted((amounts or {}).items())}
+
+
+def job_out(job: Job, tenant: str, queue: str, clusters: list[str]) -> schemas.JobOut:
+    return schemas.JobOut(
+        id=job.id, name=job.name, namespace=job.namespace, tenant=tenant, queue=queue, state=job.state,
+        priority_class=job.priority_class, priority=job.priority, placement_mode=job.placement_mode,
+        reason=job.reason, clusters=clusters, restart_count=job.restart_count, submitted_at=job.submitted_at,
+        admitted_at=job.admitted_at, started_at=job.started_at, finished_at=job.finished_at,
+        cancel_requested=job.cancel_requested_at is not None)
+
+
+def placement_out(placement: Placement) -> schemas.PlacementOut:
+    nodes = sorted({a["node"] for a in placement.assignments or []})
+    return schemas.PlacementOut(
+        id=placement.id, job_id=placement.job_id, part=placement.part, cluster=placement.cluster_name,
+        hypernode=placement.hypernode, tier=placement.tier, state=placement.state,
+        generation=placement.generation, nodes=nodes, resources=humanised(placement.resources),
+        status=placement.status or {}, last_error=placement.last_error, created_at=placement.created_at,
+        started_at=placement.started_at, finished_at=placement.finished_at)
+
+
+def event_out(event: Event) -> schemas.EventOut:
+    return schemas.EventOut(id=event.id, time=event.time, kind=event.kind, object_id=event.object_id,
+                            type=event.type, reason=event.reason, message=event.message)
+
+
+def queue_out(queue: Queue, stats: QueueStats, fair_share: float, dominant_share: float) -> schemas.QueueOut:
+    return schemas.QueueOut(
+        name=queue.name, tenant=queue.tenant.name, weight=queue.weight, priority=queue.priority,
+        nominal_quota=humanised(queue.nominal_quota), borrowing_limit=None if queue.borrowing_limit is None
+        else humanised(queue.borrowing_limit), preemption_policy=queue.preemption_policy,
+        default=queue.is_default, usage=humanised(stats.usage), pending=stats.pending, running=stats.running,
+        oldest_pending_at=stats.oldest_pending_at, fair_share=round(fair_share, 4),
+        dominant_share=round(dominant_share, 4))

@@ -1,0 +1,20 @@
+"""Errors the service functions raise; the API turns each into problem+json, the CLI into one line."""
+
+from __future__ import annotations
+
+
+class NotFound(LookupError):
+    """No such object — or one the caller may not see (no existence leak across tenants)."""
+
+
+class Conflict(ValueError):
+    """The request is well-formed but clashes with what exists (a name taken, a job already finished)."""
+
+
+class Invalid(ValueError):
+    """A field is wrong; `path` names it (`spec.replicatedJobs[1].replicas`)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+        self.message = message

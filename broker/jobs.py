@@ -1,0 +1,328 @@
+"""Jobs: submission (validated before anything is stored), listing, details and cancellation."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterable, Mapping
+
+from sqlalchemy import and_, exists, select
+from sqlalchemy.orm import Session
+
+from broker import events
+from broker.db.models import (JOB_FINISHED_STATES, JOB_STATES, PLACEMENT_LIVE_STATES, Cluster, Event, Job, Node,
+                              Placement, Queue, Tenant, utcnow)
+from broker.errors import Conflict, Invalid, NotFound
+from broker.jobset import (CLUSTER_SELECTOR_ANNOTATION, HIGHEST_TIER_ANNOTATION, PLACEMENT_ANNOTATION,
+                           PRIORITY_CLASS_LABEL, QUEUE_LABEL, TOPOLOGY_MODE_ANNOTATION, JobSetError, JobSpec,
+                           parse_jobset)
+from broker.settings import Settings
+from broker.tenancy import Principal, default_queue, get_queue
+from clusters.labels import parse_selector
+from clusters.quantity import format_quantity
+
+BROKER_PREFIX = "archipelago.io/"
+TENANT_ANNOTATIONS = frozenset({PLACEMENT_ANNOTATION, CLUSTER_SELECTOR_ANNOTATION, TOPOLOGY_MODE_ANNOTATION,
+                                HIGHEST_TIER_ANNOTATION})
+MAX_PAGE = 500
+
+
+# Capacity: what the largest cluster could ever hold ---------------------------------------------
+
+@dataclass(frozen=True)
+class FederationCapacity:
+    """Per registered cluster, its total allocatable and its largest node: enough to refuse a job at once
+    that no cluster could ever run, instead of leaving it queued forever."""
+
+    cluster_totals: Mapping[str, Mapping[str, int]]
+    largest_nodes: Mapping[str, Mapping[str, int]]
+
+    def unfit_reason(self, spec: JobSpec) -> str | None:
+        if not self.cluster_totals:
+            return None  # nothing registered yet: the job waits and says so
+        groups = [spec.parts] if spec.placement == "whole" else [(part,) for part in spec.parts]
+        for parts in groups:
+            demand: dict[str, int] = {}
+            for part in parts:
+                for resource, amount in part.requests.items():
+                    demand[resource] = demand.get(resource, 0) + amount
+            if not any(_covers(totals, demand) for totals in self.cluster_totals.values()):
+                return _shortfall("in one cluster", demand, self.cluster_totals.values())
+            for part in parts:
+                if not any(_covers(node, part.pod_requests) for node in self.largest_nodes.values()):
+                    return _shortfall(f"on one node for each pod of {part.name}", part.pod_requests,
+                                      self.largest_nodes.values())
+        return None
+
+
+def _covers(available: Mapping[str, int], demand: Mapping[str, int]) -> bool:
+    return all(available.get(resource, 0) >= amount for resource, amount in demand.items() if amount)
+
+
+def _shortfall(where: str, demand: Mapping[str, int], offers: Iterable[Mapping[str, int]]) -> str:
+    offers = list(offers)
+    for resource, amount in sorted(demand.items()):
+        best = max((offer.get(resource, 0) for offer in offers), default=0)
+        if amount > best:
+            return (f"needs {format_quantity(amount, resource)} {resource} {where}, but the largest registered "
+                    f"cluster has {format_quantity(best, resource)}; no cluster could ever run it")
+    return f"needs more than any registered cluster holds {where}"
+
+
+def federation_capacity(session: Session) -> FederationCapacity:
+    totals: dict[str, dict[str, int]] = {}
+    largest: dict[str, dict[str, int]] = {}
+    for cluster_name, allocatable in session.execute(select(Cluster.name, Node.allocatable)
+                                                     .join(Node, Node.cluster_id == Cluster.id)):
+        cluster_total = totals.setdefault(cluster_name, {})
+        for resource, amount in (allocatable or {}).items():
+            cluster_total[resource] = cluster_total.get(resource, 0) + amount
+        node_key = f"{cluster_name}/{len(largest)}"
+        largest[node_key] = allocatable or {}
+    return FederationCapacity(totals, largest)
+
+
+class CapacityCache:
+    """Submissions arrive by the hundred per second; the inventory's shape changes slowly."""
+
+    def __init__(self, ttl: float = 5.0) -> None:
+        self._ttl, self._value, self._at = ttl, None, 0.0
+        self._lock = threading.Lock()
+
+    def get(self, session: Session) -> FederationCapacity:
+        with self._lock:
+            if self._value is None or time.monotonic() - self._at > self._ttl:
+                self._value, self._at = federation_capacity(session), time.monotonic()
+            return self._value
+
+
+# Submission ------------------------------------------------------------------------------------
+
+def _reserved_keys_check(manifest: Mapping[str, Any], where: str) -> None:
+    metadata = manifest.get("metadata") or {}
+    for key in metadata.get("labels") or {}:
+        if key.startswith(BROKER_PREFIX):
+            raise Invalid(f"{where}metadata.labels[{key!r}]", f"labels under {BROKER_PREFIX} are set by the broker; "
+                                                              "remove it")
+    for key in metadata.get("annotations") or {}:
+        if key.startswith(BROKER_PREFIX) and key not in TENANT_ANNOTATIONS:
+            raise Invalid(f"{where}metadata.annotations[{key!r}]",
+                          f"unknown broker annotation; the ones a JobSet may carry are "
+                          f"{', '.join(sorted(TENANT_ANNOTATIONS))}")
+
+
+def _validated(session: Session, tenant: Tenant, manifest: Any, where: str, queue_override: str | None,
+               settings: Settings, capacity: FederationCapacity) -> tuple[JobSpec, Queue, str, int]:
+    try:
+        spec = parse_jobset(manifest)
+    except JobSetError as exc:
+        raise Invalid(f"{where}{exc.path}", exc.message) from None
+    _reserved_keys_check(manifest, where)
+    namespace = spec.namespace or (tenant.namespaces[0] if tenant.namespaces else None)
+    if namespace is None or namespace not in tenant.namespaces:
+        raise Invalid(f"{where}metadata.namespace",
+                      f"tenant {tenant.name} may use namespaces {', '.join(tenant.namespaces) or '(none)'}, "
+                      f"not {namespace!r}")
+    queue_name = queue_override or spec.queue
+    if queue_name is None:
+        queue = default_queue(session, tenant.id)
+        if queue is None:
+            raise Invalid(f"{where}metadata.labels[{QUEUE_LABEL!r}]",
+                          f"name a queue with this label; tenant {tenant.name} has no default queue")
+    else:
+        try:
+            queue = get_queue(session, queue_name, tenant.id)
+        except NotFound:
+            raise Invalid(f"{where}metadata.labels[{QUEUE_LABEL!r}]",
+                          f"queue {queue_name!r} does not exist or is not open to tenant {tenant.name}") from None
+    priority_class = spec.priority_class or settings.default_priority_class
+    if priority_class not in settings.priority_classes:
+        raise Invalid(f"{where}metadata.labels[{PRIORITY_CLASS_LABEL!r}]",
+                      f"unknown priority class {priority_class!r}; use one of "
+                      f"{', '.join(sorted(settings.priority_classes, key=settings.priority_classes.get))}")
+    reason = capacity.unfit_reason(spec)
+    if reason:
+        raise Invalid(f"{where}spec.replicatedJobs", reason)
+    return spec, queue, namespace, settings.priority_classes[priority_class]
+
+
+def submit_jobs(session: Session, tenant: Tenant, manifests: list[Any], settings: Settings,
+                capacity: FederationCapacity, *, queue_override: str | None = None,
+                batch: bool = False) -> list[Job]:
+    """Validate every manifest, then store them all as Queued (a batch is all or nothing)."""
+    accepted = []
+    for index, manifest in enumerate(manifests):
+        where = f"[{index}]." if batch else ""
+        spec, queue, namespace, priority = _validated(session, tenant, manifest, where, queue_override, settings,
+                                                      capacity)
+        accepted.append((where, spec, queue, namespace, priority, manifest))
+    _refuse_duplicate_names(session, [(w, ns, spec.name) for w, spec, _, ns, _, _ in accepted])
+    now = utcnow()
+    jobs = []
+    for _, spec, queue, namespace, priority, manifest in accepted:
+        job = Job(tenant_id=tenant.id, queue_id=queue.id, name=spec.name, namespace=namespace, manifest=manifest,
+                  priority_class=spec.priority_class or settings.default_priority_class, priority=priority,
+                  placement_mode=spec.placement, demand=spec.requests, state="Queued", submitted_at=now,
+                  waiting_reasons={}, status={}, restart_count=0)
+        jobs.append(job)
+    session.add_all(jobs)
+    session.flush()
+    for job, (_, _, queue, _, _, _) in zip(jobs, accepted):
+        events.record(session, "job", job.id, "Queued", f"{job.namespace}/{job.name} queued in {queue.name}",
+                      tenant_id=tenant.id)
+    return jobs
+
+
+def _refuse_duplicate_names(session: Session, names: list[tuple[str, str, str]]) -> None:
+    """Two live jobs with one namespace/name would collide on the member cluster."""
+    seen: dict[tuple[str, str], str] = {}
+    for where, namespace, name in names:
+        if (namespace, name) in seen:
+            raise Conflict(f"{where}metadata.name: {namespace}/{name} appears twice in this batch")
+        seen[(namespace, name)] = where
+    if not seen:
+        return
+    namespaces = {ns for ns, _ in seen}
+    candidates = session.execute(select(Job.id, Job.namespace, Job.name, Job.state).where(
+        Job.namespace.in_(namespaces), Job.name.in_({n for _, n in seen}), Job.state.not_in(JOB_FINISHED_STATES)))
+    for job_id, namespace, name, state in candidates:
+        if (namespace, name) in seen:
+            raise Conflict(f"{seen[(namespace, name)]}metadata.name: job {job_id} ({namespace}/{name}) is still "
+                           f"{state}; pick another name or cancel it first")
+
+
+# Reading ---------------------------------------------------------------------------------------
+
+@dataclass
+class JobFilter:
+    tenant: str | None = None
+    queue: str | None = None
+    states: list[str] = field(default_factory=list)
+    cluster: str | None = None
+    name: str | None = None
+    selector: str | None = None
+
+
+def _visible(principal: Principal):
+    return True if principal.is_admin else Job.tenant_id == principal.tenant_id
+
+
+def get_job(session: Session, principal: Principal, job_id: int) -> Job:
+    job = session.get(Job, job_id)
+    if job is None or not principal.may_see(job.tenant_id):
+        raise NotFound(f"job {job_id} does not exist")
+    return job
+
+
+def list_jobs(session: Session, principal: Principal, filters: JobFilter, limit: int = 100,
+              cursor: int | None = None) -> tuple[list[Job], int | None]:
+    """Newest first; the cursor is the last id of the previous page. A label selector is applied in
+    Python over id-ordered chunks, so pages stay exact and the scan stays bounded by the page."""
+    for state in filters.states:
+        if state not in JOB_STATES:
+            raise Invalid("state", f"unknown state {state!r}; one of {', '.join(JOB_STATES)}")
+    try:
+        selector = parse_selector(filters.selector) if filters.selector else None
+    except ValueError as exc:
+        raise Invalid("selector", str(exc)) from None
+    limit = max(1, min(limit, MAX_PAGE))
+    query = select(Job).where(_visible(principal))
+    if filters.tenant:
+        query = query.where(Job.tenant_id == select(Tenant.id).where(Tenant.name == filters.tenant).scalar_subquery())
+    if filters.queue:
+        query = query.where(Job.queue_id == select(Queue.id).where(Queue.name == filters.queue).scalar_subquery())
+    if filters.states:
+        query = query.where(Job.state.in_(filters.states))
+    if filters.name:
+        query = query.where(Job.name == filters.name)
+    if filters.cluster:
+        query = query.where(exists().where(and_(Placement.job_id == Job.id,
+                                                Placement.cluster_name == filters.cluster)))
+    page: list[Job] = []
+    while len(page) < limit:
+        chunk_query = query.order_by(Job.id.desc()).limit(limit if selector is None else max(limit, 200))
+        if cursor is not None:
+            chunk_query = chunk_query.where(Job.id < cursor)
+        chunk = list(session.scalars(chunk_query))
+        if not chunk:
+            return page, None
+        for job in chunk:
+            cursor = job.id
+            if selector is None or selector.matches((job.manifest.get("metadata") or {}).get("labels") or {}):
+                page.append(job)
+                if len(page) == limit:
+                    break
+    return page, cursor
+
+
+def job_events(session: Session, job_id: int, limit: int = 200) -> list[Event]:
+    return list(session.scalars(select(Event).where(Event.kind == "job", Event.object_id == str(job_id))
+                                .order_by(Event.id.desc()).limit(limit)))[::-1]
+
+
+def request_cancel(session: Session, principal: Principal, job_id: int) -> Job:
+    """Queued jobs are cancelled at once; placed ones once every member copy is gone (propagation does that)."""
+    job = get_job(session, principal, job_id)
+    if job.state in JOB_FINISHED_STATES:
+        raise Conflict(f"job {job_id} is already {job.state}; there is nothing to cancel")
+    live = session.scalar(select(exists().where(Placement.job_id == job.id,
+                                                Placement.state.in_(PLACEMENT_LIVE_STATES))))
+    now = utcnow()
+    if job.cancel_requested_at is None:
+        job.cancel_requested_at = now
+        if live:
+            events.record(session, "job", job.id, "CancelRequested",
+                          "cancel requested; removing the JobSet from every member", tenant_id=job.tenant_id)
+    if not live:
+        job.state, job.finished_at, job.reason = "Cancelled", now, "cancelled before it was placed"
+        events.record(session, "job", job.id, "Cancelled", "cancelled before it was placed", tenant_id=job.tenant_id)
+    return job
+
+
+def clusters_of(session: Session, job_ids: list[int]) -> dict[int, list[str]]:
+    """The clusters each job has live placements on, for listings."""
+    found: dict[int, list[str]] = {}
+    if not job_ids:
+        return found
+    rows = session.execute(select(Placement.job_id, Placement.cluster_name)
+                           .where(Placement.job_id.in_(job_ids), Placement.state.in_(PLACEMENT_LIVE_STATES + (
+                               "Succeeded", "Failed"))).order_by(Placement.id))
+    for job_id, cluster in rows:
+        if cluster not in found.setdefault(job_id, []):
+            found[job_id].append(cluster)
+    return found
+
+
+def list_events(session: Session, principal: Principal, kind: str | None = None, object_id: str | None = None,
+                since: datetime | None = None, limit: int = 100, cursor: int | None = None) -> list[Event]:
+    """Oldest first after `cursor` (an event id) or `since`; tenants see only their own objects' events."""
+    query = select(Event).order_by(Event.id).limit(max(1, min(limit, MAX_PAGE)))
+    if not principal.is_admin:
+        query = query.where(Event.tenant_id == principal.tenant_id)
+    if kind:
+        query = query.where(Event.kind == kind)
+    if object_id:
+        query = query.where(Event.object_id == object_id)
+    if since:
+        query = query.where(Event.time >= since)
+    if cursor is not None:
+        query = query.where(Event.id > cursor)
+    return list(session.scalars(query))
+
+
+def list_placements(session: Session, principal: Principal, cluster: str | None = None,
+                    states: list[str] | None = None, job_id: int | None = None, limit: int = 100,
+                    cursor: int | None = None) -> list[tuple[Placement, Job]]:
+    query = select(Placement, Job).join(Job, Job.id == Placement.job_id).order_by(Placement.id.desc())
+    query = query.where(_visible(principal)).limit(max(1, min(limit, MAX_PAGE)))
+    if cluster:
+        query = query.where(Placement.cluster_name == cluster)
+    if states:
+        query = query.where(Placement.state.in_(states))
+    if job_id is not None:
+        query = query.where(Placement.job_id == job_id)
+    if cursor is not None:
+        query = query.where(Placement.id < cursor)
+    return list(session.execute(query))

@@ -1,0 +1,285 @@
+"""Tenants, their queues and API tokens: query and service functions that take a session."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Mapping
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from broker import events
+from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_LIVE_STATES, Job, Placement, Queue, Tenant, Token,
+                              as_utc, utcnow)
+from broker.errors import Conflict, Invalid, NotFound
+from clusters.quantity import to_milli
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def check_name(value: str, path: str = "name") -> str:
+    if not isinstance(value, str) or not _DNS1123_LABEL.match(value) or len(value) > 63:
+        raise Invalid(path, f"{value!r} must be a DNS-1123 label: at most 63 lowercase letters, digits or '-', "
+                            "starting and ending with a letter or digit")
+    return value
+
+
+def parse_resources(amounts: Mapping[str, Any] | None, path: str) -> dict[str, int] | None:
+    """`{"nvidia.com/gpu": "64", "memory": "2Ti"}` → milli-units, saying which entry is wrong."""
+    if amounts is None:
+        return None
+    parsed = {}
+    for resource, quantity in amounts.items():
+        try:
+            parsed[resource] = to_milli(quantity)
+        except (ValueError, TypeError):
+            raise Invalid(f"{path}.{resource}", f"{quantity!r} is not a resource quantity (e.g. 64, 500m, 2Ti)"
+                          ) from None
+        if parsed[resource] < 0:
+            raise Invalid(f"{path}.{resource}", "must not be negative")
+    return parsed
+
+
+# Tenants ---------------------------------------------------------------------------------------
+
+def get_tenant(session: Session, name: str) -> Tenant:
+    tenant = session.scalar(select(Tenant).where(Tenant.name == name))
+    if tenant is None:
+        raise NotFound(f"tenant {name!r} does not exist")
+    return tenant
+
+
+def list_tenants(session: Session, only_id: int | None = None) -> list[Tenant]:
+    query = select(Tenant).order_by(Tenant.name)
+    if only_id is not None:
+        query = query.where(Tenant.id == only_id)
+    return list(session.scalars(query))
+
+
+def _check_namespaces(session: Session, namespaces: list[str], tenant_id: int | None) -> list[str]:
+    for i, namespace in enumerate(namespaces):
+        check_name(namespace, f"namespaces[{i}]")
+    if len(set(namespaces)) != len(namespaces):
+        raise Invalid("namespaces", "a namespace is listed twice")
+    for other in session.scalars(select(Tenant).where(Tenant.id != (tenant_id or -1))):
+        shared = set(other.namespaces) & set(namespaces)
+        if shared:
+            raise Conflict(f"namespace {sorted(shared)[0]!r} already belongs to tenant {other.name!r}")
+    return namespaces
+
+
+def create_tenant(session: Session, name: str, namespaces: list[str] | None = None) -> Tenant:
+    check_name(name)
+    if session.scalar(select(Tenant.id).where(Tenant.name == name)) is not None:
+        raise Conflict(f"tenant {name!r} already exists")
+    tenant = Tenant(name=name, namespaces=_check_namespaces(session, namespaces or [name], None))
+    session.add(tenant)
+    session.flush()
+    events.record(session, "tenant", name, "Created", f"tenant {name} created with namespaces "
+                  f"{', '.join(tenant.namespaces)}", tenant_id=tenant.id)
+    return tenant
+
+
+def update_tenant(session: Session, name: str, namespaces: list[str]) -> Tenant:
+    tenant = get_tenant(session, name)
+    tenant.namespaces = _check_namespaces(session, namespaces, tenant.id)
+    events.record(session, "tenant", name, "Updated", f"namespaces now {', '.join(namespaces)}",
+                  tenant_id=tenant.id)
+    return tenant
+
+
+def delete_tenant(session: Session, name: str) -> None:
+    tenant = get_tenant(session, name)
+    if session.scalar(select(func.count()).select_from(Job).where(Job.tenant_id == tenant.id)):
+        raise Conflict(f"tenant {name!r} still has jobs; it is kept for their history")
+    if session.scalar(select(func.count()).select_from(Queue).where(Queue.tenant_id == tenant.id)):
+        raise Conflict(f"tenant {name!r} still has queues; delete them first")
+    session.delete(tenant)
+
+
+# Queues ----------------------------------------------------------------------------------------
+
+PREEMPTION_POLICIES = ("Never", "LowerPriority")
+
+
+@dataclass
+class QueueChanges:
+    weight: float | None = None
+    priority: int | None = None
+    nominal_quota: Mapping[str, Any] | None = None
+    borrowing_limit: Mapping[str, Any] | None = None
+    preemption_policy: str | None = None
+    default: bool | None = None
+
+
+def get_queue(session: Session, name: str, tenant_id: int | None = None) -> Queue:
+    """A queue by name; with `tenant_id`, only if that tenant owns it (else it does not exist)."""
+    queue = session.scalar(select(Queue).where(Queue.name == name))
+    if queue is None or (tenant_id is not None and queue.tenant_id != tenant_id):
+        raise NotFound(f"queue {name!r} does not exist")
+    return queue
+
+
+def _apply_queue_changes(session: Session, queue: Queue, changes: QueueChanges) -> None:
+    if changes.weight is not None:
+        if changes.weight <= 0:
+            raise Invalid("weight", "must be greater than 0")
+        queue.weight = changes.weight
+    if changes.priority is not None:
+        queue.priority = changes.priority
+    if changes.nominal_quota is not None:
+        queue.nominal_quota = parse_resources(changes.nominal_quota, "nominal_quota")
+    if changes.borrowing_limit is not None:
+        queue.borrowing_limit = parse_resources(changes.borrowing_limit, "borrowing_limit")
+    if changes.preemption_policy is not None:
+        if changes.preemption_policy not in PREEMPTION_POLICIES:
+            raise Invalid("preemption_policy", f"must be one of {', '.join(PREEMPTION_POLICIES)}")
+        queue.preemption_policy = changes.preemption_policy
+    if changes.default:
+        for other in session.scalars(select(Queue).where(Queue.tenant_id == queue.tenant_id, Queue.id != queue.id,
+                                                         Queue.is_default.is_(True))):
+            other.is_default = False
+        queue.is_default = True
+    elif changes.default is False:
+        queue.is_default = False
+
+
+def create_queue(session: Session, name: str, tenant_name: str, changes: QueueChanges) -> Queue:
+    check_name(name)
+    tenant = get_tenant(session, tenant_name)
+    if session.scalar(select(Queue.id).where(Queue.name == name)) is not None:
+        raise Conflict(f"queue {name!r} already exists")
+    first = session.scalar(select(func.count()).select_from(Queue).where(Queue.tenant_id == tenant.id)) == 0
+    queue = Queue(name=name, tenant_id=tenant.id, weight=1.0, priority=0, nominal_quota={},
+                  preemption_policy="Never", is_default=False)
+    session.add(queue)
+    try:
+        session.flush()
+    except IntegrityError:  # a concurrent create of the same name
+        raise Conflict(f"queue {name!r} already exists") from None
+    _apply_queue_changes(session, queue, changes)
+    if first and changes.default is None:
+        queue.is_default = True
+    events.record(session, "queue", name, "Created", f"queue {name} created for tenant {tenant.name}",
+                  tenant_id=tenant.id)
+    return queue
+
+
+def update_queue(session: Session, name: str, changes: QueueChanges) -> Queue:
+    queue = get_queue(session, name)
+    _apply_queue_changes(session, queue, changes)
+    events.record(session, "queue", name, "Updated", "queue settings changed", tenant_id=queue.tenant_id)
+    return queue
+
+
+def delete_queue(session: Session, name: str) -> None:
+    queue = get_queue(session, name)
+    if session.scalar(select(func.count()).select_from(Job).where(Job.queue_id == queue.id)):
+        raise Conflict(f"queue {name!r} still holds jobs; it is kept for their history")
+    session.delete(queue)
+
+
+def default_queue(session: Session, tenant_id: int) -> Queue | None:
+    return session.scalar(select(Queue).where(Queue.tenant_id == tenant_id, Queue.is_default.is_(True)))
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    usage: dict[str, int]
+    pending: int
+    running: int
+    oldest_pending_at: datetime | None
+
+
+def queue_stats(session: Session, queue_ids: list[int]) -> dict[int, QueueStats]:
+    """Usage (live placements), pending depth and oldest wait per queue, in two queries."""
+    usage: dict[int, dict[str, int]] = {q: {} for q in queue_ids}
+    rows = session.execute(select(Job.queue_id, Placement.resources).join(Placement, Placement.job_id == Job.id)
+                           .where(Job.queue_id.in_(queue_ids), Placement.state.in_(PLACEMENT_LIVE_STATES)))
+    for queue_id, resources in rows:
+        for resource, amount in (resources or {}).items():
+            usage[queue_id][resource] = usage[queue_id].get(resource, 0) + amount
+    counts = {q: [0, 0, None] for q in queue_ids}
+    rows = session.execute(select(Job.queue_id, Job.state, func.count(), func.min(Job.submitted_at))
+                           .where(Job.queue_id.in_(queue_ids), Job.state.not_in(JOB_FINISHED_STATES))
+                           .group_by(Job.queue_id, Job.state))
+    for queue_id, state, count, oldest in rows:
+        if state == "Queued":
+            counts[queue_id][0] += count
+            counts[queue_id][2] = oldest
+        else:
+            counts[queue_id][1] += count
+    return {q: QueueStats(usage[q], counts[q][0], counts[q][1], counts[q][2]) for q in queue_ids}
+
+
+# Tokens ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a bearer token speaks for: an admin, or one tenant."""
+
+    role: str
+    tenant_id: int | None = None
+    tenant_name: str | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+    def may_see(self, tenant_id: int | None) -> bool:
+        return self.is_admin or (tenant_id is not None and tenant_id == self.tenant_id)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def authenticate(session: Session, admin_token: str | None, token: str) -> Principal | None:
+    """The principal of a live token; None for an unknown, revoked or expired one."""
+    if admin_token and hmac.compare_digest(token.encode(), admin_token.encode()):
+        return Principal("admin")
+    row = session.execute(select(Token, Tenant.name).outerjoin(Tenant, Token.tenant_id == Tenant.id)
+                          .where(Token.token_hash == hash_token(token))).first()
+    if row is None:
+        return None
+    stored, tenant_name = row
+    if stored.revoked_at is not None or (stored.expires_at is not None and as_utc(stored.expires_at) <= utcnow()):
+        return None
+    return Principal(stored.role, stored.tenant_id, tenant_name)
+
+
+def create_token(session: Session, role: str, tenant_name: str | None, description: str | None = None,
+                 expires_in: timedelta | None = None) -> tuple[Token, str]:
+    """Mint a token; the secret is returned once and only its hash is kept."""
+    if role not in ("admin", "tenant"):
+        raise Invalid("role", "must be admin or tenant")
+    if role == "tenant" and not tenant_name:
+        raise Invalid("tenant", "a tenant token needs the tenant it speaks for")
+    tenant = get_tenant(session, tenant_name) if tenant_name else None
+    if role == "admin" and tenant is not None:
+        raise Invalid("tenant", "an admin token speaks for no tenant; leave tenant out")
+    secret = f"ap_{secrets.token_urlsafe(32)}"
+    token = Token(token_hash=hash_token(secret), role=role, tenant_id=tenant.id if tenant else None,
+                  description=description, expires_at=utcnow() + expires_in if expires_in else None)
+    session.add(token)
+    session.flush()
+    return token, secret
+
+
+def list_tokens(session: Session) -> list[tuple[Token, str | None]]:
+    return list(session.execute(select(Token, Tenant.name).outerjoin(Tenant, Token.tenant_id == Tenant.id)
+                                .order_by(Token.id)))
+
+
+def revoke_token(session: Session, token_id: int) -> Token:
+    token = session.get(Token, token_id)
+    if token is None:
+        raise NotFound(f"token {token_id} does not exist")
+    token.revoked_at = token.revoked_at or utcnow()
+    return token

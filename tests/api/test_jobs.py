@@ -1,0 +1,230 @@
+"""Submitting, listing, reading and cancelling jobs, and every validation error, on both databases."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from broker.db.crypto import KubeconfigCipher
+from broker.db.models import Cluster, Node
+from clusters.quantity import to_milli
+from tests.api.conftest import make_tenant
+from tests.api.jobsets import example, example_files, jobset, with_change
+
+YAML = {"Content-Type": "application/yaml"}
+
+
+def submit(client, body, *, content_type="application/json", **params):
+    payload = body if isinstance(body, str) else json.dumps(body)
+    return client.post("/api/v1/jobs", content=payload, headers={"Content-Type": content_type}, params=params)
+
+
+@pytest.fixture
+def example_tenants(admin):
+    """The tenants, namespaces and queues the shared examples name."""
+    for tenant, namespace, queue in [("team-a", "team-a", "research"), ("team-b", "team-b", "production"),
+                                     ("hpc", "hpc", "hpc")]:
+        admin.post("/api/v1/tenants", json={"name": tenant, "namespaces": [namespace]})
+        admin.post("/api/v1/queues", json={"name": queue, "tenant": tenant})
+
+
+@pytest.mark.parametrize("filename", example_files())
+def test_every_example_is_accepted_as_yaml(admin, example_tenants, filename):
+    manifest = example(filename)
+    tenant = {"team-a": "team-a", "team-b": "team-b", "hpc": "hpc"}[manifest["metadata"]["namespace"]]
+    answer = submit(admin, yaml.safe_dump(manifest), content_type="application/yaml", tenant=tenant)
+    assert answer.status_code == 201, answer.text
+    [job] = answer.json()["items"]
+    assert (job["name"], job["namespace"], job["state"]) == (manifest["metadata"]["name"],
+                                                             manifest["metadata"]["namespace"], "Queued")
+    detail = admin.get(f"/api/v1/jobs/{job['id']}").json()
+    assert detail["manifest"] == manifest
+    assert [e["reason"] for e in detail["events"]] == ["Queued"]
+
+
+def test_a_tenant_submits_into_its_default_queue_and_namespace(research):
+    answer = submit(research, jobset("train", gpus=8, replicas=2))
+    assert answer.status_code == 201, answer.text
+    [job] = answer.json()["items"]
+    assert (job["tenant"], job["queue"], job["namespace"], job["priority_class"]) == (
+        "research", "training", "research", "normal")
+    detail = research.get(f"/api/v1/jobs/{job['id']}").json()
+    assert detail["demand"]["nvidia.com/gpu"] == "16"
+
+
+def test_priority_class_sets_priority(research):
+    high = submit(research, jobset("a", priority_class="high")).json()["items"][0]
+    low = submit(research, jobset("b", priority_class="low")).json()["items"][0]
+    assert high["priority"] > low["priority"]
+
+
+def test_batches_in_every_shape(research):
+    as_list = submit(research, [jobset("a"), jobset("b")])
+    assert as_list.status_code == 201 and len(as_list.json()["items"]) == 2
+    stream = yaml.safe_dump_all([jobset("c"), jobset("d"), jobset("e")])
+    assert len(submit(research, stream, content_type="application/yaml").json()["items"]) == 3
+    kind_list = {"apiVersion": "v1", "kind": "List", "items": [jobset("f")]}
+    assert len(submit(research, kind_list).json()["items"]) == 1
+
+
+def test_a_batch_is_all_or_nothing(research):
+    answer = submit(research, [jobset("good"), with_change(jobset("bad"), "spec.replicatedJobs.0.replicas", 0)])
+    assert answer.status_code == 422
+    assert answer.json()["errors"][0]["field"] == "[1].spec.replicatedJobs[0].replicas"
+    assert research.get("/api/v1/jobs").json()["items"] == []
+
+
+INVALID = [
+    ("wrong kind", lambda m: with_change(m, "kind", "Job"), "kind"),
+    ("bad name", lambda m: with_change(m, "metadata.name", "Train_1"), "metadata.name"),
+    ("no replicated jobs", lambda m: with_change(m, "spec.replicatedJobs", []), "spec.replicatedJobs"),
+    ("duplicate replicated job", lambda m: with_change(m, "spec.replicatedJobs",
+                                                       m["spec"]["replicatedJobs"] * 2), "spec.replicatedJobs[1].name"),
+    ("zero replicas", lambda m: with_change(m, "spec.replicatedJobs.0.replicas", 0),
+     "spec.replicatedJobs[0].replicas"),
+    ("negative parallelism", lambda m: with_change(m, "spec.replicatedJobs.0.template.spec.parallelism", -1),
+     "spec.replicatedJobs[0].template.spec.parallelism"),
+    ("bad quantity", lambda m: with_change(
+        m, "spec.replicatedJobs.0.template.spec.template.spec.containers.0.resources.requests.cpu", "eight"),
+     "spec.replicatedJobs[0].template.spec.template.spec.containers[0].resources.requests.cpu"),
+    ("unknown placement mode", lambda m: with_change(m, "metadata.annotations",
+                                                     {"archipelago.io/placement": "scatter"}),
+     "metadata.annotations['archipelago.io/placement']"),
+    ("bad selector", lambda m: with_change(m, "metadata.annotations",
+                                           {"archipelago.io/cluster-selector": "region in (eu"}),
+     "metadata.annotations['archipelago.io/cluster-selector']"),
+    ("non-integer tier", lambda m: with_change(m, "metadata.annotations", {
+        "archipelago.io/network-topology-mode": "hard", "archipelago.io/highest-tier-allowed": "two"}),
+     "metadata.annotations['archipelago.io/highest-tier-allowed']"),
+    ("reserved label", lambda m: with_change(m, "metadata.labels", {"archipelago.io/job-id": "7"}),
+     "metadata.labels['archipelago.io/job-id']"),
+    ("unknown broker annotation", lambda m: with_change(m, "metadata.annotations", {"archipelago.io/owner": "me"}),
+     "metadata.annotations['archipelago.io/owner']"),
+    ("unknown queue", lambda m: with_change(m, "metadata.labels", {"kueue.x-k8s.io/queue-name": "nope"}),
+     "metadata.labels['kueue.x-k8s.io/queue-name']"),
+    ("unknown priority class", lambda m: with_change(m, "metadata.labels", {"kueue.x-k8s.io/priority-class": "vip"}),
+     "metadata.labels['kueue.x-k8s.io/priority-class']"),
+    ("foreign namespace", lambda m: with_change(m, "metadata.namespace", "kube-system"), "metadata.namespace"),
+]
+
+
+@pytest.mark.parametrize("case, mutate, field", INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_jobsets_name_the_field(research, case, mutate, field):
+    answer = submit(research, mutate(jobset("train")))
+    assert answer.status_code == 422, answer.text
+    assert answer.headers["content-type"] == "application/problem+json"
+    problem = answer.json()
+    assert problem["errors"][0]["field"] == field
+    assert problem["detail"].startswith(field)
+    assert len(problem["detail"]) > len(field) + 10  # says what is wrong, not only where
+
+
+def test_another_tenants_queue_is_not_open(research, vision):
+    answer = submit(vision, jobset("x", queue="training"))
+    assert answer.status_code == 422
+    assert "does not exist or is not open to tenant vision" in answer.json()["detail"]
+
+
+def test_transport_errors(research, settings):
+    assert submit(research, "not json{", content_type="application/json").status_code == 400
+    assert submit(research, "a: [unclosed", content_type="application/yaml").status_code == 400
+    unsupported = research.post("/api/v1/jobs", content=b"x", headers={"Content-Type": "text/plain"})
+    assert unsupported.status_code == 415
+    huge = b"{" + b" " * settings.max_request_bytes + b"}"
+    too_big = research.post("/api/v1/jobs", content=huge, headers={"Content-Type": "application/json"})
+    assert too_big.status_code == 413
+    assert too_big.headers["content-type"] == "application/problem+json"
+
+
+def test_a_live_name_cannot_be_reused_until_it_finishes(research):
+    first = submit(research, jobset("train")).json()["items"][0]
+    again = submit(research, jobset("train"))
+    assert again.status_code == 409
+    assert f"job {first['id']} (research/train) is still Queued" in again.json()["detail"]
+    research.delete(f"/api/v1/jobs/{first['id']}")
+    assert submit(research, jobset("train")).status_code == 201
+
+
+def test_a_job_no_cluster_could_ever_hold_is_refused_at_once(research, db, settings):
+    cipher = KubeconfigCipher(settings.fernet_key())
+    with db.sessions() as session, session.begin():
+        for name, gpus in [("small", 8), ("large", 64)]:
+            cluster = Cluster(name=name, api_server=f"https://{name}", kubeconfig_encrypted=cipher.encrypt("x"))
+            cluster.nodes = [Node(name=f"n{i}", allocatable={"nvidia.com/gpu": 8000, "cpu": 64000,
+                                                             "memory": to_milli("512Gi")})
+                             for i in range(gpus // 8)]
+            session.add(cluster)
+    research.app.state.capacity = type(research.app.state.capacity)()  # forget the cached empty inventory
+    assert submit(research, jobset("fits", replicas=8, gpus=8)).status_code == 201
+    answer = submit(research, jobset("too-big", replicas=9, gpus=8))
+    assert answer.status_code == 422
+    assert answer.json()["detail"] == ("spec.replicatedJobs: needs 72 nvidia.com/gpu in one cluster, but the largest "
+                                       "registered cluster has 64; no cluster could ever run it")
+    pod_too_big = submit(research, jobset("fat-pod", replicas=1, gpus=16))
+    assert pod_too_big.status_code == 422
+    assert "on one node for each pod of workers" in pod_too_big.json()["detail"]
+
+
+def test_listing_pages_and_filters(research):
+    for i in range(7):
+        submit(research, jobset(f"job-{i}", queue="eval" if i % 2 else "training",
+                                labels={"team": "nlp" if i < 3 else "cv"}))
+    seen, cursor = [], None
+    while True:
+        page = research.get("/api/v1/jobs", params={"limit": 3, **({"cursor": cursor} if cursor else {})}).json()
+        seen += [j["name"] for j in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == [f"job-{i}" for i in reversed(range(7))]
+    names = lambda **params: [j["name"] for j in research.get("/api/v1/jobs", params=params).json()["items"]]
+    assert names(queue="eval") == ["job-5", "job-3", "job-1"]
+    assert names(selector="team=nlp") == ["job-2", "job-1", "job-0"]
+    assert names(selector="team=cv", queue="training", limit=1) == ["job-6"]
+    assert names(name="job-4") == ["job-4"]
+    assert names(state="Running") == []
+    assert len(names(state=["Queued", "Cancelled"])) == 7
+    assert research.get("/api/v1/jobs", params={"state": "Sleeping"}).status_code == 422
+    assert research.get("/api/v1/jobs", params={"selector": "team in (nlp"}).status_code == 422
+    assert research.get("/api/v1/jobs", params={"cursor": "abc"}).status_code == 422
+
+
+def test_cancelling_a_queued_job(research):
+    job = submit(research, jobset("train")).json()["items"][0]
+    cancelled = research.delete(f"/api/v1/jobs/{job['id']}")
+    assert cancelled.status_code == 202
+    assert cancelled.json()["state"] == "Cancelled"
+    again = research.delete(f"/api/v1/jobs/{job['id']}")
+    assert again.status_code == 409
+    assert [e["reason"] for e in research.get(f"/api/v1/jobs/{job['id']}").json()["events"]] == ["Queued",
+                                                                                                  "Cancelled"]
+
+
+def test_events_follow_a_cursor(research):
+    submit(research, [jobset("a"), jobset("b")])
+    first = research.get("/api/v1/events", params={"kind": "job", "limit": 1}).json()
+    rest = research.get("/api/v1/events", params={"kind": "job", "cursor": first["next_cursor"]}).json()
+    assert [e["message"] for e in first["items"] + rest["items"]] == ["research/a queued in training",
+                                                                       "research/b queued in training"]
+
+
+def test_tenant_isolation_on_every_endpoint(admin, research):
+    """Another tenant's ids answer exactly as ids that do not exist: 404, never 403."""
+    job_id = submit(research, jobset("secret")).json()["items"][0]["id"]
+    with make_tenant(admin, "intruder") as intruder:
+        for method, path in [("GET", f"/api/v1/jobs/{job_id}"), ("DELETE", f"/api/v1/jobs/{job_id}"),
+                             ("GET", "/api/v1/queues/training"), ("GET", "/api/v1/tenants/research")]:
+            answer = intruder.request(method, path)
+            assert answer.status_code == 404, (method, path, answer.text)
+            assert "does not exist" in answer.json()["detail"]
+        assert intruder.get("/api/v1/jobs").json()["items"] == []
+        assert intruder.get("/api/v1/jobs", params={"tenant": "research"}).json()["items"] == []
+        assert intruder.get("/api/v1/placements", params={"job": job_id}).json()["items"] == []
+        assert [e["object_id"] for e in intruder.get("/api/v1/events").json()["items"]] == ["intruder",
+                                                                                            "intruder-default"]
+        assert [q["name"] for q in intruder.get("/api/v1/queues").json()] == ["intruder-default"]
+        assert [t["name"] for t in intruder.get("/api/v1/tenants").json()] == ["intruder"]
+        assert submit(intruder, jobset("x"), tenant="research").status_code == 404
+    assert research.get(f"/api/v1/jobs/{job_id}").status_code == 200

@@ -1,0 +1,120 @@
+"""Tenants, queues and tokens through the API, on both databases."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from broker.db.models import Token, utcnow
+from tests.api.conftest import make_tenant
+
+
+def test_tenant_lifecycle(admin):
+    created = admin.post("/api/v1/tenants", json={"name": "team-a", "namespaces": ["team-a", "team-a-batch"]})
+    assert created.status_code == 201
+    assert created.json()["namespaces"] == ["team-a", "team-a-batch"]
+    assert admin.post("/api/v1/tenants", json={"name": "team-a"}).status_code == 409
+    assert [t["name"] for t in admin.get("/api/v1/tenants").json()] == ["team-a"]
+    patched = admin.patch("/api/v1/tenants/team-a", json={"namespaces": ["team-a"]})
+    assert patched.json()["namespaces"] == ["team-a"]
+    assert admin.delete("/api/v1/tenants/team-a").status_code == 204
+    assert admin.get("/api/v1/tenants/team-a").status_code == 404
+
+
+def test_a_namespace_belongs_to_one_tenant(admin):
+    admin.post("/api/v1/tenants", json={"name": "team-a", "namespaces": ["shared"]})
+    clash = admin.post("/api/v1/tenants", json={"name": "team-b", "namespaces": ["shared"]})
+    assert clash.status_code == 409
+    assert "namespace 'shared' already belongs to tenant 'team-a'" in clash.json()["detail"]
+
+
+def test_bad_names_say_what_a_name_may_be(admin):
+    answer = admin.post("/api/v1/tenants", json={"name": "Team_A"})
+    assert answer.status_code == 422
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert answer.json()["errors"] == [{"field": "name", "message": answer.json()["errors"][0]["message"]}]
+    assert "DNS-1123" in answer.json()["detail"]
+
+
+def test_queue_settings_round_trip(admin):
+    admin.post("/api/v1/tenants", json={"name": "research"})
+    created = admin.post("/api/v1/queues", json={
+        "name": "training", "tenant": "research", "weight": 3, "priority": 5,
+        "nominal_quota": {"nvidia.com/gpu": "64", "memory": "2Ti"}, "borrowing_limit": {"nvidia.com/gpu": 16},
+        "preemption_policy": "LowerPriority"})
+    assert created.status_code == 201, created.text
+    queue = created.json()
+    assert queue["nominal_quota"] == {"memory": "2Ti", "nvidia.com/gpu": "64"}
+    assert queue["borrowing_limit"] == {"nvidia.com/gpu": "16"}
+    assert (queue["weight"], queue["priority"], queue["preemption_policy"]) == (3, 5, "LowerPriority")
+    assert queue["default"] is True  # a tenant's first queue
+    assert (queue["pending"], queue["running"], queue["usage"]) == (0, 0, {})
+    patched = admin.patch("/api/v1/queues/training", json={"weight": 1.5}).json()
+    assert patched["weight"] == 1.5 and patched["nominal_quota"] == queue["nominal_quota"]
+
+
+def test_queue_errors_name_the_field(admin):
+    admin.post("/api/v1/tenants", json={"name": "research"})
+    bad_quota = admin.post("/api/v1/queues", json={"name": "q", "tenant": "research",
+                                                   "nominal_quota": {"nvidia.com/gpu": "lots"}})
+    assert bad_quota.status_code == 422
+    assert bad_quota.json()["errors"][0]["field"] == "nominal_quota.nvidia.com/gpu"
+    no_tenant = admin.post("/api/v1/queues", json={"name": "q", "tenant": "nobody"})
+    assert no_tenant.status_code == 404
+    assert admin.post("/api/v1/queues", json={"name": "q", "tenant": "research", "weight": 0}).status_code == 422
+    admin.post("/api/v1/queues", json={"name": "q", "tenant": "research"})
+    assert admin.post("/api/v1/queues", json={"name": "q", "tenant": "research"}).status_code == 409
+
+
+def test_only_one_default_queue_per_tenant(admin):
+    admin.post("/api/v1/tenants", json={"name": "research"})
+    admin.post("/api/v1/queues", json={"name": "a", "tenant": "research"})
+    admin.post("/api/v1/queues", json={"name": "b", "tenant": "research", "default": True})
+    defaults = [q["name"] for q in admin.get("/api/v1/queues").json() if q["default"]]
+    assert defaults == ["b"]
+
+
+def test_tokens_are_stored_as_hashes_and_can_be_revoked(admin, db):
+    admin.post("/api/v1/tenants", json={"name": "research"})
+    minted = admin.post("/api/v1/tokens", json={"role": "tenant", "tenant": "research", "description": "ci"})
+    assert minted.status_code == 201
+    secret = minted.json()["token"]
+    with db.engine.connect() as connection:
+        stored = " ".join(str(v) for row in connection.execute(text("SELECT * FROM tokens")) for v in row)
+    assert secret not in stored
+    assert all("token" not in t for t in admin.get("/api/v1/tokens").json())
+    tenant = TestClient(admin.app, headers={"Authorization": f"Bearer {secret}"})
+    assert tenant.get("/api/v1/queues").status_code == 200
+    assert admin.delete(f"/api/v1/tokens/{minted.json()['id']}").json()["revoked_at"] is not None
+    refused = tenant.get("/api/v1/queues")
+    assert refused.status_code == 401
+    assert refused.headers["www-authenticate"] == "Bearer"
+
+
+def test_expired_tokens_are_refused(admin, db):
+    admin.post("/api/v1/tenants", json={"name": "research"})
+    secret = admin.post("/api/v1/tokens", json={"role": "tenant", "tenant": "research",
+                                                "expires_in_days": 1}).json()["token"]
+    with db.sessions() as session, session.begin():
+        session.query(Token).update({Token.expires_at: utcnow() - timedelta(seconds=1)})
+    assert TestClient(admin.app, headers={"Authorization": f"Bearer {secret}"}).get("/api/v1/jobs").status_code == 401
+
+
+def test_no_token_no_entry(app):
+    with TestClient(app) as anonymous:
+        answer = anonymous.get("/api/v1/jobs")
+    assert answer.status_code == 401
+    assert answer.json()["detail"] == "send a bearer token: `Authorization: Bearer <token>`"
+
+
+def test_tenants_cannot_manage(admin):
+    with make_tenant(admin, "research") as tenant:
+        for method, path, body in [("POST", "/api/v1/tenants", {"name": "x"}),
+                                   ("POST", "/api/v1/queues", {"name": "x", "tenant": "research"}),
+                                   ("PATCH", "/api/v1/queues/research-default", {"weight": 9}),
+                                   ("POST", "/api/v1/tokens", {"role": "admin"}),
+                                   ("GET", "/api/v1/tokens", None)]:
+            answer = tenant.request(method, path, json=body)
+            assert answer.status_code == 403, (method, path)
