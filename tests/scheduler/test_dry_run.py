@@ -1,0 +1,50 @@
+"""Dry run: where a JobSet would go now and why, over the same snapshot, writing nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.db.models import Event, Job, Placement
+from broker.jobset import JobSetError
+from broker.scheduling import dry_run_manifest
+from tests.placement.fixtures import manifest
+from tests.scheduler.conftest import add_cluster, add_queue, count, submit
+
+
+def _rows(db) -> tuple[int, int, int]:
+    with db.sessions() as session:
+        return count(session, Job), count(session, Placement), count(session, Event)
+
+
+def test_a_dry_run_answers_where_and_why_and_writes_nothing(db, setup, settings):
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1)
+        add_cluster(session, "us-east", state="Cordoned")
+        queue = add_queue(session)
+        submit(session, queue, "running", gpus=8, pods=4, state="Running")
+    before = _rows(db)
+    with db.sessions() as session:
+        answer = dry_run_manifest(session, manifest("probe", (("workers", 1, 2, 8),)), "research", settings)
+    assert [(p.cluster, p.hypernode) for p in answer.placements] == [("eu-west", "leaf-0")]
+    assert {v.cluster: v.reason for v in answer.clusters}["us-east"] == "cordoned"
+    assert answer.waiting is None
+    assert _rows(db) == before
+
+
+def test_a_dry_run_sees_the_capacity_live_placements_hold(db, setup, scheduler, settings):
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1)
+        submit(session, add_queue(session), "holder", gpus=8, pods=4)
+    scheduler.run_once()
+    with db.sessions() as session:
+        answer = dry_run_manifest(session, manifest("probe", (("workers", 1, 1, 8),)), "research", settings)
+    assert answer.placements == ()
+    assert answer.waiting.clusters == {"eu-west": "needs 8 GPUs; 0 GPUs free"}
+
+
+def test_a_dry_run_refuses_another_tenants_queue(db, setup, settings):
+    with setup() as session:
+        add_cluster(session, "eu-west")
+        add_queue(session, "theirs", tenant="other")
+    with db.sessions() as session, pytest.raises(JobSetError, match="does not exist for this tenant"):
+        dry_run_manifest(session, manifest("probe", queue_name="theirs"), "research", settings)

@@ -1,0 +1,136 @@
+"""A crash between decision and commit loses nothing, and no job is ever placed twice."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timezone
+
+import pytest
+from sqlalchemy import event, select
+
+from broker.db.models import Event, Job, Placement, Queue
+from broker.db.runtime import open_database
+from broker.db.session import transaction
+from broker.placement import schedule
+from broker.scheduling import commit_decisions, read_inventory
+from broker.services.scheduler import SchedulerService
+from tests.scheduler.conftest import add_cluster, add_queue, count, placements_of, submit
+
+
+class Crash(Exception):
+    pass
+
+
+def test_a_commit_that_dies_midway_leaves_nothing_and_the_next_cycle_places_once(db, setup, scheduler):
+    with setup() as session:
+        add_cluster(session, "eu-west")
+        queue = add_queue(session)
+        jobs = [submit(session, queue, f"job-{i}", gpus=8, pods=2) for i in range(3)]
+
+    def die_at_the_events(connection, cursor, statement, *args):
+        if statement.lstrip().upper().startswith("INSERT INTO EVENTS"):  # placements and jobs already written
+            raise Crash()
+
+    event.listen(db.engine, "before_cursor_execute", die_at_the_events)
+    try:
+        with pytest.raises(Crash):
+            scheduler.run_once()
+    finally:
+        event.remove(db.engine, "before_cursor_execute", die_at_the_events)
+    with db.sessions() as session:
+        assert count(session, Placement) == 0
+        assert {session.get(Job, j.id).state for j in jobs} == {"Queued"}
+
+    assert sorted(scheduler.run_once().admitted) == sorted(j.id for j in jobs)
+    assert scheduler.run_once().admitted == []
+    with db.sessions() as session:
+        for job in jobs:
+            assert [p.generation for p in placements_of(session, job.id)] == [1]
+        assert count(session, Event, Event.reason == "Admitted") == 3
+
+
+@pytest.mark.parametrize("meanwhile", ["cancelled", "admitted"])
+def test_a_job_cancelled_or_placed_after_the_read_gets_no_placement(db, setup, meanwhile):
+    with setup() as session:
+        add_cluster(session, "eu-west")
+        job = submit(session, add_queue(session), "raced", gpus=8)
+    with db.sessions() as session:
+        inventory = read_inventory(session, now=time.time())
+    result = schedule(inventory.snapshot, inventory.pending)
+    assert result.placements
+    with setup() as session:
+        stored = session.get(Job, job.id)
+        if meanwhile == "cancelled":
+            stored.cancel_requested_at = datetime.now(timezone.utc)
+        else:
+            stored.state = "Admitted"
+    with setup() as session:
+        outcome = commit_decisions(session, inventory, result)
+    assert (outcome.admitted, outcome.dropped, outcome.placements) == ([], [job.id], 0)
+    with db.sessions() as session:
+        assert placements_of(session, job.id) == []
+        assert count(session, Event, Event.reason == "Admitted") == 0
+
+
+def test_decisions_from_a_snapshot_another_scheduler_has_overtaken_are_dropped(db, setup):
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1, nodes_per_leaf=1)
+        queue = add_queue(session)
+        first, second = submit(session, queue, "first", gpus=8), submit(session, queue, "second", gpus=8)
+    cycles = []
+    for _ in range(2):  # two schedulers read the same inventory: each would give the one node away
+        with db.sessions() as session:
+            inventory = read_inventory(session, now=time.time())
+        cycles.append((inventory, schedule(inventory.snapshot, inventory.pending)))
+    with setup() as session:
+        assert commit_decisions(session, *cycles[0]).admitted == [first.id]
+    with setup() as session:
+        late = commit_decisions(session, *cycles[1])
+    assert late.stale and late.admitted == []
+    with db.sessions() as session:
+        assert count(session, Placement) == 1
+        assert session.get(Job, second.id).state == "Queued"
+
+
+def test_two_schedulers_running_at_once_never_place_a_job_twice(db, setup, settings):
+    """Two services with their own connection pools, started together each round on one database."""
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=4)
+        queue = add_queue(session)
+        session.flush()
+        queue_id = queue.id
+    databases = [open_database(settings, upgrade=False) for _ in range(2)]
+    services = [SchedulerService(d, settings) for d in databases]
+    errors = []
+    try:
+        for round_ in range(4):
+            with setup() as session:
+                queue = session.get(Queue, queue_id)
+                for i in range(4):
+                    submit(session, queue, f"r{round_}-{i}", gpus=8, pods=1)
+            start = threading.Barrier(2)
+
+            def run(service):
+                try:
+                    start.wait()
+                    service.run_once()
+                except Exception as exc:  # surfaced below, with the thread's error
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=run, args=(s,)) for s in services]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert errors == []
+            for service in services:  # whatever a dropped cycle left is placed now
+                service.run_once()
+    finally:
+        for database in databases:
+            database.dispose()
+    with db.sessions() as session:
+        jobs = session.scalars(select(Job)).all()
+        assert len(jobs) == 16 and {j.state for j in jobs} == {"Admitted"}
+        for job in jobs:
+            assert len(placements_of(session, job.id)) == 1
