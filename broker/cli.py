@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import typer
 from cryptography.fernet import Fernet
+from sqlalchemy.orm import Session
 
 import broker
+from broker.cli_jobs import jobs_app, queues_app, submit, tenants_app, tokens_app
+from broker.errors import Conflict, Invalid, NotFound
 from broker.settings import ConfigError, get_settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -19,6 +22,11 @@ db_app = typer.Typer(no_args_is_help=True, help="The inventory database.")
 secret_app = typer.Typer(no_args_is_help=True, help="The key that encrypts kubeconfigs at rest.")
 app.add_typer(db_app, name="db")
 app.add_typer(secret_app, name="secret")
+app.add_typer(jobs_app, name="jobs")
+app.add_typer(queues_app, name="queues")
+app.add_typer(tenants_app, name="tenants")
+app.add_typer(tokens_app, name="tokens")
+app.command()(submit)
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -33,10 +41,26 @@ def one_line_errors(command: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
-        except ConfigError as exc:
+        except (ConfigError, NotFound, Conflict, Invalid) as exc:
             fail(str(exc))
 
     return wrapper
+
+
+@contextlib.contextmanager
+def database_session() -> Iterator[Session]:
+    """For commands that act on the broker's database directly; errors are one line."""
+    from broker.db.runtime import open_database
+
+    try:
+        database = open_database(get_settings(), upgrade=False)
+        try:
+            with database.sessions() as session, session.begin():
+                yield session
+        finally:
+            database.dispose()
+    except (ConfigError, NotFound, Conflict, Invalid) as exc:
+        fail(str(exc))
 
 
 @app.command()

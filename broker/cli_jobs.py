@@ -1,0 +1,231 @@
+"""CLI for tenants and operators talking to a running broker: submit, jobs, queues, tenants, tokens."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from broker.cli_output import Output, OutputOption, ServerOption, TokenOption, calling, client, emit
+
+jobs_app = typer.Typer(no_args_is_help=True, help="Follow and cancel jobs.")
+queues_app = typer.Typer(no_args_is_help=True, help="Queues: weights, quotas, borrowing, preemption.")
+tenants_app = typer.Typer(no_args_is_help=True, help="Tenants and the namespaces they own.")
+tokens_app = typer.Typer(no_args_is_help=True, help="API tokens (minted directly in the broker's database).")
+
+JOB_COLUMNS = [("ID", lambda j: j["id"]), ("NAME", lambda j: f"{j['namespace']}/{j['name']}"),
+               ("TENANT", lambda j: j["tenant"]), ("QUEUE", lambda j: j["queue"]), ("STATE", lambda j: j["state"]),
+               ("PRIORITY", lambda j: j["priority_class"]), ("CLUSTERS", lambda j: ",".join(j["clusters"])),
+               ("REASON", lambda j: (j["reason"] or "")[:60])]
+QUEUE_COLUMNS = [("NAME", lambda q: q["name"]), ("TENANT", lambda q: q["tenant"]), ("WEIGHT", lambda q: q["weight"]),
+                 ("PRIORITY", lambda q: q["priority"]),
+                 ("QUOTA", lambda q: ", ".join(f"{k}={v}" for k, v in q["nominal_quota"].items())),
+                 ("USAGE", lambda q: ", ".join(f"{k}={v}" for k, v in q["usage"].items())),
+                 ("PENDING", lambda q: q["pending"]), ("RUNNING", lambda q: q["running"]),
+                 ("FAIR SHARE", lambda q: f"{q['fair_share']:.0%}"), ("SHARE", lambda q: f"{q['dominant_share']:.0%}")]
+EVENT_COLUMNS = [("TIME", lambda e: e["time"][:19]), ("TYPE", lambda e: e["type"]), ("REASON", lambda e: e["reason"]),
+                 ("MESSAGE", lambda e: e["message"])]
+
+
+def _body(path: Path) -> tuple[bytes, str]:
+    try:
+        content = path.read_bytes()
+    except OSError as exc:
+        typer.echo(f"archipelago: cannot read {path}: {exc.strerror}", err=True)
+        raise typer.Exit(2) from None
+    return content, "application/json" if path.suffix == ".json" else "application/yaml"
+
+
+def submit(files: list[Path] = typer.Argument(..., help="JobSet YAML or JSON files"),
+           queue: Optional[str] = typer.Option(None, help="queue for all of them (else their label)"),
+           tenant: Optional[str] = typer.Option(None, help="the tenant to submit for (admin tokens only)"),
+           dry_run: bool = typer.Option(False, "--dry-run", help="say where each would go now; submit nothing"),
+           output: Output = OutputOption, server: Optional[str] = ServerOption,
+           token: Optional[str] = TokenOption) -> None:
+    """Submit JobSets (or ask where they would go with --dry-run)."""
+    api = client(server, token)
+    params = {k: v for k, v in {"queue": queue, "tenant": tenant}.items() if v}
+    for path in files:
+        content, content_type = _body(path)
+        headers = {"Content-Type": content_type}
+        if dry_run:
+            params.pop("queue", None)
+            answer = calling(lambda: api.post("/api/v1/jobs:dry-run", content=content, headers=headers,
+                                              params=params))
+            emit(answer, output, [("PART", lambda p: p["part"] or "(whole)"), ("CLUSTER", lambda p: p["cluster"]),
+                                  ("HYPERNODE", lambda p: p["hypernode"]), ("TIER", lambda p: p["tier"])]
+                 if answer["fits"] else None, title=f"{path}: fits now" if answer["fits"] else None)
+            if answer["fits"] or output is not Output.table:
+                continue
+            typer.echo(f"{path}: would wait: {answer['reason']}")
+            for cluster, reason in answer["waiting_reasons"].items():
+                typer.echo(f"  {cluster}: {reason}")
+            continue
+        answer = calling(lambda: api.post("/api/v1/jobs", content=content, headers=headers, params=params))
+        emit(answer["items"], output, JOB_COLUMNS)
+
+
+@jobs_app.command("list")
+def jobs_list(state: list[str] = typer.Option([], help="Queued, Admitted, Running, Succeeded, …"),
+              queue: Optional[str] = None, tenant: Optional[str] = None, cluster: Optional[str] = None,
+              selector: Optional[str] = typer.Option(None, "-l", "--selector", help="label selector"),
+              limit: int = 50, output: Output = OutputOption, server: Optional[str] = ServerOption,
+              token: Optional[str] = TokenOption) -> None:
+    """List jobs, newest first."""
+    params = {k: v for k, v in {"state": state, "queue": queue, "tenant": tenant, "cluster": cluster,
+                                "selector": selector, "limit": limit}.items() if v}
+    emit(calling(lambda: client(server, token).get("/api/v1/jobs", params=params))["items"], output, JOB_COLUMNS)
+
+
+@jobs_app.command("get")
+def jobs_get(job_id: int, output: Output = OutputOption, server: Optional[str] = ServerOption,
+             token: Optional[str] = TokenOption) -> None:
+    """A job: its placements, status and why it waits."""
+    job = calling(lambda: client(server, token).get(f"/api/v1/jobs/{job_id}"))
+    if output is not Output.table:
+        emit(job, output)
+        return
+    emit(job, output, JOB_COLUMNS)
+    if job["placements"]:
+        emit(job["placements"], output, [("PART", lambda p: p["part"] or "(whole)"), ("CLUSTER", lambda p: p["cluster"]),
+                                         ("HYPERNODE", lambda p: p["hypernode"]), ("STATE", lambda p: p["state"]),
+                                         ("GENERATION", lambda p: p["generation"])], title="placements")
+    for cluster, reason in (job["waiting_reasons"] or {}).items():
+        typer.echo(f"waits on {cluster}: {reason}")
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(job_id: int, output: Output = OutputOption, server: Optional[str] = ServerOption,
+                token: Optional[str] = TokenOption) -> None:
+    """Cancel a job: it is removed from every member."""
+    emit(calling(lambda: client(server, token).delete(f"/api/v1/jobs/{job_id}")), output, JOB_COLUMNS)
+
+
+@jobs_app.command("events")
+def jobs_events(job_id: int, output: Output = OutputOption, server: Optional[str] = ServerOption,
+                token: Optional[str] = TokenOption) -> None:
+    """A job's event timeline."""
+    events = calling(lambda: client(server, token).get("/api/v1/events", params={"kind": "job",
+                                                                                   "object": str(job_id)}))
+    emit(events["items"], output, EVENT_COLUMNS)
+
+
+def _quota(entries: list[str], option: str) -> dict[str, str] | None:
+    if not entries:
+        return None
+    quota = {}
+    for entry in entries:
+        resource, sep, amount = entry.partition("=")
+        if not sep:
+            typer.echo(f"archipelago: {option} takes RESOURCE=AMOUNT (e.g. nvidia.com/gpu=64), not {entry!r}",
+                       err=True)
+            raise typer.Exit(2)
+        quota[resource] = amount
+    return quota
+
+
+def _queue_fields(weight, priority, quota, borrow, preemption, default) -> dict:
+    fields = {"weight": weight, "priority": priority, "nominal_quota": _quota(quota, "--quota"),
+              "borrowing_limit": _quota(borrow, "--borrowing-limit"), "preemption_policy": preemption,
+              "default": default}
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+@queues_app.command("list")
+def queues_list(tenant: Optional[str] = None, output: Output = OutputOption, server: Optional[str] = ServerOption,
+                token: Optional[str] = TokenOption) -> None:
+    """Queues with usage, pending depth and fair share."""
+    params = {"tenant": tenant} if tenant else {}
+    emit(calling(lambda: client(server, token).get("/api/v1/queues", params=params)), output, QUEUE_COLUMNS)
+
+
+@queues_app.command("create")
+def queues_create(name: str, tenant: str = typer.Option(..., help="the tenant that owns it"),
+                  weight: Optional[float] = None, priority: Optional[int] = None,
+                  quota: list[str] = typer.Option([], help="RESOURCE=AMOUNT, repeatable"),
+                  borrowing_limit: list[str] = typer.Option([], help="RESOURCE=AMOUNT, repeatable"),
+                  preemption: Optional[str] = typer.Option(None, help="Never or LowerPriority"),
+                  default: Optional[bool] = typer.Option(None, "--default/--no-default"),
+                  output: Output = OutputOption, server: Optional[str] = ServerOption,
+                  token: Optional[str] = TokenOption) -> None:
+    """Create a queue."""
+    body = {"name": name, "tenant": tenant, **_queue_fields(weight, priority, quota, borrowing_limit, preemption,
+                                                             default)}
+    emit(calling(lambda: client(server, token).post("/api/v1/queues", json=body)), output, QUEUE_COLUMNS)
+
+
+@queues_app.command("update")
+def queues_update(name: str, weight: Optional[float] = None, priority: Optional[int] = None,
+                  quota: list[str] = typer.Option([], help="RESOURCE=AMOUNT, repeatable"),
+                  borrowing_limit: list[str] = typer.Option([], help="RESOURCE=AMOUNT, repeatable"),
+                  preemption: Optional[str] = typer.Option(None, help="Never or LowerPriority"),
+                  default: Optional[bool] = typer.Option(None, "--default/--no-default"),
+                  output: Output = OutputOption, server: Optional[str] = ServerOption,
+                  token: Optional[str] = TokenOption) -> None:
+    """Change a queue's settings."""
+    body = _queue_fields(weight, priority, quota, borrowing_limit, preemption, default)
+    emit(calling(lambda: client(server, token).patch(f"/api/v1/queues/{name}", json=body)), output, QUEUE_COLUMNS)
+
+
+TENANT_COLUMNS = [("NAME", lambda t: t["name"]), ("NAMESPACES", lambda t: ",".join(t["namespaces"])),
+                  ("QUEUES", lambda t: ",".join(t["queues"]))]
+
+
+@tenants_app.command("list")
+def tenants_list(output: Output = OutputOption, server: Optional[str] = ServerOption,
+                 token: Optional[str] = TokenOption) -> None:
+    """Tenants."""
+    emit(calling(lambda: client(server, token).get("/api/v1/tenants")), output, TENANT_COLUMNS)
+
+
+@tenants_app.command("create")
+def tenants_create(name: str, namespace: list[str] = typer.Option([], help="repeatable; default: NAME"),
+                   output: Output = OutputOption, server: Optional[str] = ServerOption,
+                   token: Optional[str] = TokenOption) -> None:
+    """Create a tenant owning namespaces."""
+    body = {"name": name, **({"namespaces": namespace} if namespace else {})}
+    emit(calling(lambda: client(server, token).post("/api/v1/tenants", json=body)), output, TENANT_COLUMNS)
+
+
+@tenants_app.command("update")
+def tenants_update(name: str, namespace: list[str] = typer.Option(..., help="the full list, repeatable"),
+                   output: Output = OutputOption, server: Optional[str] = ServerOption,
+                   token: Optional[str] = TokenOption) -> None:
+    """Set the namespaces a tenant owns."""
+    body = {"namespaces": namespace}
+    emit(calling(lambda: client(server, token).patch(f"/api/v1/tenants/{name}", json=body)), output, TENANT_COLUMNS)
+
+
+@tenants_app.command("delete")
+def tenants_delete(name: str, server: Optional[str] = ServerOption, token: Optional[str] = TokenOption) -> None:
+    """Delete a tenant that has no queues or jobs."""
+    calling(lambda: client(server, token).delete(f"/api/v1/tenants/{name}"))
+    typer.echo(f"tenant {name} deleted")
+
+
+@tokens_app.command("create")
+def tokens_create(tenant: Optional[str] = typer.Option(None, help="the tenant it speaks for"),
+                  role: str = typer.Option("tenant", help="tenant or admin"),
+                  description: Optional[str] = None,
+                  expires_in_days: Optional[float] = typer.Option(None, help="default: never")) -> None:
+    """Mint a token in the broker's database and print it (it is shown only once)."""
+    from broker.cli import database_session
+    from broker.tenancy import create_token
+
+    with database_session() as session:
+        _, secret = create_token(session, role, tenant, description,
+                                 timedelta(days=expires_in_days) if expires_in_days else None)
+    typer.echo(secret)
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(token_id: int) -> None:
+    """Revoke a token by id."""
+    from broker.cli import database_session
+    from broker.tenancy import revoke_token
+
+    with database_session() as session:
+        revoke_token(session, token_id)
+    typer.echo(f"token {token_id} revoked")

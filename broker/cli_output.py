@@ -1,0 +1,57 @@
+"""How CLI commands print: a table for people by default, `-o json|yaml` for scripts."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Any, Callable, Sequence
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from broker.client import ApiClient, ClientError
+
+
+class Output(str, Enum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+OutputOption = typer.Option(Output.table, "-o", "--output", help="table, json or yaml")
+ServerOption = typer.Option(None, "--server", envvar="ARCHIPELAGO_SERVER", help="broker URL")
+TokenOption = typer.Option(None, "--token", envvar="ARCHIPELAGO_TOKEN", help="bearer token", show_default=False)
+
+Column = tuple[str, Callable[[dict], Any]]
+
+
+def emit(data: Any, output: Output, columns: Sequence[Column] | None = None, title: str | None = None) -> None:
+    if output is Output.json:
+        typer.echo(json.dumps(data, indent=2, default=str))
+    elif output is Output.yaml:
+        typer.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
+    elif columns is None:
+        typer.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
+    else:
+        rows = data if isinstance(data, list) else [data]
+        table = Table(title=title, header_style="bold")
+        for header, _ in columns:
+            table.add_column(header)
+        for row in rows:
+            table.add_row(*("" if (value := cell(row)) is None else str(value) for _, cell in columns))
+        Console().print(table)
+
+
+def calling(action: Callable[[], Any]) -> Any:
+    """Run one API call; a failure is one line on stderr and exit code 1."""
+    try:
+        return action()
+    except ClientError as exc:
+        typer.echo(f"archipelago: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+def client(server: str | None, token: str | None) -> ApiClient:
+    return ApiClient(server, token)

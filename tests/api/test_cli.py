@@ -1,0 +1,87 @@
+"""The CLI client against a real server over HTTP: tables for people, json/yaml for scripts, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from broker.cli import app as cli
+from broker.settings import get_settings
+from tests.api.jobsets import jobset
+from tests.servers import serving
+
+
+
+@pytest.fixture
+def backend() -> str:
+    """The CLI only speaks HTTP; one database is enough here (the API tests cover both)."""
+    return "sqlite"
+
+
+@pytest.fixture
+def server(app, monkeypatch):
+    with serving(app) as url:
+        monkeypatch.setenv("ARCHIPELAGO_SERVER", url)
+        monkeypatch.setenv("ARCHIPELAGO_TOKEN", "admin-test-token")
+        monkeypatch.setenv("ARCHIPELAGO_CONFIG", "/nonexistent/config.yaml")
+        yield url
+
+
+def run(*args: str, env: dict | None = None):
+    return CliRunner().invoke(cli, list(args), env={"COLUMNS": "200", **(env or {})}, catch_exceptions=False)
+
+
+def test_admin_sets_up_a_tenant_and_a_tenant_submits(server, tmp_path, settings, monkeypatch):
+    assert run("tenants", "create", "research", "--namespace", "research").exit_code == 0
+    created = run("queues", "create", "training", "--tenant", "research", "--weight", "2",
+                  "--quota", "nvidia.com/gpu=64", "-o", "json")
+    assert created.exit_code == 0, created.output
+    assert json.loads(created.output)["nominal_quota"] == {"nvidia.com/gpu": "64"}
+
+    for key, value in {"ARCHIPELAGO_DATABASE_URL": settings.database_url,
+                       "ARCHIPELAGO_SECRET_KEY": settings.secret_key}.items():
+        monkeypatch.setenv(key, value)
+    get_settings.cache_clear()
+    minted = run("tokens", "create", "--tenant", "research")
+    get_settings.cache_clear()
+    assert minted.exit_code == 0, minted.output
+    tenant_env = {"ARCHIPELAGO_TOKEN": minted.output.strip()}
+
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(jobset("train")))
+    submitted = run("submit", str(path), "-o", "yaml", env=tenant_env)
+    assert submitted.exit_code == 0, submitted.output
+    [job] = yaml.safe_load(submitted.output)
+    assert (job["name"], job["queue"], job["state"]) == ("train", "training", "Queued")
+
+    table = run("jobs", "list", env=tenant_env)
+    assert "research/train" in table.output and "Queued" in table.output
+    assert json.loads(run("jobs", "get", str(job["id"]), "-o", "json", env=tenant_env).output)["id"] == job["id"]
+    events = run("jobs", "events", str(job["id"]), "-o", "json", env=tenant_env)
+    assert [e["reason"] for e in json.loads(events.output)] == ["Queued"]
+    assert "Cancelled" in run("jobs", "cancel", str(job["id"]), env=tenant_env).output
+
+
+def test_errors_are_one_line_with_a_nonzero_exit(server, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**jobset("x"), "kind": "Job"}))
+    result = CliRunner().invoke(cli, ["submit", str(bad), "--tenant", "nobody"])
+    assert result.exit_code == 1
+    assert result.output.strip().count("\n") == 0
+    assert result.output.startswith("archipelago: POST /api/v1/jobs: ")
+    missing = CliRunner().invoke(cli, ["submit", str(tmp_path / "missing.yaml")])
+    assert missing.exit_code == 2
+    assert "cannot read" in missing.output
+    bad_quota = CliRunner().invoke(cli, ["queues", "create", "q", "--tenant", "t", "--quota", "gpu"])
+    assert bad_quota.exit_code == 2
+    assert "takes RESOURCE=AMOUNT" in bad_quota.output
+
+
+def test_an_unreachable_server_is_one_line(monkeypatch):
+    monkeypatch.setenv("ARCHIPELAGO_CONFIG", "/nonexistent/config.yaml")
+    result = CliRunner().invoke(cli, ["jobs", "list", "--server", "http://127.0.0.1:1"])
+    assert result.exit_code == 1
+    assert result.output.startswith("archipelago: cannot reach the broker at http://127.0.0.1:1")
