@@ -3,8 +3,10 @@
     python bench/placement.py [--jobs N --clusters M --hypernodes H] [--seed S]
 
 H counts HyperNodes across the whole federation (a tree per cluster: leaves of 8 nodes, spines over
-4 leaves, one root). Decisions are committed each cycle into an SQLite file through the project's
-models (`broker.db.models`: one `Placement` row per decision, the job's state and reasons updated).
+4 leaves, one root). The throughput cycle is the scheduler service's: the inventory and the pending
+jobs (with their manifests) sit in an SQLite file of the project's models; the cycle reads the
+snapshot (`broker.scheduling.read_inventory`, manifests parsed), decides, and commits every decision
+in one transaction (`broker.scheduling.commit_decisions`).
 Prints a table, then one JSON object as the last line.
 """
 
@@ -22,14 +24,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sqlalchemy import create_engine, insert, update  # noqa: E402
+from datetime import datetime, timedelta, timezone  # noqa: E402
+
+from sqlalchemy import insert  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
 from broker.db import models  # noqa: E402
+from broker.db.session import make_engine, make_sessionmaker, transaction  # noqa: E402
 from broker.jobset import parse_jobset  # noqa: E402
 from broker.placement import (GPU, Cluster, HyperNode, Node, PendingJob, Queue, Snapshot, Tenant,  # noqa: E402
                               schedule)
 from broker.placement.quality import first_fit, fits_one_hypernode, placed_in_one_hypernode  # noqa: E402
+from broker.scheduling import commit_decisions, read_inventory  # noqa: E402
 
 GiB = 2**30 * 1000
 TENANTS, QUEUES_PER_TENANT = 5, 2
@@ -85,14 +91,20 @@ def manifest(name: str, rnd: random.Random) -> dict:
             "metadata": {"name": name, "annotations": annotations}, "spec": {"replicatedJobs": parts}}
 
 
-def workload(n: int, seed: int) -> list[PendingJob]:
+def submissions(n: int, seed: int) -> list[tuple[str, str, dict, int]]:
+    """(tenant, queue, manifest, priority) of n jobs, submitted one second apart."""
     rnd = random.Random(seed)
-    jobs = []
+    result = []
     for i in range(n):
         t, k = rnd.randrange(TENANTS), rnd.randrange(QUEUES_PER_TENANT)
-        spec = parse_jobset(manifest(f"job-{i}", rnd))
-        jobs.append(PendingJob(str(i + 1), f"tenant-{t}", f"q-{t}-{k}", rnd.choice([0, 0, 1, 2]), float(i), spec))
-    return jobs
+        body = manifest(f"job-{i}", rnd)
+        result.append((f"tenant-{t}", f"q-{t}-{k}", body, rnd.choice([0, 0, 1, 2])))
+    return result
+
+
+def workload(n: int, seed: int) -> list[PendingJob]:
+    return [PendingJob(str(i + 1), tenant, queue, priority, float(i), parse_jobset(body))
+            for i, (tenant, queue, body, priority) in enumerate(submissions(n, seed))]
 
 
 def snapshot(clusters: int, hypernodes: int, nodes_per_leaf: int = 8) -> Snapshot:
@@ -100,57 +112,64 @@ def snapshot(clusters: int, hypernodes: int, nodes_per_leaf: int = 8) -> Snapsho
     return Snapshot(inventory(clusters, hypernodes, nodes_per_leaf), qs, tenants, (), 1e9)
 
 
-# -- commit into SQLite through the project's models ----------------------------------------------------
-def database(path: str, jobs: list[PendingJob]):
-    engine = create_engine(f"sqlite:///{path}")
+# -- the scheduler's cycle on an SQLite inventory of the project's models ---------------------------------
+def database(path: str, clusters: int, hypernodes: int, jobs: int, seed: int):
+    """The federation of `inventory` and `jobs` Queued submissions, stored as the broker stores them."""
+    engine = make_engine(f"sqlite:///{path}")
     models.Base.metadata.create_all(engine)
     tenants, qs = queues()
+    epoch = datetime(2026, 1, 1, tzinfo=timezone.utc)
     with Session(engine) as session, session.begin():
         session.execute(insert(models.Tenant), [{"id": i + 1, "name": t.name} for i, t in enumerate(tenants)])
         tenant_id = {t.name: i + 1 for i, t in enumerate(tenants)}
-        session.execute(insert(models.Queue), [{"id": i + 1, "tenant_id": tenant_id[q.tenant], "name": q.name}
-                                               for i, q in enumerate(qs)])
+        session.execute(insert(models.Queue), [
+            {"id": i + 1, "tenant_id": tenant_id[q.tenant], "name": q.name, "preemption_policy": q.preemption}
+            for i, q in enumerate(qs)])
         queue_id = {q.name: i + 1 for i, q in enumerate(qs)}
+        for c, cluster in enumerate(inventory(clusters, hypernodes), start=1):
+            session.execute(insert(models.Cluster), [{
+                "id": c, "name": cluster.name, "api_server": f"https://{cluster.name}:6443",
+                "kubeconfig_encrypted": b"-", "labels": dict(cluster.labels), "state": cluster.state,
+                "jobset_crd": cluster.jobset_crd}])
+            session.execute(insert(models.Node), [{"cluster_id": c, "name": n.name, "allocatable": dict(n.allocatable)}
+                                                  for n in cluster.nodes])
+            tree = {h.name: h for h in cluster.hypernodes}
+
+            def beneath(name: str) -> list[str]:
+                return [*tree[name].nodes, *(n for child in tree[name].children for n in beneath(child))]
+
+            session.execute(insert(models.HyperNode), [
+                {"cluster_id": c, "name": h.name, "tier": h.tier, "parent": h.parent, "nodes": beneath(h.name)}
+                for h in cluster.hypernodes])
         session.execute(insert(models.Job), [
-            {"id": int(j.id), "tenant_id": tenant_id[j.tenant], "queue_id": queue_id[j.queue], "name": j.spec.name,
-             "namespace": "bench", "manifest": {}, "priority": j.priority} for j in jobs])
+            {"id": i + 1, "tenant_id": tenant_id[tenant], "queue_id": queue_id[queue], "name": body["metadata"]["name"],
+             "namespace": "bench", "manifest": body, "priority": priority, "submitted_at": epoch + timedelta(seconds=i)}
+            for i, (tenant, queue, body, priority) in enumerate(submissions(jobs, seed))])
     return engine
 
 
-def commit(engine, result) -> None:
-    """One transaction per cycle: placement rows, admitted jobs, waiting reasons."""
-    with Session(engine) as session, session.begin():
-        if result.placements:
-            session.execute(insert(models.Placement), [
-                {"job_id": int(p.job_id), "part": p.part or "", "cluster_name": p.cluster, "hypernode": p.hypernode,
-                 "tier": p.tier, "node_names": list(p.node_names()),
-                 "resources": _total(p.node_usage)} for p in result.placements])
-            session.execute(update(models.Job), [{"id": int(j), "state": "Admitted", "reason": None}
-                                                 for j in {p.job_id for p in result.placements}])
-        if result.waiting:
-            session.execute(update(models.Job), [{"id": int(w.job_id), "reason": w.message,
-                                                  "waiting_reasons": dict(w.clusters)}
-                                                 for w in result.waiting.values()])
-
-
-def _total(node_usage) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for usage in node_usage.values():
-        for r, q in usage.items():
-            total[r] = total.get(r, 0) + q
-    return total
+def scheduler_cycle(engine) -> tuple[float, float, float, int]:
+    """One scheduler service cycle: (read seconds, schedule seconds, commit seconds, placements committed)."""
+    sessions = make_sessionmaker(engine)
+    started = time.perf_counter()
+    with sessions() as session:
+        inventory = read_inventory(session, now=time.time(), specs={})
+    read = time.perf_counter()
+    result = schedule(inventory.snapshot, inventory.pending)
+    decided = time.perf_counter()
+    with transaction(sessions) as session:
+        outcome = commit_decisions(session, inventory, result)
+    committed = time.perf_counter()
+    return read - started, decided - read, committed - decided, outcome.placements
 
 
 # -- measurements ----------------------------------------------------------------------------------------
-def cycle(jobs: int, clusters: int, hypernodes: int, seed: int, engine=None) -> tuple[float, float, int]:
-    """One cycle over `jobs` pending jobs: (schedule seconds, commit seconds, placements)."""
+def cycle(jobs: int, clusters: int, hypernodes: int, seed: int) -> float:
+    """Seconds the engine takes to decide one cycle over `jobs` pending jobs (no I/O)."""
     s, pending = snapshot(clusters, hypernodes), workload(jobs, seed)
     started = time.perf_counter()
-    result = schedule(s, pending)
-    decided = time.perf_counter()
-    if engine is not None:
-        commit(engine, result)
-    return decided - started, time.perf_counter() - decided, len(result.placements)
+    schedule(s, pending)
+    return time.perf_counter() - started
 
 
 def decision_latencies(clusters: int, hypernodes: int, count: int, seed: int) -> list[float]:
@@ -226,19 +245,21 @@ def main() -> None:
     rows = []
 
     with tempfile.TemporaryDirectory() as tmp:
-        engine = database(os.path.join(tmp, "bench.db"), workload(args.jobs, args.seed))
-        schedule_s, commit_s, placed = cycle(args.jobs, args.clusters, args.hypernodes, args.seed, engine)
+        engine = database(os.path.join(tmp, "bench.db"), args.clusters, args.hypernodes, args.jobs, args.seed)
+        read_s, schedule_s, commit_s, placed = scheduler_cycle(engine)
         engine.dispose()
-    cycle_s = schedule_s + commit_s
+    cycle_s = read_s + schedule_s + commit_s
     rows.append(("cycle", f"{args.jobs} jobs × {args.clusters} clusters × {args.hypernodes} HyperNodes",
-                 f"{placed} placed; schedule {schedule_s:.2f} s + SQLite commit {commit_s:.2f} s"))
-    rows.append(("throughput", "committed placements per second", f"{placed / cycle_s:.0f}/s"))
+                 f"{placed} placed; SQLite read + parse {read_s:.2f} s, schedule {schedule_s:.2f} s, "
+                 f"SQLite commit {commit_s:.2f} s"))
+    rows.append(("throughput", "committed placements per second, whole cycle", f"{placed / cycle_s:.0f}/s"))
 
-    small_s, _, _ = cycle(args.jobs // 10, args.clusters, args.hypernodes, args.seed)
-    jobs_x10 = schedule_s / small_s
+    engine_s = cycle(args.jobs, args.clusters, args.hypernodes, args.seed)
+    small_s = cycle(args.jobs // 10, args.clusters, args.hypernodes, args.seed)
+    jobs_x10 = engine_s / small_s
     rows.append(("growth: jobs ×10", f"{args.jobs // 10} → {args.jobs} jobs", f"time ×{jobs_x10:.1f}"))
-    few_s, _, _ = cycle(args.jobs, args.clusters, args.hypernodes // 10, args.seed)
-    hypernodes_x10 = schedule_s / few_s
+    few_s = cycle(args.jobs, args.clusters, args.hypernodes // 10, args.seed)
+    hypernodes_x10 = engine_s / few_s
     rows.append(("growth: HyperNodes ×10", f"{args.hypernodes // 10} → {args.hypernodes} HyperNodes",
                  f"time ×{hypernodes_x10:.1f}"))
 
@@ -263,7 +284,8 @@ def main() -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, width)))
     print(json.dumps({
         "placements_per_s": round(placed / cycle_s, 1), "decision_p99_ms": round(p99, 2),
-        "decision_p50_ms": round(p50, 2), "cycle_s": round(cycle_s, 3), "commit_s": round(commit_s, 3),
+        "decision_p50_ms": round(p50, 2), "cycle_s": round(cycle_s, 3), "read_s": round(read_s, 3),
+        "schedule_s": round(schedule_s, 3), "commit_s": round(commit_s, 3),
         "placements": placed, "scaling_jobs_x10": round(jobs_x10, 2), "scaling_hypernodes_x10": round(hypernodes_x10, 2),
         "gang_decision_s": round(gang_s, 3), "one_hypernode_share": round(share, 4),
         "first_fit_one_hypernode_share": round(first_fit_share, 4), "rss_mb": round(rss_mb, 1),

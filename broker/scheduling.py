@@ -91,6 +91,14 @@ def begin_consistent_read(session: Session) -> None:
         session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
 
 
+PENDING = (Job.state == "Queued", Job.cancel_requested_at.is_(None))
+
+
+def has_pending(session: Session) -> bool:
+    """Is any job waiting for a placement? An idle scheduler skips the snapshot."""
+    return session.scalar(select(Job.id).where(*PENDING).limit(1)) is not None
+
+
 def read_inventory(session: Session, *, now: float, specs: dict[str, JobSpec] | None = None,
                    with_pending: bool = True) -> Inventory:
     """The snapshot of one cycle, read in one transaction; call on a fresh session.
@@ -168,12 +176,11 @@ def _clusters(session: Session, live_usage: dict[tuple[str, str], dict[str, int]
 
 
 def _read_pending(session: Session, inventory: Inventory, specs: dict[str, JobSpec]) -> None:
-    pending_now = (Job.state == "Queued", Job.cancel_requested_at.is_(None))
     rows = session.execute(
         select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason, Job.waiting_reasons,
                QueueRow.name, TenantRow.name)
         .join(QueueRow, QueueRow.id == Job.queue_id).join(TenantRow, TenantRow.id == Job.tenant_id)
-        .where(*pending_now)).all()
+        .where(*PENDING)).all()
     ids = {str(row.id) for row in rows}
     for stale in specs.keys() - ids:
         del specs[stale]
@@ -187,7 +194,7 @@ def _read_pending(session: Session, inventory: Inventory, specs: dict[str, JobSp
     previous: dict[str, set[str]] = {}
     for job_id, part, cluster, generation in session.execute(
             select(PlacementRow.job_id, PlacementRow.part, PlacementRow.cluster_name, PlacementRow.generation)
-            .join(Job, Job.id == PlacementRow.job_id).where(*pending_now)):
+            .join(Job, Job.id == PlacementRow.job_id).where(*PENDING)):
         key = (str(job_id), part)
         inventory.generations[key] = max(generation, inventory.generations.get(key, 0))
         previous.setdefault(str(job_id), set()).add(cluster)

@@ -15,7 +15,7 @@ from broker.db.runtime import Database
 from broker.db.session import transaction
 from broker.jobset import JobSpec
 from broker.placement import schedule
-from broker.scheduling import CommitOutcome, commit_decisions, engine_config, read_inventory
+from broker.scheduling import CommitOutcome, commit_decisions, engine_config, has_pending, read_inventory
 from broker.services.loop import LoopService
 from broker.settings import Settings
 
@@ -34,9 +34,10 @@ class SchedulerService(LoopService):
     def run_once(self) -> CommitOutcome:
         """1. read one snapshot, 2. decide, 3. commit every decision in one transaction."""
         with self.sessions() as session:
+            if not has_pending(session):
+                return CommitOutcome()
+        with self.sessions() as session:
             inventory = read_inventory(session, now=time.time(), specs=self.specs)
-        if not inventory.pending and not inventory.unplaceable:
-            return CommitOutcome()
         result = schedule(inventory.snapshot, inventory.pending, self.config)
         with transaction(self.sessions) as session:
             outcome = commit_decisions(session, inventory, result)

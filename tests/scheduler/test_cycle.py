@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import pytest
 from sqlalchemy import event, select
 
 from broker.db.models import Job, Node, Placement
@@ -199,3 +200,25 @@ def test_cancelled_jobs_are_not_placed(db, setup, scheduler):
 
 def test_the_broker_runs_the_scheduler(db, settings):
     assert "scheduler" in [service.name for service in build_services(db, settings)]
+
+
+def test_an_idle_scheduler_does_not_read_the_inventory(db, setup, scheduler):
+    with setup() as session:
+        add_cluster(session, "eu-west")
+        submit(session, add_queue(session), "done", state="Succeeded")
+    statements = []
+    listener = lambda *args: statements.append(args[2])  # noqa: E731
+    event.listen(db.engine, "before_cursor_execute", listener)
+    try:
+        scheduler.run_once()
+    finally:
+        event.remove(db.engine, "before_cursor_execute", listener)
+    assert not any("FROM nodes" in s for s in statements)
+
+
+def test_an_unknown_score_plugin_stops_the_start_with_one_line(settings):
+    from broker.scheduling import engine_config
+    from broker.settings import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown placement plugins"):
+        engine_config(settings.model_copy(update={"placement_score_weights": {"Nearest": 1.0}}))

@@ -48,3 +48,15 @@ def test_a_dry_run_refuses_another_tenants_queue(db, setup, settings):
         add_queue(session, "theirs", tenant="other")
     with db.sessions() as session, pytest.raises(JobSetError, match="does not exist for this tenant"):
         dry_run_manifest(session, manifest("probe", queue_name="theirs"), "research", settings)
+
+
+def test_a_dry_run_without_a_queue_label_uses_the_tenants_default_queue(db, setup, settings):
+    with setup() as session:
+        add_cluster(session, "eu-west")
+        add_queue(session, "other", quota_gpus=0)  # a job placed through it would wait for quota
+        add_queue(session, "default").is_default = True
+    body = manifest("probe")
+    del body["metadata"]["labels"]
+    with db.sessions() as session:
+        answer = dry_run_manifest(session, body, "research", settings)
+    assert answer.placements and answer.waiting is None
