@@ -7,7 +7,8 @@ import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
 import broker
@@ -15,6 +16,7 @@ from api.problems import install_problem_handlers, problem_response
 from api.routes import ROUTER_MODULES
 from broker.db.runtime import Database, open_database
 from broker.jobs import CapacityCache
+from broker.metrics import exposition
 from broker.services import build_services
 from broker.services.loop import ServiceRunner
 from broker.settings import Settings, get_settings
@@ -64,6 +66,10 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
             log.warning("readiness check failed: %s", exc)
             return problem_response(503, "Not ready", "the database does not answer; see the server log")
         return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics", tags=["health"], summary="Prometheus metrics", response_class=PlainTextResponse)
+    def metrics(request: Request) -> PlainTextResponse:
+        return PlainTextResponse(exposition(request.app.state.db.sessions), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/v1/version", tags=["health"], summary="The broker's version")
     def version() -> dict[str, str]:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 Quantity = str | int | float
+MAX_ID = 2**63 - 1  # the largest id either database can hold
+ObjectId = Annotated[int, Path(ge=1, le=MAX_ID, description="the object's id")]
 
 
 class Problem(BaseModel):
@@ -49,8 +52,9 @@ class TenantOut(BaseModel):
 
 
 class QueueSettings(Strict):
-    weight: float | None = Field(None, gt=0, description="fair-share weight")
-    priority: int | None = Field(None, description="queue priority; breaks ties after fair share")
+    weight: float | None = Field(None, gt=0, le=1e6, description="fair-share weight")
+    priority: int | None = Field(None, ge=-(2**31), lt=2**31, description="queue priority; breaks ties after "
+                                                                         "fair share")
     nominal_quota: dict[str, Quantity] | None = Field(None, description='per resource, e.g. {"nvidia.com/gpu": "64"}')
     borrowing_limit: dict[str, Quantity] | None = Field(None, description="how much above its quota the queue may "
                                                                           "borrow from its tenant's other queues")
@@ -87,7 +91,7 @@ class TokenIn(Strict):
     role: Literal["admin", "tenant"] = "tenant"
     tenant: str | None = None
     description: str | None = None
-    expires_in_days: float | None = Field(None, gt=0)
+    expires_in_days: float | None = Field(None, gt=0, le=36500)
 
 
 class TokenOut(BaseModel):
@@ -118,6 +122,7 @@ class JobOut(BaseModel):
     placement_mode: str
     reason: str | None
     clusters: list[str]
+    hypernodes: list[str] = Field(description="the HyperNodes its placements are bound to")
     restart_count: int
     submitted_at: datetime
     admitted_at: datetime | None

@@ -15,11 +15,14 @@ def humanised(amounts: Mapping[str, int] | None) -> dict[str, str]:
     return {resource: format_quantity(amount, resource) for resource, amount in sorted((amounts or {}).items())}
 
 
-def job_out(job: Job, tenant: str, queue: str, clusters: list[str]) -> schemas.JobOut:
+def job_out(job: Job, tenant: str, queue: str, placed: list[tuple[str, str | None]]) -> schemas.JobOut:
+    clusters = list(dict.fromkeys(cluster for cluster, _ in placed))
+    hypernodes = list(dict.fromkeys(hypernode for _, hypernode in placed if hypernode))
     return schemas.JobOut(
         id=job.id, name=job.name, namespace=job.namespace, tenant=tenant, queue=queue, state=job.state,
         priority_class=job.priority_class, priority=job.priority, placement_mode=job.placement_mode,
-        reason=job.reason, clusters=clusters, restart_count=job.restart_count, submitted_at=job.submitted_at,
+        reason=job.reason, clusters=clusters, hypernodes=hypernodes,
+        restart_count=job.restart_count, submitted_at=job.submitted_at,
         admitted_at=job.admitted_at, started_at=job.started_at, finished_at=job.finished_at,
         cancel_requested=job.cancel_requested_at is not None)
 

@@ -1,6 +1,8 @@
 """Every router of the REST API; `api.app` includes them in this order."""
 
 ROUTER_MODULES = [
+    "clusters",
     "tenants",
     "jobs",
+    "dashboard",
 ]

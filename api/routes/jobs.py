@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Any
 
@@ -40,7 +41,7 @@ JOBSET_BODY = {
 
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
+    if declared and re.fullmatch(r"[0-9]+", declared) and int(declared) > limit:
         raise Problem(413, f"the body is {int(declared)} bytes; the limit is {limit} (split the batch)")
     body = bytearray()
     async for chunk in request.stream():
@@ -148,7 +149,7 @@ def list_jobs(session: SessionDep, principal: PrincipalDep,
 def _cursor(value: str | None) -> int | None:
     if value is None:
         return None
-    if not value.isdigit():
+    if not re.fullmatch(r"[0-9]{1,19}", value) or int(value) > schemas.MAX_ID:
         raise Invalid("cursor", "pass back the next_cursor of the previous page")
     return int(value)
 
@@ -162,13 +163,13 @@ def _job_detail(session, job: Job) -> schemas.JobDetail:
 
 
 @router.get("/jobs/{job_id}", tags=["jobs"], response_model=schemas.JobDetail, responses=problems(401, 404))
-def get_job(job_id: int, session: SessionDep, principal: PrincipalDep):
+def get_job(job_id: schemas.ObjectId, session: SessionDep, principal: PrincipalDep):
     return _job_detail(session, job_service.get_job(session, principal, job_id))
 
 
 @router.delete("/jobs/{job_id}", tags=["jobs"], status_code=202, response_model=schemas.JobOut,
                responses=problems(401, 404, 409), summary="Cancel: remove the job from every member")
-def cancel_job(job_id: int, request: Request, session: SessionDep, principal: PrincipalDep):
+def cancel_job(job_id: schemas.ObjectId, request: Request, session: SessionDep, principal: PrincipalDep):
     job = job_service.request_cancel(session, principal, job_id)
     session.commit()
     request.app.state.services.wake("dispatcher")
@@ -177,7 +178,7 @@ def cancel_job(job_id: int, request: Request, session: SessionDep, principal: Pr
 
 @router.get("/placements", tags=["placements"], response_model=schemas.PlacementPage, responses=problems(401, 422))
 def list_placements(session: SessionDep, principal: PrincipalDep, cluster: str | None = None,
-                    state: list[str] = Query([]), job: int | None = None,
+                    state: list[str] = Query([]), job: int | None = Query(None, ge=1, le=schemas.MAX_ID),
                     limit: int = Query(100, ge=1, le=job_service.MAX_PAGE), cursor: str | None = None):
     rows = job_service.list_placements(session, principal, cluster, state, job, limit, _cursor(cursor))
     next_cursor = str(rows[-1][0].id) if len(rows) == limit else None

@@ -142,7 +142,7 @@ def list_tokens(session: SessionDep, _: AdminDep):
 
 @router.delete("/tokens/{token_id}", tags=["tokens"], response_model=schemas.TokenOut,
                responses=problems(*AUTH_ERRORS, 404))
-def revoke_token(token_id: int, session: SessionDep, _: AdminDep):
+def revoke_token(token_id: schemas.ObjectId, session: SessionDep, _: AdminDep):
     token = tenancy.revoke_token(session, token_id)
     tenant_name = token and session.scalar(select(Tenant.name).where(Tenant.id == token.tenant_id))
     session.commit()

@@ -228,3 +228,14 @@ def test_tenant_isolation_on_every_endpoint(admin, research):
         assert [t["name"] for t in intruder.get("/api/v1/tenants").json()] == ["intruder"]
         assert submit(intruder, jobset("x"), tenant="research").status_code == 404
     assert research.get(f"/api/v1/jobs/{job_id}").status_code == 200
+
+
+def test_metrics_count_jobs_by_state_and_queue_depth(admin, research):
+    submit(research, [jobset("a"), jobset("b"), jobset("c", queue="eval")])
+    research.delete(f"/api/v1/jobs/{research.get('/api/v1/jobs').json()['items'][0]['id']}")
+    text = admin.get("/metrics").text
+    assert 'archipelago_jobs{state="Queued"} 2.0' in text
+    assert 'archipelago_jobs{state="Cancelled"} 1.0' in text
+    assert 'archipelago_queue_pending_jobs{queue="training"} 2.0' in text
+    assert 'archipelago_queue_pending_jobs{queue="eval"} 0.0' in text
+    assert "archipelago_scheduler_cycle_seconds_bucket" in text

@@ -1,0 +1,111 @@
+"""Member clusters: admins register them by kubeconfig, label, cordon, drain and remove them;
+anyone signed in reads their state, capacity and HyperNode tree (never a kubeconfig)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.deps import AdminDep, PrincipalDep, SessionDep, SettingsDep
+from api.problems import Problem
+from api.schemas import problems
+from broker import inventory
+from broker.services.inventory import first_sync
+from clusters.member import MemberError
+
+router = APIRouter(prefix="/api/v1", tags=["clusters"])
+ADMIN_ERRORS = (401, 403, 404)
+
+
+class ClusterIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="DNS-1123 label, unique among clusters")
+    kubeconfig: str = Field(description="kubeconfig YAML; inline credentials only unless the admin allows more")
+    context: str | None = Field(None, description="the context to use (default: its current-context)")
+    labels: dict[str, str] = Field(default_factory=dict, description="the broker's labels for the cluster, "
+                                                                     "matched by archipelago.io/cluster-selector")
+
+
+class ClusterPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    labels: dict[str, str | None] | None = Field(None, description="merged into the labels; null removes one")
+    taints: list[dict[str, str]] | None = Field(None, description="replace the cluster's taints "
+                                                                  "({key, value?, effect})")
+
+
+@router.post("/clusters", status_code=201, responses=problems(401, 403, 409, 422, 502, 504),
+             summary="Register a member cluster by kubeconfig")
+def register(body: ClusterIn, request: Request, session: SessionDep, settings: SettingsDep,
+             _: AdminDep) -> dict[str, Any]:
+    try:
+        cluster, client = inventory.register_cluster(session, settings, name=body.name, kubeconfig=body.kubeconfig,
+                                                     context=body.context, labels=body.labels)
+    except inventory.RegistrationError as exc:
+        raise Problem(exc.status, exc.detail, title=exc.title) from None
+    session.commit()
+    try:
+        first_sync(request.app.state.db, settings, cluster.id, client)
+    except MemberError as exc:  # registered all the same: the sync loop retries with back-off
+        inventory.record_sync_error(session, cluster, f"sync: {exc}")
+        session.commit()
+    finally:
+        client.close()
+    request.app.state.services.wake("inventory-sync")
+    session.refresh(cluster)
+    return inventory.cluster_view(session, cluster)
+
+
+@router.get("/clusters", responses=problems(401), summary="Every cluster: state and capacity totals")
+def list_clusters(session: SessionDep, _: PrincipalDep) -> list[dict[str, Any]]:
+    return inventory.list_views(session)
+
+
+@router.get("/clusters/{name}", responses=problems(401, 404),
+            summary="One cluster: state, errors, capacity and HyperNode tree")
+def get_cluster(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
+    return inventory.cluster_view(session, inventory.get_cluster(session, name))
+
+
+@router.patch("/clusters/{name}", responses=problems(*ADMIN_ERRORS, 422), summary="Edit labels and taints")
+def patch_cluster(name: str, body: ClusterPatch, request: Request, session: SessionDep, _: AdminDep) -> dict[str, Any]:
+    cluster = inventory.update_cluster(session, name, labels=body.labels, taints=body.taints)
+    session.commit()
+    request.app.state.services.wake("scheduler")
+    return inventory.cluster_view(session, cluster)
+
+
+@router.post("/clusters/{name}/cordon", responses=problems(*ADMIN_ERRORS), summary="Stop new placements here")
+def cordon(name: str, session: SessionDep, _: AdminDep) -> dict[str, Any]:
+    cluster = inventory.cordon_cluster(session, name)
+    session.commit()
+    return inventory.cluster_view(session, cluster)
+
+
+@router.post("/clusters/{name}/uncordon", responses=problems(*ADMIN_ERRORS), summary="Allow placements again")
+def uncordon(name: str, request: Request, session: SessionDep, _: AdminDep) -> dict[str, Any]:
+    cluster = inventory.uncordon_cluster(session, name)
+    session.commit()
+    request.app.state.services.wake("scheduler")
+    return inventory.cluster_view(session, cluster)
+
+
+@router.post("/clusters/{name}/drain", responses=problems(*ADMIN_ERRORS),
+             summary="Cordon, and move placements that have not started elsewhere")
+def drain(name: str, request: Request, session: SessionDep, _: AdminDep) -> dict[str, Any]:
+    cluster, waiting = inventory.drain_cluster(session, name)
+    session.commit()
+    request.app.state.services.wake("scheduler")
+    return {**inventory.cluster_view(session, cluster), "placements_to_move": waiting}
+
+
+@router.delete("/clusters/{name}", status_code=204, responses=problems(*ADMIN_ERRORS, 409),
+               summary="Forget a cluster (refused while placements live there, unless force=true)")
+def remove(name: str, request: Request, session: SessionDep, _: AdminDep, force: bool = False) -> Response:
+    inventory.remove_cluster(session, name, force=force)
+    session.commit()
+    request.app.state.services.wake("inventory-sync")
+    return Response(status_code=204)

@@ -1,0 +1,34 @@
+// Clusters: one row per member, with its state, labels, health and GPU use.
+"use strict";
+(async () => {
+  if (!(await AP.start())) return;
+  const { h, api, bar, badge, render, empty } = AP;
+  const sort = { key: "name", dir: "asc" };
+  let last = [];
+
+  const gpu = (c) => c.capacity && c.capacity["nvidia.com/gpu"];
+  function show(clusters) {
+    last = clusters;
+    const container = document.getElementById("clusters");
+    if (!clusters.length) return render(container, empty("No cluster is registered yet: POST /api/v1/clusters."));
+    render(container, AP.table({
+      testid: "clusters-table", caption: "Member clusters", rows: clusters, rowKey: (c) => c.name, sortable: true,
+      state: sort, onSort: (key) => { sort.dir = sort.key === key && sort.dir === "asc" ? "desc" : "asc"; sort.key = key; show(last); },
+      columns: [
+        { key: "name", label: "Cluster", header: true,
+          cell: (c) => h("a", { href: "/clusters/" + encodeURIComponent(c.name), "data-key": "c-" + c.name }, c.name) },
+        { key: "state", label: "State", cell: (c) => badge(c.state) },
+        { key: "region", label: "Region", sort: (c) => (c.labels || {}).region || "", cell: (c) => (c.labels || {}).region || "—" },
+        { key: "labels", label: "Labels", sort: false, cell: (c) => h("ul", { class: "chips" },
+            Object.entries(c.labels || {}).map(([k, v]) => h("li", {}, `${k}=${v}`))) },
+        { key: "nodes", label: "Nodes", numeric: true },
+        { key: "gpu", label: "GPU", sort: (c) => gpu(c) ? gpu(c).used_milli / Math.max(1, gpu(c).allocatable_milli) : -1,
+          cell: (c) => gpu(c) ? bar("GPU", "nvidia.com/gpu", gpu(c).used_milli / 1000, gpu(c).allocatable_milli / 1000) : "—" },
+        { key: "kubernetes_version", label: "Kubernetes", cell: (c) => c.kubernetes_version || "—" },
+        { key: "last_heartbeat", label: "Heartbeat", cell: (c) => c.last_heartbeat ? AP.age(c.last_heartbeat) + " ago" : "—" },
+        { key: "last_error", label: "Last error", cell: (c) => c.last_error ? h("span", { class: "error small" }, c.last_error) : "—" },
+      ] }));
+  }
+
+  AP.live(() => api("/clusters"), show);
+})();

@@ -1,0 +1,22 @@
+// Sign in: check the token against the API, keep it in this tab's sessionStorage, go where the user was going.
+"use strict";
+(() => {
+  const form = document.getElementById("login-form");
+  const input = document.getElementById("token");
+  const error = document.getElementById("login-error");
+  input.focus();
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    error.textContent = "";
+    const answer = await fetch("/api/v1/whoami", { headers: { Authorization: "Bearer " + input.value.trim() } });
+    if (!answer.ok) {
+      error.textContent = answer.status === 401 ? "This token is unknown, revoked or expired." :
+        "The broker answered " + answer.status + "; try again.";
+      input.focus();
+      return;
+    }
+    sessionStorage.setItem("archipelago.token", input.value.trim());
+    const next = new URLSearchParams(location.search).get("next");
+    location.assign(next && next.startsWith("/") && !next.startsWith("//") ? next : "/");
+  });
+})();

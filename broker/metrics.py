@@ -1,0 +1,56 @@
+"""Prometheus metrics: what the loop services observe, plus inventory gauges read at scrape time."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from broker.db.models import Cluster, Job, Queue
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+SCHEDULER_CYCLE_SECONDS = Histogram(
+    "archipelago_scheduler_cycle_seconds", "Time of one scheduling cycle (read, decide, commit)",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=REGISTRY)
+PLACEMENTS_PER_CYCLE = Gauge("archipelago_scheduler_placements_last_cycle",
+                             "Placements committed by the last scheduling cycle", registry=REGISTRY)
+PLACEMENTS_TOTAL = Counter("archipelago_scheduler_placements", "Placements committed", registry=REGISTRY)
+MEMBER_ERRORS = Counter("archipelago_member_errors", "Failed requests to member clusters", ["cluster"],
+                        registry=REGISTRY)
+STATUS_LAG_SECONDS = Histogram(
+    "archipelago_status_lag_seconds", "Time from a status change on a member to the broker's inventory",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=REGISTRY)
+
+
+class InventoryCollector:
+    """Queue depth, jobs by state and clusters by state, counted in SQL when Prometheus scrapes."""
+
+    def __init__(self) -> None:
+        self.sessions: sessionmaker[Session] | None = None
+
+    def collect(self):
+        jobs = GaugeMetricFamily("archipelago_jobs", "Jobs by state", labels=["state"])
+        depth = GaugeMetricFamily("archipelago_queue_pending_jobs", "Queued jobs per queue", labels=["queue"])
+        clusters = GaugeMetricFamily("archipelago_clusters", "Member clusters by state", labels=["state"])
+        if self.sessions is not None:
+            with self.sessions() as session:
+                for state, count in session.execute(select(Job.state, func.count()).group_by(Job.state)):
+                    jobs.add_metric([state], count)
+                for queue, count in session.execute(select(Queue.name, func.count(Job.id))
+                                                    .outerjoin(Job, (Job.queue_id == Queue.id) &
+                                                               (Job.state == "Queued")).group_by(Queue.name)):
+                    depth.add_metric([queue], count)
+                for state, count in session.execute(select(Cluster.state, func.count()).group_by(Cluster.state)):
+                    clusters.add_metric([state], count)
+        yield from (jobs, depth, clusters)
+
+
+INVENTORY = InventoryCollector()
+REGISTRY.register(INVENTORY)
+
+
+def exposition(sessions: sessionmaker[Session]) -> bytes:
+    INVENTORY.sessions = sessions
+    return generate_latest(REGISTRY)

@@ -1,0 +1,34 @@
+"""Fuzz every operation of the OpenAPI document: no request may make the server answer 500."""
+
+from __future__ import annotations
+
+import pytest
+import schemathesis
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
+
+from tests.api.conftest import ADMIN
+from tests.api.jobsets import jobset
+
+
+@pytest.fixture
+def backend() -> str:
+    return "sqlite"
+
+
+def test_no_request_makes_the_server_fail(app):
+    with TestClient(app, headers=ADMIN) as admin:  # runs the lifespan; gives the fuzzer objects to find
+        admin.post("/api/v1/tenants", json={"name": "research"})
+        admin.post("/api/v1/queues", json={"name": "training", "tenant": "research"})
+        admin.post("/api/v1/jobs", json=jobset("train"), params={"tenant": "research"})
+        schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+        operations = [result.ok() for result in schema.get_all_operations()]
+        assert len(operations) >= 20
+        for operation in operations:
+            @given(case=operation.as_strategy())
+            @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+            def no_server_error(case):
+                case.call_and_validate(headers=ADMIN, checks=[not_a_server_error])
+
+            no_server_error()
