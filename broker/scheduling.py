@@ -83,7 +83,7 @@ class CommitOutcome:
 
 
 # -- 1. the read -------------------------------------------------------------------------------------
-def begin_consistent_read(session: Session) -> None:
+def _begin_consistent_read(session: Session) -> None:
     """Make every following SELECT of the session see one committed state."""
     if session.get_bind().dialect.name == "sqlite":
         session.connection().exec_driver_sql("BEGIN")  # pysqlite begins only before a write
@@ -91,12 +91,12 @@ def begin_consistent_read(session: Session) -> None:
         session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
 
 
-PENDING = (Job.state == "Queued", Job.cancel_requested_at.is_(None))
+_PENDING = (Job.state == "Queued", Job.cancel_requested_at.is_(None))
 
 
 def has_pending(session: Session) -> bool:
     """Is any job waiting for a placement? An idle scheduler skips the snapshot."""
-    return session.scalar(select(Job.id).where(*PENDING).limit(1)) is not None
+    return session.scalar(select(Job.id).where(*_PENDING).limit(1)) is not None
 
 
 def read_inventory(session: Session, *, now: float, specs: dict[str, JobSpec] | None = None,
@@ -108,7 +108,7 @@ def read_inventory(session: Session, *, now: float, specs: dict[str, JobSpec] | 
     placements' usage there (never below zero). `specs` caches parsed manifests by job id across
     cycles (a manifest never changes after submission); it is pruned to the jobs still pending.
     """
-    begin_consistent_read(session)
+    _begin_consistent_read(session)
     fence = session.scalar(select(func.max(PlacementRow.id))) or 0
     running, tenant_ids = _running_placements(session)
     live_usage: dict[tuple[str, str], dict[str, int]] = {}
@@ -180,7 +180,7 @@ def _read_pending(session: Session, inventory: Inventory, specs: dict[str, JobSp
         select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason, Job.waiting_reasons,
                QueueRow.name, TenantRow.name)
         .join(QueueRow, QueueRow.id == Job.queue_id).join(TenantRow, TenantRow.id == Job.tenant_id)
-        .where(*PENDING)).all()
+        .where(*_PENDING)).all()
     ids = {str(row.id) for row in rows}
     for stale in specs.keys() - ids:
         del specs[stale]
@@ -194,7 +194,7 @@ def _read_pending(session: Session, inventory: Inventory, specs: dict[str, JobSp
     previous: dict[str, set[str]] = {}
     for job_id, part, cluster, generation in session.execute(
             select(PlacementRow.job_id, PlacementRow.part, PlacementRow.cluster_name, PlacementRow.generation)
-            .join(Job, Job.id == PlacementRow.job_id).where(*PENDING)):
+            .join(Job, Job.id == PlacementRow.job_id).where(*_PENDING)):
         key = (str(job_id), part)
         inventory.generations[key] = max(generation, inventory.generations.get(key, 0))
         previous.setdefault(str(job_id), set()).add(cluster)
@@ -209,7 +209,7 @@ def _read_pending(session: Session, inventory: Inventory, specs: dict[str, JobSp
 
 
 # -- 3. the commit -----------------------------------------------------------------------------------
-def lock_for_commit(session: Session) -> None:
+def _lock_for_commit(session: Session) -> None:
     """Serialise schedulers' commits: the PostgreSQL advisory lock, or SQLite's write lock taken up front."""
     connection = session.connection()
     if connection.dialect.name == "sqlite":
@@ -229,7 +229,7 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     6. One event per admitted job, per preempted job and per job whose waiting reason changed.
     """
     outcome = CommitOutcome()
-    lock_for_commit(session)
+    _lock_for_commit(session)
     if (session.scalar(select(func.max(PlacementRow.id))) or 0) != inventory.fence:
         outcome.stale = True
         return outcome

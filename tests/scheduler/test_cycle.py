@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 from sqlalchemy import event, select
 
-from broker.db.models import Job, Node, Placement
+from broker.db.models import Job, Node, Placement, Queue
 from broker.services import build_services
 from tests.placement.fixtures import GPU
 from tests.scheduler.conftest import add_cluster, add_queue, count, job_events, placements_of, submit
@@ -43,7 +43,7 @@ def test_the_next_cycle_counts_what_the_last_one_placed(db, setup, scheduler):
         first = submit(session, queue, "first", gpus=8, pods=4)
     scheduler.run_once()
     with setup() as session:
-        second = submit(session, session.get(type(queue), queue.id), "second", gpus=8, pods=4)
+        second = submit(session, session.get(Queue, queue.id), "second", gpus=8, pods=4)
     outcome = scheduler.run_once()
     assert outcome.admitted == []
     with db.sessions() as session:
@@ -137,7 +137,7 @@ def test_a_higher_priority_job_preempts_and_the_victim_is_marked_deleting(db, se
     with setup() as session:
         session.get(Job, low.id).state = "Running"
         placements_of(session, low.id)[0].state = "Running"
-        high = submit(session, session.get(type(queue), queue.id), "high", gpus=8, priority=10_000)
+        high = submit(session, session.get(Queue, queue.id), "high", gpus=8, priority=10_000)
     outcome = scheduler.run_once()
     assert outcome.admitted == [high.id] and outcome.preempted == 1
     with db.sessions() as session:
