@@ -55,6 +55,17 @@ class Settings(BaseSettings):
     not_ready_grace: float = 20.0
     failover_toleration: float = 300.0
     member_timeout: float = 5.0
+    member_workers: int = 16  # members synced or probed at once
+
+    # Topology of members without HyperNode objects, from node labels (Volcano's label discovery):
+    # per tier, 1 = closest, the label keys that name a node's domain there; the first present wins.
+    topology_tier_labels: list[list[str]] = [
+        ["network.archipelago.io/leaf", "topology.k8s.aws/network-node-layer-3",
+         "cloud.google.com/gce-topology-subblock"],
+        ["network.archipelago.io/spine", "topology.k8s.aws/network-node-layer-2",
+         "cloud.google.com/gce-topology-block"],
+        ["topology.k8s.aws/network-node-layer-1", "topology.kubernetes.io/zone"],
+    ]
 
     # Kubeconfig trust: each stays off unless an admin turns it on.
     allow_kubeconfig_exec: bool = False

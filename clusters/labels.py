@@ -64,6 +64,16 @@ class Selector:
         return ",".join(str(r) for r in self.requirements)
 
 
+def check_labels(labels: Mapping[str, str]) -> None:
+    """Raise ValueError naming the first key or value that Kubernetes would not accept as a label."""
+    for key, value in labels.items():
+        if not isinstance(key, str) or not _KEY.match(key):
+            raise ValueError(f"invalid label key {key!r}")
+        if not isinstance(value, str) or not _VALUE.match(value):
+            raise ValueError(f"invalid value {value!r} of label {key!r}: at most 63 characters, alphanumerics, "
+                             "'-', '_' or '.', starting and ending with an alphanumeric")
+
+
 def _check_key(key: str, text: str) -> str:
     if not _KEY.match(key):
         raise ValueError(f"invalid label key {key!r} in selector {text!r}")

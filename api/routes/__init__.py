@@ -2,6 +2,7 @@
 
 ROUTER_MODULES = [
     "clusters",
+    "clusters",
     "tenants",
     "jobs",
     "dashboard",

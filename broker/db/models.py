@@ -64,6 +64,8 @@ class Cluster(Base):
     labels: Mapped[dict[str, str]] = mapped_column(Json, default=dict)
     taints: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
     state: Mapped[str] = mapped_column(String(16), default="Pending")
+    # The admin's intent (Cordoned or Draining) that `state` returns to when a NotReady member heals.
+    cordon: Mapped[str | None] = mapped_column(String(16))
     kubernetes_version: Mapped[str | None] = mapped_column(String(64))
     jobset_crd: Mapped[bool] = mapped_column(Boolean, default=False)
     hypernode_source: Mapped[str | None] = mapped_column(String(16))  # crd, labels, none

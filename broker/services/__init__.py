@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from broker.db.runtime import Database
+from broker.services.inventory import ClusterHealthService, InventorySyncService, MemberClients
 from broker.services.loop import LoopService
 from broker.services.scheduler import SchedulerService
 from broker.settings import Settings
 
 
 def build_services(database: Database, settings: Settings) -> list[LoopService]:
-    return [SchedulerService(database, settings)]
+    members = MemberClients(settings)
+    return [InventorySyncService(database, settings, members), ClusterHealthService(database, settings, members),
+            SchedulerService(database, settings)]

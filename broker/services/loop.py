@@ -26,6 +26,9 @@ class LoopService(ABC):
     def run_once(self) -> None:
         """One pass: read, decide, commit. Must be safe to interrupt at any instant."""
 
+    def stop(self) -> None:
+        """Release what the service holds beyond one pass (threads, connections); called once at shutdown."""
+
     def run_guarded(self) -> None:
         """What the scheduler calls: one pass at a time, and a failed pass never stops the loop."""
         if not self._lock.acquire(blocking=False):
@@ -59,3 +62,5 @@ class ServiceRunner:
     def stop(self) -> None:
         if self._scheduler.running:
             self._scheduler.shutdown(wait=True)
+        for service in self.services.values():
+            service.stop()

@@ -24,6 +24,7 @@ def upgrade() -> None:
     sa.Column('labels', sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), 'postgresql'), nullable=False),
     sa.Column('taints', sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), 'postgresql'), nullable=False),
     sa.Column('state', sa.String(length=16), nullable=False),
+    sa.Column('cordon', sa.String(length=16), nullable=True),
     sa.Column('kubernetes_version', sa.String(length=64), nullable=True),
     sa.Column('jobset_crd', sa.Boolean(), nullable=False),
     sa.Column('hypernode_source', sa.String(length=16), nullable=True),

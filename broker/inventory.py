@@ -1,0 +1,536 @@
+"""Member clusters in the inventory: registration, what a sync writes, health, cordon and drain,
+and the capacity views. Functions take a session and leave committing to the caller.
+
+A member's Kubernetes objects become rows here: `member_inventory` turns nodes, pods and
+HyperNodes into node rows (allocatable, used) and a resolved HyperNode tree; `write_inventory`
+writes only what differs from the rows already stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+from typing import Any, Iterable, Mapping, Sequence
+
+from sqlalchemy import delete, func, insert, select, text, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from broker import events
+from broker.db.crypto import KubeconfigCipher
+from broker.db.models import PLACEMENT_LIVE_STATES, Cluster, HyperNode, Node, Placement, as_utc
+from broker.errors import Conflict, Invalid, NotFound
+from broker.settings import Settings
+from broker.tenancy import check_name
+from clusters.kubeconfig import KubeconfigError, KubeconfigPolicy
+from clusters.labels import check_labels
+from clusters.member import MemberClient, MemberError, MemberFacts
+from clusters.quantity import format_quantity, to_milli
+from clusters.topology import Topology, derive_from_labels, resolve_hypernodes
+
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+NOT_STARTED_STATES = ("Decided", "Applying", "Applied")  # what a drain moves elsewhere
+
+
+class RegistrationError(Exception):
+    """The member cannot be registered; `status` and `title` are what the API answers."""
+
+    def __init__(self, status: int, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.title, self.detail = status, title, detail
+
+
+def kubeconfig_policy(settings: Settings) -> KubeconfigPolicy:
+    return KubeconfigPolicy(allow_exec=settings.allow_kubeconfig_exec, allow_files=settings.allow_kubeconfig_files,
+                            allow_insecure_tls=settings.allow_insecure_tls)
+
+
+def connect(settings: Settings, kubeconfig: str, context: str | None = None) -> MemberClient:
+    """A client for a member; KubeconfigError if the kubeconfig is unusable or refused."""
+    return MemberClient.from_kubeconfig(kubeconfig, context, policy=kubeconfig_policy(settings),
+                                        timeout=settings.member_timeout)
+
+
+def get_cluster(session: Session, name: str) -> Cluster:
+    cluster = session.scalar(select(Cluster).where(Cluster.name == name))
+    if cluster is None:
+        raise NotFound(f"cluster {name!r} is not registered")
+    return cluster
+
+
+def _check_labels(labels: Mapping[str, Any], path: str = "labels") -> dict[str, str]:
+    try:
+        check_labels(labels)
+    except ValueError as exc:
+        raise Invalid(path, str(exc)) from None
+    return dict(labels)
+
+
+def _check_taints(taints: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    checked = []
+    for i, taint in enumerate(taints):
+        key, value, effect = taint.get("key"), taint.get("value") or "", taint.get("effect")
+        if effect not in TAINT_EFFECTS:
+            raise Invalid(f"taints[{i}].effect", f"must be one of {', '.join(TAINT_EFFECTS)}")
+        _check_labels({key: value} if isinstance(key, str) else {"": ""}, f"taints[{i}]")
+        checked.append({"key": key, "value": value, "effect": effect} if value else {"key": key, "effect": effect})
+    return checked
+
+
+# Registration ------------------------------------------------------------------------------------
+
+_MEMBER_PROBLEMS = {"Unreachable": (502, "Member unreachable"), "Timeout": (504, "Member timed out"),
+                    "TLS": (502, "Member TLS failure"), "Unauthorized": (422, "Member rejected the credentials"),
+                    "Forbidden": (422, "Member forbids it")}
+
+
+def inspect_member(client: MemberClient) -> MemberFacts:
+    """What registration requires of a member; RegistrationError saying what is missing."""
+    try:
+        facts = client.facts()
+    except MemberError as exc:
+        status, title = _MEMBER_PROBLEMS.get(exc.reason, (502, "Member error"))
+        raise RegistrationError(status, title, str(exc)) from None
+    if not facts.jobset_crd:
+        raise RegistrationError(422, "JobSet not installed",
+                                f"{client.api_server} does not serve jobsets.jobset.x-k8s.io/v1alpha2; install "
+                                "JobSet (https://jobset.sigs.k8s.io) on the member first")
+    if facts.can_create_jobsets is False:
+        raise RegistrationError(422, "Member forbids it",
+                                f"the kubeconfig's identity may not create JobSets on {client.api_server} "
+                                "(SelfSubjectAccessReview); grant it create on jobsets.jobset.x-k8s.io")
+    return facts
+
+
+def register_cluster(session: Session, settings: Settings, *, name: str, kubeconfig: str,
+                     context: str | None = None, labels: Mapping[str, str] | None = None) -> tuple[Cluster, MemberClient]:
+    """Check the kubeconfig and the member, then store the cluster (Pending until its first sync).
+
+    Nothing is stored unless every check passes. Returns the new row and the connected client,
+    which the caller owns (the first sync uses it).
+    """
+    check_name(name)
+    labels = _check_labels(labels or {})
+    if session.scalar(select(Cluster.id).where(Cluster.name == name)) is not None:
+        raise Conflict(f"a cluster named {name!r} is already registered")
+    try:
+        client = connect(settings, kubeconfig, context)
+    except KubeconfigError as exc:
+        raise Invalid("kubeconfig", str(exc)) from None
+    try:
+        facts = inspect_member(client)
+        cluster = Cluster(name=name, api_server=client.api_server, context=client.context, labels=labels, taints=[],
+                          kubeconfig_encrypted=KubeconfigCipher(settings.fernet_key()).encrypt(kubeconfig),
+                          state="Pending", kubernetes_version=facts.version, jobset_crd=facts.jobset_crd,
+                          hypernode_source="crd" if facts.hypernode_crd else None, warnings=[])
+        session.add(cluster)
+        session.flush()
+    except IntegrityError:
+        client.close()
+        raise Conflict(f"a cluster named {name!r} is already registered") from None
+    except BaseException:
+        client.close()
+        raise
+    events.record(session, "cluster", name, "Registered",
+                  f"registered {client.api_server} (Kubernetes {facts.version}, JobSet CRD present"
+                  f"{', HyperNode CRD present' if facts.hypernode_crd else ''})")
+    return cluster, client
+
+
+# From member objects to rows ----------------------------------------------------------------------
+
+@lru_cache(maxsize=8192)
+def _milli(quantity: str) -> int:
+    return to_milli(quantity)
+
+
+def node_row(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The columns of one node, from its Kubernetes object."""
+    metadata, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+    taints = [{k: t[k] for k in ("key", "value", "effect") if t.get(k)} for t in spec.get("taints") or ()]
+    return {"labels": dict(metadata.get("labels") or {}), "taints": taints,
+            "unschedulable": bool(spec.get("unschedulable")), "ready": ready,
+            "allocatable": {r: _milli(str(q)) for r, q in (status.get("allocatable") or {}).items()}}
+
+
+def pod_usage(pod: Mapping[str, Any]) -> tuple[str, dict[str, int]] | None:
+    """(node, requests in milli-units) of a pod that holds resources on a node, else None.
+
+    As the scheduler counts them: app containers summed, each init container alone (the largest
+    counts if it exceeds the sum), the pod overhead on top, limits standing in for missing
+    requests, and one `pods` slot.
+    """
+    spec, phase = pod.get("spec") or {}, (pod.get("status") or {}).get("phase")
+    if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+        return None
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or ():
+        for resource, amount in _requests(container).items():
+            total[resource] = total.get(resource, 0) + amount
+    for container in spec.get("initContainers") or ():
+        for resource, amount in _requests(container).items():
+            total[resource] = max(total.get(resource, 0), amount)
+    for resource, amount in (spec.get("overhead") or {}).items():
+        total[resource] = total.get(resource, 0) + _milli(str(amount))
+    total["pods"] = total.get("pods", 0) + 1000
+    return spec["nodeName"], total
+
+
+def _requests(container: Mapping[str, Any]) -> dict[str, int]:
+    resources = container.get("resources") or {}
+    asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    return {r: _milli(str(q)) for r, q in asked.items()}
+
+
+@dataclass
+class MemberInventory:
+    """What a member holds, as the inventory stores it."""
+
+    nodes: dict[str, dict[str, Any]]  # name -> node_row(...) plus "used"
+    topology: Topology
+    hypernode_source: str  # crd, labels or none
+
+
+def resolve_topology(node_labels: Mapping[str, Mapping[str, str]], hypernodes: Iterable[Mapping] | None,
+                     tier_labels: Sequence[Sequence[str]]) -> tuple[Topology, str]:
+    """The member's HyperNode tree and where it came from: its HyperNode objects when it has any
+    (`crd`), else its node labels (`labels`), else `none`."""
+    hypernodes = list(hypernodes or ())
+    if hypernodes:
+        return resolve_hypernodes(hypernodes, node_labels), "crd"
+    topology = derive_from_labels(node_labels, tier_labels)
+    return topology, "labels" if topology.hypernodes else "none"
+
+
+def member_inventory(nodes: Mapping[str, dict[str, Any]], holds: Iterable[tuple[str, Mapping[str, int]]],
+                     topology: Topology, source: str) -> MemberInventory:
+    """Rows from a member's nodes (name -> node_row) and its pods' holds (pod_usage)."""
+    rows = {name: {**row, "used": {}} for name, row in nodes.items()}
+    for node, requests in holds:
+        if node in rows:
+            used = rows[node]["used"]
+            for resource, amount in requests.items():
+                used[resource] = used.get(resource, 0) + amount
+    return MemberInventory(rows, topology, source)
+
+
+_NODE_FIELDS = ("labels", "taints", "unschedulable", "ready", "allocatable", "used")
+
+
+@dataclass
+class WriteResult:
+    nodes_added: int = 0
+    nodes_changed: int = 0
+    nodes_removed: int = 0
+    hypernodes_changed: int = 0
+    new_warnings: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.nodes_added or self.nodes_changed or self.nodes_removed or self.hypernodes_changed)
+
+
+def write_inventory(session: Session, cluster: Cluster, inventory: MemberInventory, now: datetime) -> WriteResult:
+    """Make the stored nodes and HyperNodes of `cluster` equal `inventory`, writing only the differences."""
+    result = WriteResult()
+    stored = {row.name: row for row in session.execute(
+        select(Node.id, Node.name, *(getattr(Node, f) for f in _NODE_FIELDS)).where(Node.cluster_id == cluster.id))}
+    added, changed = [], []
+    for name, row in inventory.nodes.items():
+        old = stored.pop(name, None)
+        if old is None:
+            added.append({"cluster_id": cluster.id, "name": name, **row})
+        elif any(getattr(old, f) != row[f] for f in _NODE_FIELDS):
+            changed.append({"id": old.id, **row})
+    if added:
+        session.execute(insert(Node), added)
+    if changed:
+        session.execute(update(Node), changed)
+    if stored:
+        session.execute(delete(Node).where(Node.id.in_([row.id for row in stored.values()])))
+    result.nodes_added, result.nodes_changed, result.nodes_removed = len(added), len(changed), len(stored)
+
+    old_tree = {row.name: row for row in session.execute(
+        select(HyperNode.id, HyperNode.name, HyperNode.tier, HyperNode.parent, HyperNode.nodes)
+        .where(HyperNode.cluster_id == cluster.id))}
+    new_hypernodes, changed_hypernodes = [], []
+    for hypernode in inventory.topology.hypernodes:
+        values = {"tier": hypernode.tier, "parent": hypernode.parent, "nodes": list(hypernode.nodes)}
+        old = old_tree.pop(hypernode.name, None)
+        if old is None:
+            new_hypernodes.append({"cluster_id": cluster.id, "name": hypernode.name, **values})
+        elif (old.tier, old.parent, old.nodes) != (values["tier"], values["parent"], values["nodes"]):
+            changed_hypernodes.append({"id": old.id, **values})
+    if new_hypernodes:
+        session.execute(insert(HyperNode), new_hypernodes)
+    if changed_hypernodes:
+        session.execute(update(HyperNode), changed_hypernodes)
+    if old_tree:
+        session.execute(delete(HyperNode).where(HyperNode.id.in_([row.id for row in old_tree.values()])))
+    result.hypernodes_changed = len(new_hypernodes) + len(changed_hypernodes) + len(old_tree)
+
+    warnings = inventory.topology.warnings
+    result.new_warnings = [w for w in warnings if w not in (cluster.warnings or [])]
+    if result.new_warnings:
+        events.record(session, "cluster", cluster.name, "TopologyInvalid", "; ".join(result.new_warnings),
+                      warning=True)
+    if cluster.warnings != warnings:
+        cluster.warnings = warnings
+    if cluster.hypernode_source != inventory.hypernode_source:
+        cluster.hypernode_source = inventory.hypernode_source
+    if cluster.state == "Pending":
+        cluster.state = cluster.cordon or "Ready"
+        events.record(session, "cluster", cluster.name, "Synced",
+                      f"first inventory: {len(inventory.nodes)} nodes, {len(inventory.topology.hypernodes)} "
+                      f"HyperNodes ({inventory.hypernode_source})")
+    cluster.synced_at = now
+    return result
+
+
+def record_sync_error(session: Session, cluster: Cluster, error: str) -> None:
+    """A failed sync: said once (an event when the error changes), kept in last_error."""
+    if cluster.last_error != error:
+        cluster.last_error = error
+        events.record(session, "cluster", cluster.name, "SyncFailed", error, warning=True)
+
+
+# Health, cordon, drain, remove -------------------------------------------------------------------
+
+def record_probe(session: Session, cluster: Cluster, *, now: datetime, grace: float,
+                 version: str | None = None, error: str | None = None) -> None:
+    """One health probe's outcome. A member is NotReady once it has not answered for `grace`
+    seconds since its last heartbeat, and goes back to its admin state when it answers again."""
+    if error is None:
+        cluster.last_heartbeat = now
+        if version and cluster.kubernetes_version != version:
+            cluster.kubernetes_version = version
+        if cluster.unreachable_since is not None:
+            cluster.unreachable_since = None
+            cluster.last_error = None
+        if cluster.state == "NotReady":
+            cluster.state = cluster.cordon or ("Ready" if cluster.synced_at else "Pending")
+            events.record(session, "cluster", cluster.name, "MemberReady", f"{cluster.api_server} answers again")
+        return
+    if cluster.unreachable_since is None:
+        cluster.unreachable_since = now
+    if cluster.last_error != error:
+        cluster.last_error = error
+    silent_since = as_utc(cluster.last_heartbeat or cluster.unreachable_since)
+    if cluster.state != "NotReady" and (now - silent_since).total_seconds() >= grace:
+        cluster.state = "NotReady"
+        events.record(session, "cluster", cluster.name, "MemberNotReady",
+                      f"no answer for {grace:g}s: {error}", warning=True)
+
+
+def _set_admin_state(session: Session, cluster: Cluster, cordon: str | None, reason: str, message: str) -> None:
+    cluster.cordon = cordon
+    if cluster.state not in ("NotReady", "Pending"):
+        cluster.state = cordon or "Ready"
+    events.record(session, "cluster", cluster.name, reason, message)
+
+
+def cordon_cluster(session: Session, name: str) -> Cluster:
+    """No new placements on the cluster; what runs there stays."""
+    cluster = get_cluster(session, name)
+    _set_admin_state(session, cluster, "Cordoned", "Cordoned", "no new placements")
+    return cluster
+
+
+def uncordon_cluster(session: Session, name: str) -> Cluster:
+    cluster = get_cluster(session, name)
+    _set_admin_state(session, cluster, None, "Uncordoned", "placements allowed again")
+    return cluster
+
+
+def drain_cluster(session: Session, name: str) -> tuple[Cluster, int]:
+    """Cordon, and ask the placement layer to move what has not started: while a cluster is
+    Draining, its placements in NOT_STARTED_STATES are to be placed elsewhere. Returns their count."""
+    cluster = get_cluster(session, name)
+    waiting = session.scalar(select(func.count()).select_from(Placement).where(
+        Placement.cluster_id == cluster.id, Placement.state.in_(NOT_STARTED_STATES))) or 0
+    _set_admin_state(session, cluster, "Draining", "Draining",
+                     f"no new placements; {waiting} placement(s) not yet started to be moved elsewhere")
+    return cluster, waiting
+
+
+def live_placements(session: Session, cluster_id: int) -> int:
+    return session.scalar(select(func.count()).select_from(Placement).where(
+        Placement.cluster_id == cluster_id, Placement.state.in_(PLACEMENT_LIVE_STATES))) or 0
+
+
+def remove_cluster(session: Session, name: str, *, force: bool = False) -> None:
+    """Forget a cluster and its inventory; refused while placements live there, unless forced
+    (their rows stay, detached, for the placement layer to account for)."""
+    cluster = get_cluster(session, name)
+    live = live_placements(session, cluster.id)
+    if live and not force:
+        raise Conflict(f"cluster {name!r} has {live} live placement(s); drain it and wait, or remove it with force")
+    session.delete(cluster)
+    events.record(session, "cluster", name, "Removed",
+                  f"removed{f' with {live} live placement(s) (forced)' if live else ''}", warning=bool(live))
+
+
+def update_cluster(session: Session, name: str, *, labels: Mapping[str, str | None] | None = None,
+                   taints: Sequence[Mapping[str, Any]] | None = None) -> Cluster:
+    """Labels merge (a None value removes the label); taints, when given, replace the old ones."""
+    cluster = get_cluster(session, name)
+    if labels is not None:
+        merged = {**cluster.labels, **{k: v for k, v in labels.items() if v is not None}}
+        for key in (k for k, v in labels.items() if v is None):
+            merged.pop(key, None)
+        cluster.labels = _check_labels(merged)
+    if taints is not None:
+        cluster.taints = _check_taints(taints)
+    events.record(session, "cluster", name, "Updated", "labels or taints changed")
+    return cluster
+
+
+# Capacity ----------------------------------------------------------------------------------------
+
+@dataclass
+class Capacity:
+    """Allocatable, used and free milli-units of one node or one HyperNode (sums over its nodes).
+    Free counts only nodes that take pods (ready, not cordoned), never below zero per node."""
+
+    cluster_id: int
+    kind: str  # node | hypernode
+    name: str
+    tier: int | None = None
+    parent: str | None = None
+    nodes: int = 1
+    allocatable: dict[str, int] = field(default_factory=dict)
+    used: dict[str, int] = field(default_factory=dict)
+    free: dict[str, int] = field(default_factory=dict)
+
+
+_CAPACITY_SQL = {
+    "sqlite": """
+WITH per_node AS (
+  SELECT n.cluster_id, n.name, r.key AS resource, CAST(r.value AS INTEGER) AS allocatable,
+         CAST(COALESCE(json_extract(n.used, '$."' || r.key || '"'), 0) AS INTEGER) AS used,
+         n.unschedulable OR NOT n.ready AS blocked
+  FROM nodes n, json_each(n.allocatable) r {where_node}
+), node_free AS (
+  SELECT *, CASE WHEN blocked THEN 0 ELSE MAX(allocatable - used, 0) END AS free FROM per_node
+)
+SELECT cluster_id, 'node' AS kind, name, NULL AS tier, NULL AS parent, 1 AS nodes, resource, allocatable, used, free
+FROM node_free
+UNION ALL
+SELECT h.cluster_id, 'hypernode', h.name, h.tier, h.parent, json_array_length(h.nodes), p.resource,
+       SUM(p.allocatable), SUM(p.used), SUM(p.free)
+FROM hypernodes h LEFT JOIN json_each(h.nodes) m ON 1 = 1
+     LEFT JOIN node_free p ON p.cluster_id = h.cluster_id AND p.name = m.value {where_hypernode}
+GROUP BY h.cluster_id, h.name, h.tier, h.parent, p.resource
+""",
+    "postgresql": """
+WITH per_node AS (
+  SELECT n.cluster_id, n.name, r.key AS resource, r.value::bigint AS allocatable,
+         COALESCE((n.used ->> r.key)::bigint, 0) AS used, n.unschedulable OR NOT n.ready AS blocked
+  FROM nodes n CROSS JOIN LATERAL jsonb_each_text(n.allocatable) r {where_node}
+), node_free AS (
+  SELECT *, CASE WHEN blocked THEN 0 ELSE GREATEST(allocatable - used, 0) END AS free FROM per_node
+)
+SELECT cluster_id, 'node' AS kind, name, NULL::integer AS tier, NULL AS parent, 1 AS nodes, resource,
+       allocatable, used, free
+FROM node_free
+UNION ALL
+SELECT h.cluster_id, 'hypernode', h.name, h.tier, h.parent, jsonb_array_length(h.nodes), p.resource,
+       SUM(p.allocatable), SUM(p.used), SUM(p.free)
+FROM hypernodes h LEFT JOIN LATERAL jsonb_array_elements_text(h.nodes) m(value) ON true
+     LEFT JOIN node_free p ON p.cluster_id = h.cluster_id AND p.name = m.value {where_hypernode}
+GROUP BY h.cluster_id, h.name, h.tier, h.parent, p.resource
+""",
+}
+
+
+def cluster_capacity(session: Session, cluster_id: int | None = None) -> list[Capacity]:
+    """Free capacity per node and per HyperNode (of one cluster, or all), in one query."""
+    sql = _CAPACITY_SQL[session.get_bind().dialect.name].format(
+        where_node="WHERE n.cluster_id = :cluster_id" if cluster_id is not None else "",
+        where_hypernode="WHERE h.cluster_id = :cluster_id" if cluster_id is not None else "")
+    entries: dict[tuple[int, str, str], Capacity] = {}
+    for row in session.execute(text(sql), {"cluster_id": cluster_id} if cluster_id is not None else {}):
+        key = (row.cluster_id, row.kind, row.name)
+        entry = entries.get(key)
+        if entry is None:
+            entry = entries[key] = Capacity(row.cluster_id, row.kind, row.name, row.tier, row.parent, row.nodes)
+        if row.resource is not None:
+            entry.allocatable[row.resource] = int(row.allocatable)
+            entry.used[row.resource] = int(row.used)
+            entry.free[row.resource] = int(row.free)
+    return list(entries.values())
+
+
+# Views -------------------------------------------------------------------------------------------
+
+def _amounts(allocatable: Mapping[str, int], used: Mapping[str, int], free: Mapping[str, int]) -> dict[str, dict]:
+    """Per resource: milli-units for programs, and the same in Kubernetes units for people."""
+    out = {}
+    for resource in sorted(allocatable):
+        values = {"allocatable": allocatable[resource], "used": used.get(resource, 0), "free": free.get(resource, 0)}
+        out[resource] = {**{f"{k}_milli": v for k, v in values.items()},
+                         **{k: format_quantity(v, resource) for k, v in values.items()}}
+    return out
+
+
+def _sum_into(total: dict[str, int], amounts: Mapping[str, int]) -> None:
+    for resource, amount in amounts.items():
+        total[resource] = total.get(resource, 0) + amount
+
+
+def cluster_view(session: Session, cluster: Cluster, *, tree: bool = True,
+                 capacity: list[Capacity] | None = None) -> dict[str, Any]:
+    """What the API answers about a cluster: state, errors, capacity totals, the HyperNode tree.
+    Never the kubeconfig."""
+    entries = capacity if capacity is not None else cluster_capacity(session, cluster.id)
+    nodes = [e for e in entries if e.kind == "node"]
+    allocatable: dict[str, int] = {}
+    used: dict[str, int] = {}
+    free: dict[str, int] = {}
+    for entry in nodes:
+        _sum_into(allocatable, entry.allocatable)
+        _sum_into(used, entry.used)
+        _sum_into(free, entry.free)
+    view = {
+        "name": cluster.name, "api_server": cluster.api_server, "context": cluster.context,
+        "labels": cluster.labels, "taints": cluster.taints, "state": cluster.state,
+        "kubernetes_version": cluster.kubernetes_version, "jobset_crd": cluster.jobset_crd,
+        "hypernode_source": cluster.hypernode_source,
+        "last_heartbeat": cluster.last_heartbeat and as_utc(cluster.last_heartbeat),
+        "unreachable_since": cluster.unreachable_since and as_utc(cluster.unreachable_since),
+        "last_error": cluster.last_error, "warnings": cluster.warnings or [],
+        "synced_at": cluster.synced_at and as_utc(cluster.synced_at),
+        "created_at": as_utc(cluster.created_at),
+        "nodes": len(nodes),
+        "capacity": _amounts(allocatable, used, free),
+    }
+    if tree:
+        view["hypernodes"] = hypernode_tree([e for e in entries if e.kind == "hypernode"])
+    return view
+
+
+def hypernode_tree(entries: list[Capacity]) -> list[dict[str, Any]]:
+    """Nested HyperNodes, highest tier first, each with its free capacity."""
+    names = {e.name for e in entries}
+    children: dict[str | None, list[Capacity]] = {}
+    for entry in sorted(entries, key=lambda e: (-(e.tier or 0), e.name)):
+        children.setdefault(entry.parent if entry.parent in names else None, []).append(entry)
+
+    def nest(entry: Capacity) -> dict[str, Any]:
+        return {"name": entry.name, "tier": entry.tier, "nodes": entry.nodes,
+                "free": {r: format_quantity(v, r) for r, v in sorted(entry.free.items())},
+                "free_milli": dict(sorted(entry.free.items())),
+                "children": [nest(child) for child in children.get(entry.name, ())]}
+
+    return [nest(root) for root in children.get(None, ())]
+
+
+def list_views(session: Session) -> list[dict[str, Any]]:
+    clusters = session.scalars(select(Cluster).order_by(Cluster.name)).all()
+    by_cluster: dict[int, list[Capacity]] = {}
+    for entry in cluster_capacity(session):
+        if entry.kind == "node":
+            by_cluster.setdefault(entry.cluster_id, []).append(entry)
+    return [cluster_view(session, c, tree=False, capacity=by_cluster.get(c.id, [])) for c in clusters]

@@ -1,0 +1,407 @@
+"""The loops that keep the inventory of every member right and fresh: sync (list, then watch) and health.
+
+Each member has a `MemberMirror`: its nodes, the pods' holds and its HyperNodes as last listed or
+watched. A full resync (`InventorySyncService.run_once`, every ARCHIPELAGO_CLUSTER_SYNC_INTERVAL
+per member) relists everything; between resyncs, watches on nodes, pods and HyperNodes apply each
+change to the mirror and a flusher writes the member's rows. Writes go through `write_inventory`,
+which touches only rows that differ, so an unchanged member costs reads, not writes.
+
+Members are synced and probed concurrently in a thread pool; each request has a short timeout and
+a failing member backs off (exponentially, with jitter) on its own schedule, so a slow or dead
+member never holds up the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from sqlalchemy import select
+
+from broker.db.crypto import KubeconfigCipher
+from broker.db.models import Cluster, utcnow
+from broker.db.runtime import Database
+from broker.db.session import transaction
+from broker.inventory import (WriteResult, connect, member_inventory, node_row, pod_usage, record_probe,
+                              record_sync_error, resolve_topology, write_inventory)
+from broker.services.loop import LoopService
+from broker.settings import Settings
+from clusters.kubeconfig import KubeconfigError
+from clusters.member import (ACTIVE_PODS, HYPERNODE_GROUP, HYPERNODE_VERSION, HYPERNODES, NODES, PODS, MemberClient,
+                             MemberError, WatchStream)
+from clusters.topology import Topology
+
+log = logging.getLogger("archipelago.inventory")
+
+MAX_BACKOFF = 300.0
+WATCH_SECONDS = 300
+# SQLite takes one writer at a time, and a transaction that read before writing fails at once
+# (not after the busy timeout) if another commits first: this process's inventory writers queue here.
+WRITES = threading.Lock()
+
+
+def backoff(failures: int, base: float, cap: float = MAX_BACKOFF) -> float:
+    """Seconds to wait after `failures` failures in a row: doubling from `base`, capped, ±20% jitter
+    so that members that failed together do not retry together."""
+    return min(base * 2 ** max(failures - 1, 0), cap) * random.uniform(0.8, 1.2)
+
+
+class MemberClients:
+    """One MemberClient per registered cluster, built from its stored (encrypted) kubeconfig and
+    shared by the loops; rebuilt when the stored kubeconfig changes."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._cipher = KubeconfigCipher(settings.fernet_key())
+        self._clients: dict[int, tuple[bytes, MemberClient]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, cluster_id: int, blob: bytes, context: str | None) -> MemberClient:
+        """Raises KubeconfigError (or ValueError if the secret key changed)."""
+        blob = bytes(blob)
+        with self._lock:
+            known = self._clients.get(cluster_id)
+            if known is not None and known[0] == blob:
+                return known[1]
+        client = connect(self.settings, self._cipher.decrypt(blob), context)
+        with self._lock:
+            known = self._clients.get(cluster_id)
+            if known is not None and known[0] == blob:  # another thread got there first
+                client.close()
+                return known[1]
+            self._clients[cluster_id] = (blob, client)
+        if known is not None:
+            known[1].close()
+        return client
+
+    def retain(self, cluster_ids: set[int]) -> None:
+        """Close the clients of clusters no longer registered."""
+        with self._lock:
+            gone = [self._clients.pop(i)[1] for i in list(self._clients) if i not in cluster_ids]
+        for client in gone:
+            client.close()
+
+    def close(self) -> None:
+        self.retain(set())
+
+
+class MemberMirror:
+    """A member's objects as the inventory needs them, kept by relists and watch events."""
+
+    KINDS = ("nodes", "pods", "hypernodes")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.nodes: dict[str, dict[str, Any]] = {}  # name -> node_row
+        self.pods: dict[str, tuple[str, dict[str, int]]] = {}  # namespace/name -> (node, requests)
+        self.hypernodes: dict[str, dict] = {}  # name -> object
+        self.has_hypernodes = False  # whether the member serves HyperNodes
+        self.listed: dict[str, int] = {}  # kind -> resourceVersion of its last list
+        self.resume: dict[str, str] = {}  # kind -> resourceVersion to watch from
+        self._topology: tuple[Topology, str] | None = None
+
+    def replace(self, kind: str, items: list[dict], resource_version: str) -> None:
+        with self.lock:
+            if kind == "nodes":
+                self.nodes = {n["metadata"]["name"]: node_row(n) for n in items}
+            elif kind == "pods":
+                self.pods = {}
+                for pod in items:
+                    self._put_pod(pod)
+            else:
+                self.hypernodes = {h["metadata"]["name"]: h for h in items}
+            if kind != "pods":
+                self._topology = None
+            self.listed[kind] = _int(resource_version)
+            self.resume[kind] = resource_version
+
+    def _put_pod(self, pod: dict) -> bool:
+        key = f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}"
+        held = pod_usage(pod)
+        if held is None:
+            return self.pods.pop(key, None) is not None
+        if self.pods.get(key) == held:
+            return False
+        self.pods[key] = held
+        return True
+
+    def apply(self, kind: str, event: dict) -> bool:
+        """Apply one watch event; whether the inventory it derives changed."""
+        obj = event.get("object") or {}
+        metadata = obj.get("metadata") or {}
+        version = metadata.get("resourceVersion") or ""
+        with self.lock:
+            self.resume[kind] = version or self.resume.get(kind, "")
+            if event.get("type") == "BOOKMARK" or _int(version) <= self.listed.get(kind, -1):
+                return False  # a bookmark, or older than the list already applied
+            deleted = event.get("type") == "DELETED"
+            name = metadata.get("name")
+            if kind == "pods":
+                if deleted:
+                    return self.pods.pop(f"{metadata.get('namespace')}/{name}", None) is not None
+                return self._put_pod(obj)
+            if kind == "nodes":
+                row = None if deleted else node_row(obj)
+                old = self.nodes.pop(name, None) if deleted else self.nodes.get(name)
+                if not deleted:
+                    self.nodes[name] = row
+                if old == row:
+                    return False
+                if old is None or row is None or old["labels"] != row["labels"]:
+                    self._topology = None
+                return True
+            if deleted:
+                self.hypernodes.pop(name, None)
+            else:
+                self.hypernodes[name] = obj
+            self._topology = None
+            return True
+
+    def inventory(self, tier_labels):
+        """The rows to write: nodes with their used resources, and the resolved HyperNode tree."""
+        with self.lock:
+            if self._topology is None:
+                labels = {name: row["labels"] for name, row in self.nodes.items()}
+                self._topology = resolve_topology(labels, self.hypernodes.values() if self.has_hypernodes else None,
+                                                  tier_labels)
+            return member_inventory(self.nodes, list(self.pods.values()), *self._topology)
+
+
+def _int(version: str) -> int:
+    """resourceVersions are opaque by contract, integers (etcd revisions) in practice."""
+    try:
+        return int(version)
+    except ValueError:
+        return -1
+
+
+_LISTS = {"nodes": (NODES, None), "pods": (PODS, {"fieldSelector": ACTIVE_PODS}), "hypernodes": (HYPERNODES, None)}
+
+
+def relist(client: MemberClient, mirror: MemberMirror, kind: str) -> None:
+    path, query = _LISTS[kind]
+    items, version = client.list(path, query)
+    mirror.replace(kind, items, version)
+
+
+def relist_all(client: MemberClient, mirror: MemberMirror) -> None:
+    """List nodes, pods and (where the member serves them) HyperNodes into the mirror."""
+    mirror.has_hypernodes = client.serves(HYPERNODE_GROUP, HYPERNODE_VERSION, "hypernodes")
+    for kind in MemberMirror.KINDS:
+        if kind != "hypernodes" or mirror.has_hypernodes:
+            relist(client, mirror, kind)
+
+
+def flush(database: Database, settings: Settings, cluster_id: int, mirror: MemberMirror) -> WriteResult | None:
+    """Write the mirror's rows for one cluster (None if it was removed meanwhile)."""
+    inventory = mirror.inventory(settings.topology_tier_labels)
+    with WRITES, transaction(database.sessions) as session:
+        cluster = session.get(Cluster, cluster_id)
+        if cluster is None:
+            return None
+        result = write_inventory(session, cluster, inventory, utcnow())
+        if cluster.last_error is not None and cluster.unreachable_since is None:
+            cluster.last_error = None  # the sync that failed before works again
+        return result
+
+
+def first_sync(database: Database, settings: Settings, cluster_id: int, client: MemberClient) -> WriteResult | None:
+    """The inventory of a cluster just registered, before the API answers."""
+    mirror = MemberMirror()
+    relist_all(client, mirror)
+    return flush(database, settings, cluster_id, mirror)
+
+
+@dataclass
+class _Member:
+    mirror: MemberMirror
+    due: float = 0.0
+    failures: int = 0
+    watches: list[_Watch] | None = None
+
+
+class InventorySyncService(LoopService):
+    """Full resync of each member on its own schedule; with `watch`, watches keep members fresh between."""
+
+    name = "inventory-sync"
+
+    def __init__(self, database: Database, settings: Settings, clients: MemberClients, *, watch: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(max(min(settings.cluster_sync_interval, 5.0), 0.5))
+        self.database, self.settings, self.clients = database, settings, clients
+        self.watch, self.clock = watch, clock
+        self.members: dict[int, _Member] = {}
+        self._pool = ThreadPoolExecutor(settings.member_workers, thread_name_prefix="inventory-sync")
+        self._dirty: set[int] = set()
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._flusher: threading.Thread | None = None
+
+    def run_once(self) -> dict[str, WriteResult | str]:
+        """Resync every member that is due; returns, per cluster synced, what changed or the error."""
+        with self.database.sessions() as session:
+            rows = session.execute(select(Cluster.id, Cluster.name, Cluster.kubeconfig_encrypted,
+                                          Cluster.context)).all()
+        self._forget({row.id for row in rows})
+        now = self.clock()
+        due = [row for row in rows if self.members.setdefault(row.id, _Member(MemberMirror())).due <= now]
+        return dict(zip((row.name for row in due), self._pool.map(self._sync, due)))
+
+    def _sync(self, row) -> WriteResult | str:
+        member = self.members[row.id]
+        try:
+            client = self.clients.get(row.id, row.kubeconfig_encrypted, row.context)
+            relist_all(client, member.mirror)
+            result = flush(self.database, self.settings, row.id, member.mirror)
+        except (MemberError, KubeconfigError, ValueError) as exc:
+            member.failures += 1
+            member.due = self.clock() + backoff(member.failures, max(self.settings.cluster_sync_interval, 1.0))
+            log.warning("inventory sync of %s failed (%d in a row): %s", row.name, member.failures, exc)
+            with WRITES, transaction(self.database.sessions) as session:
+                cluster = session.get(Cluster, row.id)
+                if cluster is not None:
+                    record_sync_error(session, cluster, f"sync: {exc}")
+            return str(exc)
+        member.failures = 0
+        member.due = self.clock() + self.settings.cluster_sync_interval * random.uniform(0.9, 1.1)
+        if self.watch and member.watches is None and result is not None:
+            member.watches = [_Watch(self, row.id, row.name, client, member.mirror, kind)
+                              for kind in MemberMirror.KINDS if kind != "hypernodes" or member.mirror.has_hypernodes]
+            self._start_flusher()
+            for watch in member.watches:
+                watch.start()
+        return result if result is not None else "removed"
+
+    def _forget(self, registered: set[int]) -> None:
+        for cluster_id in [i for i in self.members if i not in registered]:
+            for watch in self.members.pop(cluster_id).watches or ():
+                watch.stop()
+        self.clients.retain(registered)
+
+    # watches and the flusher ------------------------------------------------------------------------
+    def changed(self, cluster_id: int) -> None:
+        with self._wake:
+            self._dirty.add(cluster_id)
+            self._wake.notify()
+
+    def _start_flusher(self) -> None:
+        with self._wake:
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._flush_loop, name="inventory-flush", daemon=True)
+                self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        """Write the members whose mirror changed; changes that arrive meanwhile go in the next write."""
+        while True:
+            with self._wake:
+                while not self._dirty and not self._stopping:
+                    self._wake.wait()
+                if self._stopping:
+                    return
+                dirty, self._dirty = self._dirty, set()
+            for cluster_id in dirty:
+                member = self.members.get(cluster_id)
+                if member is None:
+                    continue
+                try:
+                    flush(self.database, self.settings, cluster_id, member.mirror)
+                except Exception:  # the next change or resync writes it again
+                    log.exception("inventory write of cluster %s failed", cluster_id)
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        for member in self.members.values():
+            for watch in member.watches or ():
+                watch.stop()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.clients.close()
+
+
+class _Watch(threading.Thread):
+    """Watches one kind on one member: resumes where it left off, relists when the server says the
+    version is gone, and backs off with jitter while the member fails."""
+
+    def __init__(self, service: InventorySyncService, cluster_id: int, cluster: str, client: MemberClient,
+                 mirror: MemberMirror, kind: str) -> None:
+        super().__init__(name=f"watch-{cluster}-{kind}", daemon=True)
+        self.service, self.cluster_id, self.cluster, self.client = service, cluster_id, cluster, client
+        self.mirror, self.kind = mirror, kind
+        self._stop_event = threading.Event()
+        self._stream: WatchStream | None = None
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        stream = self._stream
+        if stream is not None:
+            stream.close()
+
+    def run(self) -> None:
+        failures = 0
+        path, query = _LISTS[self.kind]
+        while not self._stop_event.is_set():
+            try:
+                self._stream = self.client.watch(path, self.mirror.resume.get(self.kind, ""), query, WATCH_SECONDS)
+                if self._stop_event.is_set():
+                    return
+                for event in self._stream:
+                    if self.mirror.apply(self.kind, event):
+                        self.service.changed(self.cluster_id)
+                failures = 0
+            except MemberError as exc:
+                if self._stop_event.is_set():
+                    return
+                if exc.reason == "Gone":
+                    try:
+                        relist(self.client, self.mirror, self.kind)
+                        self.service.changed(self.cluster_id)
+                        continue
+                    except MemberError as again:
+                        exc = again
+                failures += 1
+                log.info("watch of %s on %s: %s; retrying", self.kind, self.cluster, exc)
+                self._stop_event.wait(backoff(failures, 0.5, 30.0))
+            finally:
+                self._stream = None
+
+
+class ClusterHealthService(LoopService):
+    """Probes every member (GET /version) each interval; NotReady after the grace, Ready when it answers."""
+
+    name = "cluster-health"
+
+    def __init__(self, database: Database, settings: Settings, clients: MemberClients, *,
+                 now: Callable[[], Any] = utcnow) -> None:
+        super().__init__(max(settings.health_probe_interval, 0.1))
+        self.database, self.settings, self.clients, self.now = database, settings, clients, now
+        self._pool = ThreadPoolExecutor(settings.member_workers, thread_name_prefix="cluster-health")
+
+    def _probe(self, row) -> tuple[str | None, str | None]:
+        try:
+            return self.clients.get(row.id, row.kubeconfig_encrypted, row.context).version(), None
+        except (MemberError, KubeconfigError, ValueError) as exc:
+            return None, str(exc)
+
+    def run_once(self) -> dict[str, str]:
+        """Probe all members at once, then record every outcome in one transaction; returns the states."""
+        with self.database.sessions() as session:
+            rows = session.execute(select(Cluster.id, Cluster.kubeconfig_encrypted, Cluster.context)).all()
+        outcomes = dict(zip((row.id for row in rows), self._pool.map(self._probe, rows)))
+        now = self.now()
+        with WRITES, transaction(self.database.sessions) as session:
+            states = {}
+            for cluster in session.scalars(select(Cluster).where(Cluster.id.in_(list(outcomes)))):
+                version, error = outcomes[cluster.id]
+                record_probe(session, cluster, now=now, grace=self.settings.not_ready_grace,
+                             version=version, error=error)
+                states[cluster.name] = cluster.state
+        return states
+
+    def stop(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
