@@ -2,7 +2,6 @@
 
 ROUTER_MODULES = [
     "clusters",
-    "clusters",
     "tenants",
     "jobs",
     "dashboard",
