@@ -281,17 +281,17 @@ def request_cancel(session: Session, principal: Principal, job_id: int) -> Job:
     return job
 
 
-def clusters_of(session: Session, job_ids: list[int]) -> dict[int, list[str]]:
-    """The clusters each job has live placements on, for listings."""
-    found: dict[int, list[str]] = {}
+def clusters_of(session: Session, job_ids: list[int]) -> dict[int, list[tuple[str, str | None]]]:
+    """The (cluster, HyperNode) pairs each job has live or finished placements on, for listings."""
+    found: dict[int, list[tuple[str, str | None]]] = {}
     if not job_ids:
         return found
-    rows = session.execute(select(Placement.job_id, Placement.cluster_name)
+    rows = session.execute(select(Placement.job_id, Placement.cluster_name, Placement.hypernode)
                            .where(Placement.job_id.in_(job_ids), Placement.state.in_(PLACEMENT_LIVE_STATES + (
                                "Succeeded", "Failed"))).order_by(Placement.id))
-    for job_id, cluster in rows:
-        if cluster not in found.setdefault(job_id, []):
-            found[job_id].append(cluster)
+    for job_id, cluster, hypernode in rows:
+        if (cluster, hypernode) not in found.setdefault(job_id, []):
+            found[job_id].append((cluster, hypernode))
     return found
 
 
