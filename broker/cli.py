@@ -12,6 +12,7 @@ from cryptography.fernet import Fernet
 from sqlalchemy.orm import Session
 
 import broker
+from broker.cli_clusters import clusters_app
 from broker.cli_jobs import jobs_app, queues_app, submit, tenants_app, tokens_app
 from broker.errors import Conflict, Invalid, NotFound
 from broker.settings import ConfigError, get_settings
@@ -26,6 +27,7 @@ app.add_typer(jobs_app, name="jobs")
 app.add_typer(queues_app, name="queues")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(tokens_app, name="tokens")
+app.add_typer(clusters_app, name="clusters")
 app.command()(submit)
 
 

@@ -422,7 +422,7 @@ SELECT h.cluster_id, 'hypernode', h.name, h.tier, h.parent, json_array_length(h.
        SUM(p.allocatable), SUM(p.used), SUM(p.free)
 FROM hypernodes h LEFT JOIN json_each(h.nodes) m ON 1 = 1
      LEFT JOIN node_free p ON p.cluster_id = h.cluster_id AND p.name = m.value {where_hypernode}
-GROUP BY h.cluster_id, h.name, h.tier, h.parent, p.resource
+GROUP BY h.id, p.resource
 """,
     "postgresql": """
 WITH per_node AS (
@@ -440,7 +440,7 @@ SELECT h.cluster_id, 'hypernode', h.name, h.tier, h.parent, jsonb_array_length(h
        SUM(p.allocatable), SUM(p.used), SUM(p.free)
 FROM hypernodes h LEFT JOIN LATERAL jsonb_array_elements_text(h.nodes) m(value) ON true
      LEFT JOIN node_free p ON p.cluster_id = h.cluster_id AND p.name = m.value {where_hypernode}
-GROUP BY h.cluster_id, h.name, h.tier, h.parent, p.resource
+GROUP BY h.id, p.resource
 """,
 }
 
