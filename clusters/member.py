@@ -79,11 +79,12 @@ class MemberClient:
 
     # requests ------------------------------------------------------------------------------------
     def _send(self, method: str, path: str, query: dict | None = None, body: Any = None,
-              timeout: float | tuple[float, float] | None = None) -> urllib3.BaseHTTPResponse:
+              timeout: float | tuple[float, float] | None = None,
+              content_type: str = "application/json") -> urllib3.BaseHTTPResponse:
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
         headers = {"Accept": "application/json"}
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         request = self._api.param_serialize(method, path, query_params=params, header_params=headers, body=body,
                                             auth_settings=["BearerToken"])
         try:
@@ -99,9 +100,10 @@ class MemberClient:
             raise _status_error(self.api_server, method, path, response.status, data)
         return response
 
-    def request(self, method: str, path: str, query: dict | None = None, body: Any = None) -> dict:
+    def request(self, method: str, path: str, query: dict | None = None, body: Any = None,
+                content_type: str = "application/json") -> dict:
         """One call; the decoded JSON body. Raises MemberError."""
-        response = self._send(method, path, query, body)
+        response = self._send(method, path, query, body, content_type=content_type)
         try:
             return json.loads(response.data)
         except ValueError:
@@ -109,6 +111,9 @@ class MemberClient:
 
     def get(self, path: str, query: dict | None = None) -> dict:
         return self.request("GET", path, query)
+
+    def patch(self, path: str, body: Any, content_type: str = "application/merge-patch+json") -> dict:
+        return self.request("PATCH", path, body=body, content_type=content_type)
 
     def list(self, path: str, query: dict | None = None) -> tuple[list[dict], str]:
         """All items of a collection, page by page; and the resourceVersion to watch from."""

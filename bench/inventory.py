@@ -1,0 +1,158 @@
+"""Benchmark of the inventory sync, against one `python -m clusters.sim --tls` process.
+
+Reports the time of one full sync of every member (first sync: every row inserted; resync: nothing
+changed, nothing written) and the time a node change on a member takes to reach the inventory
+through the watches (a label patched on the member, until the node row shows it). Prints a table;
+the last line is one JSON object of the figures.
+
+    python bench/inventory.py [--clusters 100] [--nodes 500] [--changes 30] [--database-url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from cryptography.fernet import Fernet
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from broker.db.models import Cluster, Node  # noqa: E402
+from broker.db.runtime import open_database  # noqa: E402
+from broker.db.session import transaction  # noqa: E402
+from broker.inventory import register_cluster  # noqa: E402
+from broker.services.inventory import InventorySyncService, MemberClients  # noqa: E402
+from broker.settings import Settings  # noqa: E402
+from clusters.member import MemberClient  # noqa: E402
+from sqlalchemy import func, select  # noqa: E402
+
+
+def start_simulator(work: Path, clusters: int, nodes: int) -> subprocess.Popen:
+    scenario = {"defaults": {"nodes": nodes, "node": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"},
+                             "topology": {"leaf": 16, "spine": 4}, "hypernodes": "crd"},
+                "clusters": [{"name": f"c{i:03d}", "hypernodes": "crd" if i % 2 else "labels"}
+                             for i in range(clusters)]}
+    (work / "scenario.yaml").write_text(yaml.safe_dump(scenario))
+    proc = subprocess.Popen([sys.executable, "-m", "clusters.sim", "--scenario", str(work / "scenario.yaml"),
+                             "--port", "0", "--kubeconfig-dir", str(work), "--tls"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:  # kubeconfigs are written before serving
+        if "admin token" in line:
+            break
+    deadline = time.monotonic() + 120
+    while True:  # serving: the first member answers
+        try:
+            client = MemberClient.from_kubeconfig((work / "c000.kubeconfig").read_text())
+            client.version()
+            client.close()
+            return proc
+        except Exception:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise
+            time.sleep(0.1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clusters", type=int, default=100)
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--changes", type=int, default=30)
+    parser.add_argument("--database-url", default=None, help="default: a fresh SQLite file")
+    parser.add_argument("--workers", type=int, default=Settings.model_fields["member_workers"].default,
+                        help="members synced at once (ARCHIPELAGO_MEMBER_WORKERS)")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="inventory-bench-"))
+    settings = Settings(database_url=args.database_url or f"sqlite:///{work / 'archipelago.db'}",
+                        secret_key=Fernet.generate_key().decode(), cluster_sync_interval=0.0,
+                        member_workers=args.workers, _env_file=None)
+    database = open_database(settings, upgrade=True)
+    proc = start_simulator(work, args.clusters, args.nodes)
+    members = MemberClients(settings)
+    try:
+        names = [f"c{i:03d}" for i in range(args.clusters)]
+        t0 = time.perf_counter()
+        for name in names:
+            with transaction(database.sessions) as session:
+                _, client = register_cluster(session, settings, name=name,
+                                             kubeconfig=(work / f"{name}.kubeconfig").read_text())
+            client.close()
+        registration = time.perf_counter() - t0
+
+        syncer = InventorySyncService(database, settings, members, watch=False)
+        t0 = time.perf_counter()
+        first = syncer.run_once()
+        full_sync = time.perf_counter() - t0
+        assert all(not isinstance(r, str) for r in first.values()), first
+        with database.sessions() as session:
+            stored = session.scalar(select(func.count()).select_from(Node))
+        assert stored == args.clusters * args.nodes, stored
+        t0 = time.perf_counter()
+        syncer.run_once()
+        resync = time.perf_counter() - t0
+        syncer.stop()
+
+        watcher = InventorySyncService(database, settings.model_copy(update={"cluster_sync_interval": 3600.0}),
+                                       MemberClients(settings))
+        watcher.run_once()
+        time.sleep(1.0)  # let every watch connect before the first change
+        patchers = {name: MemberClient.from_kubeconfig((work / f"{name}.kubeconfig").read_text()) for name in names}
+        rng = random.Random(7)
+        latencies = []
+        for i in range(args.changes):
+            name, node = rng.choice(names), f"node-{rng.randrange(args.nodes):0{max(2, len(str(args.nodes - 1)))}d}"
+            value = f"v{i}"
+            t0 = time.perf_counter()
+            patchers[name].patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {"bench": value}}})
+            deadline = t0 + 10
+            while True:
+                with database.sessions() as session:
+                    labels = session.scalar(select(Node.labels).join(Cluster).where(Cluster.name == name,
+                                                                                     Node.name == node))
+                if labels.get("bench") == value:
+                    latencies.append(time.perf_counter() - t0)
+                    break
+                if time.perf_counter() > deadline:
+                    raise RuntimeError(f"change {i} on {name}/{node} did not reach the inventory in 10 s")
+                time.sleep(0.002)
+        watcher.stop()
+        for client in patchers.values():
+            client.close()
+    finally:
+        members.close()
+        proc.terminate()
+        proc.wait(30)
+        database.dispose()
+
+    figures = {"clusters": args.clusters, "nodes_per_cluster": args.nodes, "workers": args.workers, "backend": database.engine.dialect.name,
+               "registration_s": round(registration, 2), "full_sync_s": round(full_sync, 2),
+               "resync_unchanged_s": round(resync, 2), "changes": args.changes,
+               "change_p50_ms": round(statistics.median(latencies) * 1000, 1),
+               "change_max_ms": round(max(latencies) * 1000, 1)}
+    rows = [(f"register {args.clusters} clusters (checks over HTTPS)", f"{registration:.2f} s", ""),
+            (f"full sync, {args.clusters} x {args.nodes} nodes (all rows written)", f"{full_sync:.2f} s", "<= 10 s"),
+            ("resync, nothing changed (no writes)", f"{resync:.2f} s", ""),
+            ("node change on a member -> inventory, median", f"{figures['change_p50_ms']} ms", ""),
+            (f"node change on a member -> inventory, max of {args.changes}", f"{figures['change_max_ms']} ms",
+             "<= 1000 ms")]
+    width = max(len(r[0]) for r in rows)
+    print(f"{'measure'.ljust(width)}  {'value':>10}  target")
+    for name, value, target in rows:
+        print(f"{name.ljust(width)}  {value:>10}  {target}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
