@@ -25,12 +25,13 @@ log = logging.getLogger("archipelago.api")
 
 
 def create_app(settings: Settings | None = None, database: Database | None = None, *,
-               run_loops: bool = True) -> FastAPI:
+               run_loops: bool | None = None) -> FastAPI:
     """Build the app; the database is migrated on start for the embedded SQLite default.
 
     `run_loops=False` serves the API alone: tests drive each loop service's `run_once()` themselves.
     """
     settings = settings or get_settings()
+    run_loops = settings.run_loops if run_loops is None else run_loops
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     priority_classes: dict[str, int] = {"low": 100, "normal": 1000, "high": 10000}
     default_priority_class: str = "normal"
 
+    # False serves the API alone (an extra API replica); the loop services run in one process only.
+    run_loops: bool = True
+
     # Loop intervals, in seconds.
     scheduler_interval: float = 2.0
     cluster_sync_interval: float = 30.0

@@ -111,10 +111,11 @@ async def submit(request: Request, session: SessionDep, principal: PrincipalDep,
                                        await _read_body(request, settings.max_request_bytes))
     owner = _submitting_tenant(session, principal, tenant)
     capacity = request.app.state.capacity.get(session)
-    jobs = job_service.submit_jobs(session, owner, manifests, settings, capacity, queue_override=queue, batch=batch)
+    submitted = job_service.submit_jobs(session, owner, manifests, settings, capacity, queue_override=queue,
+                                        batch=batch)
     session.commit()
     request.app.state.services.wake("scheduler")
-    return schemas.SubmitResult(items=_jobs_out(session, jobs))
+    return schemas.SubmitResult(items=[job_out(job, owner.name, queue_name, []) for job, queue_name in submitted])
 
 
 @router.post("/jobs:dry-run", tags=["jobs"], response_model=schemas.DryRunOut, openapi_extra=JOBSET_BODY,

@@ -175,6 +175,7 @@ class Job(Base):
         # The scheduler's read: pending jobs by queue, then priority and age.
         Index(None, "state", "queue_id", "priority", "submitted_at"),
         Index(None, "tenant_id", "state"),
+        Index(None, "namespace", "name"),  # one live job per namespace/name (they would collide on members)
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)

@@ -152,6 +152,7 @@ def upgrade() -> None:
     with op.batch_alter_table('jobs', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_jobs_state_queue_id_priority_submitted_at'), ['state', 'queue_id', 'priority', 'submitted_at'], unique=False)
         batch_op.create_index(batch_op.f('ix_jobs_tenant_id_state'), ['tenant_id', 'state'], unique=False)
+        batch_op.create_index(batch_op.f('ix_jobs_namespace_name'), ['namespace', 'name'], unique=False)
 
     op.create_table('placements',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
@@ -194,6 +195,7 @@ def downgrade() -> None:
 
     op.drop_table('placements')
     with op.batch_alter_table('jobs', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_jobs_namespace_name'))
         batch_op.drop_index(batch_op.f('ix_jobs_tenant_id_state'))
         batch_op.drop_index(batch_op.f('ix_jobs_state_queue_id_priority_submitted_at'))
 

@@ -1,0 +1,193 @@
+"""Submit API benchmark: single-POST rate and p99, and batch throughput, over a 100,000-job backlog.
+
+    python bench/api.py [--backlog N] [--requests N] [--clients C] [--batch B] [--backends sqlite,postgres]
+
+Each backend gets a fresh database (an SQLite file; a throw-away PostgreSQL database on
+ARCHIPELAGO_TEST_POSTGRES_URL or 127.0.0.1:5432), migrated, with one tenant and queue and a backlog of
+Queued jobs inserted in bulk. `archipelago serve` then runs as its own process with the loop services
+off (ARCHIPELAGO_RUN_LOOPS=false: this measures the API, not the scheduler), and C client threads
+POST JobSets one by one over HTTP, then in batches of B. Prints a table, then one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+from cryptography.fernet import Fernet
+from sqlalchemy import create_engine, insert, text
+from sqlalchemy.engine import make_url
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from broker.db import migrate  # noqa: E402
+from broker.db.models import Job, Queue, Tenant  # noqa: E402
+
+ADMIN_TOKEN = "bench-admin-token"
+HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+def jobset(name: str) -> dict:
+    container = {"name": "trainer", "image": "ghcr.io/example/trainer:1",
+                 "resources": {"requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"}}}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "training"}},
+            "spec": {"replicatedJobs": [{"name": "workers", "replicas": 4, "template": {"spec": {
+                "parallelism": 1, "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}}}]}}
+
+
+@contextmanager
+def database(backend: str) -> Iterator[str]:
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory() as directory:
+            yield f"sqlite:///{directory}/bench.db"
+        return
+    server = make_url(os.environ.get("ARCHIPELAGO_TEST_POSTGRES_URL",
+                                     "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"))
+    server = server.set(drivername="postgresql+psycopg")
+    name = f"archipelago_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def prepare(url: str, backlog: int) -> None:
+    """Migrate, one tenant and queue, and `backlog` Queued jobs inserted in bulk."""
+    engine = create_engine(url)
+    migrate.upgrade(engine)
+    now = datetime.now(timezone.utc)
+    manifest = jobset("backlog")
+    with engine.begin() as connection:
+        tenant_id = connection.execute(insert(Tenant).values(name="research", namespaces=["research"], created_at=now)
+                                       .returning(Tenant.id)).scalar_one()
+        queue_id = connection.execute(insert(Queue).values(
+            name="training", tenant_id=tenant_id, weight=1.0, priority=0, nominal_quota={}, preemption_policy="Never",
+            is_default=True, created_at=now).returning(Queue.id)).scalar_one()
+        rows = [{"tenant_id": tenant_id, "queue_id": queue_id, "name": f"backlog-{i}", "namespace": "research",
+                 "manifest": manifest, "priority_class": "normal", "priority": 1000, "placement_mode": "whole",
+                 "demand": {"nvidia.com/gpu": 32000}, "state": "Queued", "waiting_reasons": {}, "status": {},
+                 "restart_count": 0, "submitted_at": now} for i in range(backlog)]
+        for start in range(0, len(rows), 10_000):
+            connection.execute(insert(Job), rows[start:start + 10_000])
+    engine.dispose()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def broker_server(url: str) -> Iterator[str]:
+    port = free_port()
+    environment = {**os.environ, "ARCHIPELAGO_DATABASE_URL": url, "ARCHIPELAGO_ADMIN_TOKEN": ADMIN_TOKEN,
+                   "ARCHIPELAGO_SECRET_KEY": Fernet.generate_key().decode(), "ARCHIPELAGO_RUN_LOOPS": "false"}
+    process = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app",
+                                "--port", str(port), "--log-level", "warning", "--no-access-log"],
+                               cwd=ROOT, env=environment)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the broker did not start")
+            time.sleep(0.1)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def post_concurrently(base: str, bodies: list, clients: int) -> tuple[float, list[float]]:
+    """Send every body once, spread over `clients` threads; return wall time and per-request latencies."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    chunks = [bodies[i::clients] for i in range(clients)]
+
+    def worker(chunk: list) -> None:
+        with httpx.Client(base_url=base, headers=HEADERS, timeout=60) as http:
+            mine = []
+            for body in chunk:
+                started = time.perf_counter()
+                answer = http.post("/api/v1/jobs", json=body, params={"tenant": "research"})
+                mine.append(time.perf_counter() - started)
+                if answer.status_code != 201:
+                    raise SystemExit(f"submission failed: {answer.status_code} {answer.text[:300]}")
+            with lock:
+                latencies.extend(mine)
+
+    threads = [threading.Thread(target=worker, args=(chunk,)) for chunk in chunks]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started, latencies
+
+
+def p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100)[98] if len(values) >= 2 else values[0]
+
+
+def measure(backend: str, backlog: int, requests: int, clients: int, batch: int) -> dict:
+    with database(backend) as url:
+        prepare(url, backlog)
+        with broker_server(url) as base:
+            post_concurrently(base, [jobset(f"warmup-{i}") for i in range(50)], clients)
+            wall, latencies = post_concurrently(base, [jobset(f"single-{i}") for i in range(requests)], clients)
+            batches = [[jobset(f"batch-{b}-{i}") for i in range(batch)] for b in range(max(4, clients))]
+            batch_wall, _ = post_concurrently(base, batches, min(clients, 2))
+    return {"backend": backend, "single_per_s": round(requests / wall, 1),
+            "single_p50_ms": round(statistics.median(latencies) * 1000, 1),
+            "single_p99_ms": round(p99(latencies) * 1000, 1),
+            "batch_jobsets_per_s": round(len(batches) * batch / batch_wall, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backlog", type=int, default=100_000)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--backends", default="sqlite,postgres")
+    args = parser.parse_args()
+    results = [measure(b, args.backlog, args.requests, args.clients, args.batch) for b in args.backends.split(",")]
+    print(f"{'backend':<10} {'single/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'batch JobSets/s':>16}")
+    for r in results:
+        print(f"{r['backend']:<10} {r['single_per_s']:>9} {r['single_p50_ms']:>8} {r['single_p99_ms']:>8} "
+              f"{r['batch_jobsets_per_s']:>16}")
+    figures = {"backlog": args.backlog, "clients": args.clients, "batch": args.batch}
+    for r in results:
+        figures.update({f"{r['backend']}_{k}": v for k, v in r.items() if k != "backend"})
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
