@@ -232,44 +232,34 @@ class WriteResult:
         return bool(self.nodes_added or self.nodes_changed or self.nodes_removed or self.hypernodes_changed)
 
 
+def _write_rows(session: Session, model: type[Node] | type[HyperNode], cluster_id: int,
+                wanted: Mapping[str, Mapping[str, Any]], fields: Sequence[str]) -> tuple[int, int, int]:
+    """Make a cluster's rows of `model` equal `wanted` (name -> field values); (added, changed, removed)."""
+    stored = {row.name: row for row in session.execute(
+        select(model.id, model.name, *(getattr(model, f) for f in fields)).where(model.cluster_id == cluster_id))}
+    added, changed = [], []
+    for name, values in wanted.items():
+        old = stored.pop(name, None)
+        if old is None:
+            added.append({"cluster_id": cluster_id, "name": name, **values})
+        elif any(getattr(old, f) != values[f] for f in fields):
+            changed.append({"id": old.id, **values})
+    if added:
+        session.execute(insert(model), added)
+    if changed:
+        session.execute(update(model), changed)
+    if stored:
+        session.execute(delete(model).where(model.id.in_([row.id for row in stored.values()])))
+    return len(added), len(changed), len(stored)
+
+
 def write_inventory(session: Session, cluster: Cluster, inventory: MemberInventory, now: datetime) -> WriteResult:
     """Make the stored nodes and HyperNodes of `cluster` equal `inventory`, writing only the differences."""
     result = WriteResult()
-    stored = {row.name: row for row in session.execute(
-        select(Node.id, Node.name, *(getattr(Node, f) for f in _NODE_FIELDS)).where(Node.cluster_id == cluster.id))}
-    added, changed = [], []
-    for name, row in inventory.nodes.items():
-        old = stored.pop(name, None)
-        if old is None:
-            added.append({"cluster_id": cluster.id, "name": name, **row})
-        elif any(getattr(old, f) != row[f] for f in _NODE_FIELDS):
-            changed.append({"id": old.id, **row})
-    if added:
-        session.execute(insert(Node), added)
-    if changed:
-        session.execute(update(Node), changed)
-    if stored:
-        session.execute(delete(Node).where(Node.id.in_([row.id for row in stored.values()])))
-    result.nodes_added, result.nodes_changed, result.nodes_removed = len(added), len(changed), len(stored)
-
-    old_tree = {row.name: row for row in session.execute(
-        select(HyperNode.id, HyperNode.name, HyperNode.tier, HyperNode.parent, HyperNode.nodes)
-        .where(HyperNode.cluster_id == cluster.id))}
-    new_hypernodes, changed_hypernodes = [], []
-    for hypernode in inventory.topology.hypernodes:
-        values = {"tier": hypernode.tier, "parent": hypernode.parent, "nodes": list(hypernode.nodes)}
-        old = old_tree.pop(hypernode.name, None)
-        if old is None:
-            new_hypernodes.append({"cluster_id": cluster.id, "name": hypernode.name, **values})
-        elif (old.tier, old.parent, old.nodes) != (values["tier"], values["parent"], values["nodes"]):
-            changed_hypernodes.append({"id": old.id, **values})
-    if new_hypernodes:
-        session.execute(insert(HyperNode), new_hypernodes)
-    if changed_hypernodes:
-        session.execute(update(HyperNode), changed_hypernodes)
-    if old_tree:
-        session.execute(delete(HyperNode).where(HyperNode.id.in_([row.id for row in old_tree.values()])))
-    result.hypernodes_changed = len(new_hypernodes) + len(changed_hypernodes) + len(old_tree)
+    result.nodes_added, result.nodes_changed, result.nodes_removed = _write_rows(
+        session, Node, cluster.id, inventory.nodes, _NODE_FIELDS)
+    tree = {h.name: {"tier": h.tier, "parent": h.parent, "nodes": list(h.nodes)} for h in inventory.topology.hypernodes}
+    result.hypernodes_changed = sum(_write_rows(session, HyperNode, cluster.id, tree, ("tier", "parent", "nodes")))
 
     warnings = inventory.topology.warnings
     result.new_warnings = [w for w in warnings if w not in (cluster.warnings or [])]

@@ -95,11 +95,8 @@ def _match_nodes(owner: str, selector: Mapping, node_labels: Mapping[str, Mappin
         warnings.add("dangling", f"HyperNode {owner}: member node {name!r} does not exist")
         return set()
     if "regexMatch" in selector:
-        pattern = (selector["regexMatch"] or {}).get("pattern") or ""
-        try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            warnings.add("member", f"HyperNode {owner}: regexMatch {pattern!r} is not a regular expression ({exc})")
+        regex = _regex(owner, selector, warnings)
+        if regex is None:
             return set()
         found = {n for n in node_labels if regex.search(n)}
     elif "labelMatch" in selector:
@@ -120,6 +117,16 @@ def _match_nodes(owner: str, selector: Mapping, node_labels: Mapping[str, Mappin
     return found
 
 
+def _regex(owner: str, selector: Mapping, warnings: _Warnings) -> re.Pattern | None:
+    """The compiled regexMatch pattern (Go's MatchString is a search, as `re.search` is), or None with a warning."""
+    pattern = (selector["regexMatch"] or {}).get("pattern") or ""
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        warnings.add("member", f"HyperNode {owner}: regexMatch {pattern!r} is not a regular expression ({exc})")
+        return None
+
+
 def _match_hypernodes(owner: str, selector: Mapping, specs: Mapping[str, Mapping], warnings: _Warnings) -> list[str]:
     if "exactMatch" in selector:
         name = (selector["exactMatch"] or {}).get("name")
@@ -128,15 +135,10 @@ def _match_hypernodes(owner: str, selector: Mapping, specs: Mapping[str, Mapping
         warnings.add("dangling", f"HyperNode {owner}: member HyperNode {name!r} does not exist")
         return []
     if "regexMatch" in selector:
-        pattern = (selector["regexMatch"] or {}).get("pattern") or ""
-        try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            warnings.add("member", f"HyperNode {owner}: regexMatch {pattern!r} is not a regular expression ({exc})")
-            return []
-        found = [n for n in specs if n != owner and regex.search(n)]
-        if not found:
-            warnings.add("dangling", f"HyperNode {owner}: regexMatch {pattern!r} matches no HyperNode")
+        regex = _regex(owner, selector, warnings)
+        found = [n for n in specs if n != owner and regex.search(n)] if regex else []
+        if regex and not found:
+            warnings.add("dangling", f"HyperNode {owner}: regexMatch {regex.pattern!r} matches no HyperNode")
         return found
     warnings.add("member", f"HyperNode {owner}: a HyperNode member needs exactMatch or regexMatch")
     return []
