@@ -113,8 +113,9 @@ def _reserved_keys_check(manifest: Mapping[str, Any], where: str) -> None:
                           f"{', '.join(sorted(TENANT_ANNOTATIONS))}")
 
 
-def _validated(session: Session, tenant: Tenant, manifest: Any, where: str, queue_override: str | None,
-               settings: Settings, capacity: FederationCapacity) -> tuple[JobSpec, Queue, str, int]:
+def validate_submission(session: Session, tenant: Tenant, manifest: Any, where: str, queue_override: str | None,
+                        settings: Settings, capacity: FederationCapacity) -> tuple[JobSpec, Queue, str, int]:
+    """Everything a submission must pass; returns its spec, queue, namespace and priority."""
     try:
         spec = parse_jobset(manifest)
     except JobSetError as exc:
@@ -157,8 +158,8 @@ def submit_jobs(session: Session, tenant: Tenant, manifests: list[Any], settings
     accepted = []
     for index, manifest in enumerate(manifests):
         where = f"[{index}]." if batch else ""
-        spec, queue, namespace, priority = _validated(session, tenant, manifest, where, queue_override, settings,
-                                                      capacity)
+        spec, queue, namespace, priority = validate_submission(session, tenant, manifest, where, queue_override,
+                                                               settings, capacity)
         accepted.append((where, spec, queue, namespace, priority, manifest))
     _refuse_duplicate_names(session, [(w, ns, spec.name) for w, spec, _, ns, _, _ in accepted])
     now = utcnow()

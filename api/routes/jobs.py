@@ -19,6 +19,8 @@ from api.views import event_out, humanised, job_out, placement_out
 from broker import jobs as job_service
 from broker.db.models import Job, Queue, Tenant
 from broker.errors import Invalid, NotFound
+from broker.jobset import JobSetError
+from broker.scheduling import dry_run_manifest
 from broker.tenancy import Principal, get_tenant
 
 router = APIRouter(prefix="/api/v1")
@@ -122,14 +124,27 @@ async def submit(request: Request, session: SessionDep, principal: PrincipalDep,
              responses=problems(400, 401, 404, 413, 415, 422), summary="Where would this JobSet go now, and why")
 async def dry_run(request: Request, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
                   tenant: str | None = Query(None, description="the tenant to ask for (admins only)")):
-    from broker.scheduling import dry_run_manifest
-
     manifests, batch = _decode_jobsets(request.headers.get("content-type", ""),
                                        await _read_body(request, settings.max_request_bytes))
     if batch:
         raise Invalid("", "a dry run takes one JobSet")
     owner = _submitting_tenant(session, principal, tenant)
-    return dry_run_manifest(session, manifests[0], owner.name, settings)
+    job_service.validate_submission(session, owner, manifests[0], "", None, settings,
+                                    request.app.state.capacity.get(session))
+    session.rollback()  # the dry run reads its own consistent snapshot
+    try:
+        answer = dry_run_manifest(session, manifests[0], owner.name, settings)
+    except JobSetError as exc:
+        raise Invalid(exc.path, exc.message) from None
+    waiting = answer.waiting
+    return schemas.DryRunOut(
+        fits=bool(answer.placements),
+        placements=[schemas.DryRunPlacement(part=p.part or "", cluster=p.cluster, hypernode=p.hypernode, tier=p.tier,
+                                            nodes=sorted(p.node_names())) for p in answer.placements],
+        clusters=[schemas.DryRunCluster(cluster=v.cluster, score=v.score, reason=v.reason or None)
+                  for v in answer.clusters],
+        reason=waiting.message if waiting else None,
+        waiting_reasons=dict(waiting.clusters) if waiting else {})
 
 
 @router.get("/jobs", tags=["jobs"], response_model=schemas.JobPage, responses=problems(401, 422))

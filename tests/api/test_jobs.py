@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from broker.db.crypto import KubeconfigCipher
-from broker.db.models import Cluster, Node
+from broker.db.models import Cluster, HyperNode, Node
 from clusters.quantity import to_milli
 from tests.api.conftest import make_tenant
 from tests.api.jobsets import example, example_files, jobset, with_change
@@ -239,3 +239,45 @@ def test_metrics_count_jobs_by_state_and_queue_depth(admin, research):
     assert 'archipelago_queue_pending_jobs{queue="training"} 2.0' in text
     assert 'archipelago_queue_pending_jobs{queue="eval"} 0.0' in text
     assert "archipelago_scheduler_cycle_seconds_bucket" in text
+
+
+def _cluster_with_leaves(session, cipher, name: str, leaves: int, labels: dict) -> None:
+    """A Ready cluster of `leaves` tier-1 HyperNodes of 4 eight-GPU nodes each, under one spine."""
+    cluster = Cluster(name=name, api_server=f"https://{name}", kubeconfig_encrypted=cipher.encrypt("x"),
+                      state="Ready", jobset_crd=True, labels=labels)
+    allocatable = {"nvidia.com/gpu": 8000, "cpu": 64000, "memory": to_milli("512Gi")}
+    nodes, hypernodes = [], []
+    for leaf in range(leaves):
+        members = [f"{name}-l{leaf}-n{i}" for i in range(4)]
+        nodes += [Node(name=n, allocatable=allocatable, used={}) for n in members]
+        hypernodes.append(HyperNode(name=f"leaf-{leaf}", tier=1, parent="spine-0", nodes=members))
+    hypernodes.append(HyperNode(name="spine-0", tier=2, parent=None, nodes=[n.name for n in nodes]))
+    cluster.nodes, cluster.hypernodes = nodes, hypernodes
+    session.add(cluster)
+
+
+def test_dry_run_says_where_a_job_would_go_and_writes_nothing(research, db, settings):
+    cipher = KubeconfigCipher(settings.fernet_key())
+    with db.sessions() as session, session.begin():
+        _cluster_with_leaves(session, cipher, "eu-west", 2, {"region": "eu"})
+        _cluster_with_leaves(session, cipher, "us-east", 1, {"region": "us"})
+    research.app.state.capacity = type(research.app.state.capacity)()
+    hard = {"archipelago.io/network-topology-mode": "hard", "archipelago.io/highest-tier-allowed": "1"}
+    answer = research.post("/api/v1/jobs:dry-run", json=jobset("train", replicas=4, gpus=8, annotations=hard))
+    assert answer.status_code == 200, answer.text
+    plan = answer.json()
+    assert plan["fits"] is True
+    [placement] = plan["placements"]
+    assert placement["tier"] == 1 and placement["hypernode"].startswith("leaf-")
+    assert len(placement["nodes"]) == 4
+
+    eu_only = {**hard, "archipelago.io/cluster-selector": "region=eu"}
+    waits = research.post("/api/v1/jobs:dry-run", json=jobset("big", replicas=5, gpus=8, annotations=eu_only)).json()
+    assert waits["fits"] is False
+    assert set(waits["waiting_reasons"]) == {"eu-west", "us-east"}
+    assert waits["waiting_reasons"]["eu-west"] == ("needs 40 GPUs in one tier-1 HyperNode; "
+                                                   "the largest free one has 32")
+    assert "region=eu" in waits["waiting_reasons"]["us-east"]
+    assert research.get("/api/v1/jobs").json()["items"] == []
+    invalid = research.post("/api/v1/jobs:dry-run", json=with_change(jobset("x"), "kind", "Job"))
+    assert invalid.status_code == 422
