@@ -131,9 +131,9 @@ async def dry_run(request: Request, session: SessionDep, principal: PrincipalDep
     owner = _submitting_tenant(session, principal, tenant)
     job_service.validate_submission(session, owner, manifests[0], "", None, settings,
                                     request.app.state.capacity.get(session))
-    session.rollback()  # the dry run reads its own consistent snapshot
     try:
-        answer = dry_run_manifest(session, manifests[0], owner.name, settings)
+        with request.app.state.db.sessions() as snapshot_session:  # its own consistent read
+            answer = dry_run_manifest(snapshot_session, manifests[0], owner.name, settings)
     except JobSetError as exc:
         raise Invalid(exc.path, exc.message) from None
     waiting = answer.waiting
