@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,10 +13,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/archipelago serve
+	$(BIN)/archipelago demo
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(BIN)/python -m pytest
+
+# The browser tests drive Debian's Chromium; install it when missing (needs root; otherwise they fail and say how).
+chromium:
+	@test -x /usr/bin/chromium || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+		echo "chromium is missing: install it with 'apt-get install -y chromium' (as root) for the browser tests"; }
 
 bench: $(STAMP)
 	$(BIN)/python bench/placement.py

@@ -110,6 +110,18 @@ def secret_generate() -> None:
 
 
 @app.command()
+def demo(port: int = typer.Option(8000, help="dashboard and API port"),
+         speed: float = typer.Option(20.0, help="simulated seconds per real second"),
+         duration: float = typer.Option(None, help="stop after this many seconds [default: run until Ctrl-C]"),
+         workdir: Path = typer.Option(Path("demo-run"), help="where the demo keeps its database and kubeconfigs"),
+         ) -> None:
+    """Run the whole federation on this machine: simulated clusters, the broker, tenants and a job stream."""
+    from broker.demo import run_demo
+
+    run_demo(port=port, speed=speed, duration=duration, workdir=workdir)
+
+
+@app.command()
 def sim(scenario: Path = typer.Option(..., exists=True, dir_okay=False, help="Scenario YAML"),
         host: str = "127.0.0.1", port: int = 6443,
         kubeconfig_dir: Path = typer.Option(Path("."), help="Where to write <cluster>.kubeconfig"),

@@ -1,0 +1,235 @@
+"""`archipelago demo`: the whole federation on one machine, on the embedded defaults.
+
+Three simulated member clusters of different shapes, the broker with every loop service, two tenants
+with queues of different weights, and a stream of JobSets shaped like ../shared/examples (varied
+sizes and priorities, some `split`, some `hard` topology, an occasional failure). One cluster drops
+off the network for a minute and comes back, so the dashboard shows failover too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from broker.settings import Settings, new_token
+
+SCENARIO = {"clusters": [
+    {"name": "h100-eu", "labels": {"region": "eu", "gpu": "h100", "provider": "onprem"}, "nodes": 32,
+     "node": {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "8"}, "topology": {"leaf": 8, "spine": 2},
+     "hypernodes": "crd", "zones": ["eu-west-1a", "eu-west-1b"]},
+    {"name": "a100-us", "labels": {"region": "us", "gpu": "a100", "provider": "cloud"}, "nodes": 16,
+     "node": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"}, "topology": {"leaf": 4, "spine": 2},
+     "hypernodes": "labels", "zones": ["us-east-1a", "us-east-1b"]},
+    {"name": "cpu-eu", "labels": {"region": "eu", "gpu": "none", "provider": "cloud"}, "nodes": 8,
+     "node": {"cpu": "64", "memory": "256Gi"}, "topology": {"leaf": 8, "spine": 1}, "hypernodes": "none"},
+]}
+TENANTS = {
+    "research": {"namespaces": ["team-a"], "queues": {
+        "research": {"weight": 3, "nominal_quota": {"nvidia.com/gpu": "128"}, "default": True},
+        "eval": {"weight": 1, "borrowing_limit": {"nvidia.com/gpu": "32"}}}},
+    "vision": {"namespaces": ["team-b"], "queues": {
+        "production": {"weight": 2, "priority": 10, "preemption_policy": "LowerPriority", "default": True}}},
+}
+FLAKY_CLUSTER = "a100-us"
+
+
+def _container(name: str, cpu: str, memory: str, gpus: int) -> dict:
+    requests = {"cpu": cpu, "memory": memory, **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
+    return {"name": name, "image": f"ghcr.io/example/{name}:1", "resources": {"requests": requests}}
+
+
+def _rjob(name: str, replicas: int, parallelism: int, container: dict) -> dict:
+    return {"name": name, "replicas": replicas, "template": {"spec": {
+        "parallelism": parallelism, "completions": parallelism, "backoffLimit": 0,
+        "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}}}
+
+
+def random_jobset(rng: random.Random, serial: int) -> tuple[str, dict]:
+    """One JobSet of the example shapes, with its tenant."""
+    shape = rng.choices(["multislice", "driver-workers", "split-eval", "mpi", "cpu-sweep"], [4, 2, 2, 1, 2])[0]
+    annotations = {"sim.archipelago.io/duration": f"{rng.randint(3, 12)}m"}
+    labels: dict[str, str] = {}
+    if shape == "multislice":
+        tenant, namespace, queue = "research", "team-a", rng.choice(["research", "research", "eval"])
+        slices = rng.choice([1, 2, 4])
+        annotations |= {"archipelago.io/network-topology-mode": "hard", "archipelago.io/highest-tier-allowed": "2"}
+        rjobs = [_rjob("slice", slices, 2, _container("trainer", "32", "256Gi", 8))]
+    elif shape == "driver-workers":
+        tenant, namespace, queue = "vision", "team-b", "production"
+        labels["kueue.x-k8s.io/priority-class"] = rng.choice(["normal", "high"])
+        rjobs = [_rjob("driver", 1, 1, _container("driver", "4", "16Gi", 0)),
+                 _rjob("workers", rng.choice([2, 4]), 1, _container("worker", "32", "256Gi", 8))]
+    elif shape == "split-eval":
+        tenant, namespace, queue = "research", "team-a", "eval"
+        annotations["archipelago.io/placement"] = "split"
+        rjobs = [_rjob(f"shard-{s}", 2, 2, _container("eval", "8", "32Gi", 1)) for s in "ab"]
+    elif shape == "mpi":
+        tenant, namespace, queue = "research", "team-a", "research"
+        annotations["archipelago.io/network-topology-mode"] = "soft"
+        rjobs = [_rjob("launcher", 1, 1, _container("launcher", "2", "4Gi", 0)),
+                 _rjob("worker", 1, rng.choice([4, 8]), _container("mpi", "48", "384Gi", 8))]
+    else:
+        tenant, namespace, queue = "vision", "team-b", "production"
+        labels["kueue.x-k8s.io/priority-class"] = "low"
+        annotations["archipelago.io/cluster-selector"] = "gpu=none"
+        rjobs = [_rjob("sweep", rng.choice([2, 4, 8]), 1, _container("sweep", "16", "32Gi", 0))]
+    if rng.random() < 0.08:
+        annotations["sim.archipelago.io/fail"] = rjobs[-1]["name"]
+        annotations["sim.archipelago.io/fail-attempts"] = "1"
+    labels["kueue.x-k8s.io/queue-name"] = queue
+    manifest = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                "metadata": {"name": f"{shape}-{serial:04d}", "namespace": namespace, "labels": labels,
+                             "annotations": annotations},
+                "spec": {"replicatedJobs": rjobs, "failurePolicy": {"maxRestarts": 2}}}
+    return tenant, manifest
+
+
+@dataclass
+class DemoState:
+    submitted: int = 0
+    outage: str = "not yet"
+    errors: list[str] = field(default_factory=list)
+
+
+def demo_settings(workdir: Path, admin_token: str, port: int) -> Settings:
+    """Embedded defaults, with loops fast enough that a minute shows queues filling and draining."""
+    return Settings(database_url=f"sqlite:///{workdir / 'archipelago.db'}", admin_token=admin_token, port=port,
+                    scheduler_interval=1.0, dispatch_interval=0.5, status_poll_interval=2.0,
+                    cluster_sync_interval=5.0, health_probe_interval=2.0, not_ready_grace=6.0,
+                    failover_toleration=30.0, _env_file=None)
+
+
+@contextlib.contextmanager
+def _broker(settings: Settings) -> Iterator[str]:
+    from api.app import create_app
+    from broker.db.runtime import open_database
+    import uvicorn
+
+    database = open_database(settings, upgrade=True)
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, database), host=settings.host, port=settings.port,
+                                           log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise SystemExit(f"archipelago: the broker could not listen on {settings.host}:{settings.port}")
+        time.sleep(0.05)
+    try:
+        yield f"http://{settings.host}:{settings.port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        database.dispose()
+
+
+def _setup(api: httpx.Client, sim) -> dict[str, httpx.Client]:
+    for cluster in SCENARIO["clusters"]:
+        answer = api.post("/api/v1/clusters", json={"name": cluster["name"], "kubeconfig": sim.kubeconfig(
+            cluster["name"]), "labels": cluster["labels"]})
+        answer.raise_for_status()
+    tenants = {}
+    for tenant, spec in TENANTS.items():
+        api.post("/api/v1/tenants", json={"name": tenant, "namespaces": spec["namespaces"]}).raise_for_status()
+        for queue, fields in spec["queues"].items():
+            api.post("/api/v1/queues", json={"name": queue, "tenant": tenant, **fields}).raise_for_status()
+        token = api.post("/api/v1/tokens", json={"role": "tenant", "tenant": tenant,
+                                                 "description": "demo"}).json()["token"]
+        tenants[tenant] = httpx.Client(base_url=api.base_url, headers={"Authorization": f"Bearer {token}"},
+                                       timeout=30)
+    return tenants
+
+
+def _status_table(api: httpx.Client, state: DemoState, url: str, admin_token: str) -> Table:
+    table = Table(title=f"Archipelago demo — dashboard {url}  (admin token {admin_token})", expand=True)
+    for column in ("cluster", "state", "GPUs used/total", "queue", "pending", "running"):
+        table.add_column(column)
+    clusters = api.get("/api/v1/clusters").json()
+    queues = api.get("/api/v1/queues").json()
+    for i in range(max(len(clusters), len(queues))):
+        row = []
+        if i < len(clusters):
+            c = clusters[i]
+            gpu = (c.get("capacity") or {}).get("nvidia.com/gpu") or {}
+            row += [c["name"], c["state"], f"{gpu.get('used', '0')}/{gpu.get('allocatable', '0')}"]
+        else:
+            row += ["", "", ""]
+        if i < len(queues):
+            q = queues[i]
+            row += [f"{q['tenant']}/{q['name']}", str(q["pending"]), str(q["running"])]
+        else:
+            row += ["", "", ""]
+        table.add_row(*row)
+    counts = api.get("/metrics").text
+    finished = {s: _metric(counts, s) for s in ("Succeeded", "Failed", "Running", "Queued")}
+    table.caption = (f"submitted {state.submitted} · " + " · ".join(f"{k} {v}" for k, v in finished.items())
+                     + f" · outage of {FLAKY_CLUSTER}: {state.outage} · Ctrl-C stops")
+    return table
+
+
+def _metric(text: str, state: str) -> int:
+    for line in text.splitlines():
+        if line.startswith(f'archipelago_jobs{{state="{state}"}}'):
+            return int(float(line.split()[-1]))
+    return 0
+
+
+def run_demo(*, port: int = 8000, sim_port: int = 0, workdir: Path = Path("demo-run"), speed: float = 20.0,
+             duration: float | None = None, seed: int = 7, outage_after: float = 60.0,
+             outage_for: float = 60.0) -> DemoState:
+    """Run until Ctrl-C (or `duration` seconds); everything started here is stopped before returning."""
+    from clusters.sim.testing import running_simulator
+
+    console = Console()
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    admin_token = new_token()
+    settings = demo_settings(workdir, admin_token, port)
+    state = DemoState()
+    rng = random.Random(seed)
+    with running_simulator(SCENARIO, speed=speed, tls=True) as sim, _broker(settings) as url, \
+            httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin_token}"}, timeout=30) as api:
+        sim.write_kubeconfigs(workdir)
+        tenants = _setup(api, sim)
+        console.print(f"[bold]Dashboard[/bold] {url}/   [bold]admin token[/bold] {admin_token}")
+        console.print(f"Simulated members at {sim.url}; kubeconfigs in {workdir}/")
+        started = time.monotonic()
+        next_submit = started
+        try:
+            with Live(_status_table(api, state, url, admin_token), console=console, refresh_per_second=1) as live:
+                while duration is None or time.monotonic() - started < duration:
+                    now = time.monotonic()
+                    elapsed = now - started
+                    if now >= next_submit:
+                        tenant, manifest = random_jobset(rng, state.submitted)
+                        answer = tenants[tenant].post("/api/v1/jobs", json=manifest)
+                        if answer.status_code == 201:
+                            state.submitted += 1
+                        else:
+                            state.errors.append(answer.text[:200])
+                        next_submit = now + rng.uniform(0.5, 2.0)
+                    if state.outage == "not yet" and elapsed >= outage_after:
+                        sim.make_unreachable(FLAKY_CLUSTER)
+                        state.outage = "now"
+                    elif state.outage == "now" and elapsed >= outage_after + outage_for:
+                        sim.heal(FLAKY_CLUSTER)
+                        state.outage = "over"
+                    live.update(_status_table(api, state, url, admin_token))
+                    time.sleep(0.25)
+        except KeyboardInterrupt:
+            console.print("stopping…")
+        finally:
+            for client in tenants.values():
+                client.close()
+    console.print(f"demo stopped; {state.submitted} JobSets submitted. The database stays in {workdir}/.")
+    return state
