@@ -40,8 +40,8 @@ PAGES = [
 
 
 def _page(template: str, nav: str, title: str):
-    def render(request: Request, **context) -> HTMLResponse:
-        return templates.TemplateResponse(request, template, {"nav": nav, "title": title, **context})
+    def render(request: Request) -> HTMLResponse:
+        return templates.TemplateResponse(request, template, {"nav": nav, "title": title})
     return render
 
 
@@ -107,7 +107,7 @@ def queue_history_route(session: SessionDep, principal: PrincipalDep,
 def topology(cluster: str, session: SessionDep, _: PrincipalDep):
     row = inventory.get_cluster(session, cluster)
     capacity = inventory.cluster_capacity(session, row.id)
-    members = dict(session.execute(select(HyperNode.name, HyperNode.nodes).where(HyperNode.cluster_id == row.id)))
+    members = dict(session.execute(select(HyperNode.name, HyperNode.nodes).where(HyperNode.cluster_id == row.id)).all())
     tiers = {entry.name: entry.tier for entry in capacity if entry.kind == "hypernode"}
     leaf_of: dict[str, str] = {}
     for name in sorted(tiers, key=lambda n: (-tiers[n], n)):  # the lowest tier holding a node wins

@@ -71,20 +71,22 @@ const AP = (() => {
     const unit = match[2] || "";
     return parseFloat(match[1]) * (BINARY[unit] || DECIMAL[unit] || 1);
   }
+  // As the API's own format_quantity: cores or millicores for cpu, binary units for memory, counts otherwise.
+  const general = (x) => String(parseFloat(x.toPrecision(6)));
   function formatAmount(amount, resource) {
+    if (resource === "cpu") return Number.isInteger(Math.round(amount * 1000) / 1000) ? String(Math.round(amount)) : Math.round(amount * 1000) + "m";
     if (resource === "memory" || resource === "ephemeral-storage") {
       for (const unit of ["Ti", "Gi", "Mi", "Ki"]) {
-        if (amount >= BINARY[unit]) return +(amount / BINARY[unit]).toFixed(1) + unit;
+        if (amount >= BINARY[unit]) return general(amount / BINARY[unit]) + unit;
       }
     }
-    if (resource === "cpu" && amount % 1 !== 0) return Math.round(amount * 1000) + "m";
-    return String(+amount.toFixed(1));
+    return general(amount);
   }
   const RESOURCES = [["nvidia.com/gpu", "GPU"], ["cpu", "CPU"], ["memory", "Memory"]];
 
   // A capacity bar: used / free / total in words for eyes and screen readers alike.
-  function bar(label, resource, used, total) {
-    const free = Math.max(0, total - used);
+  // `free` defaults to total - used; the inventory's own figure leaves out nodes that take no pods.
+  function bar(label, resource, used, total, free = Math.max(0, total - used)) {
     const pct = total > 0 ? Math.min(100, (used / total) * 100) : 0;
     const words = `${formatAmount(used, resource)} used / ${formatAmount(free, resource)} free / ` +
                   `${formatAmount(total, resource)} total`;
@@ -102,16 +104,18 @@ const AP = (() => {
     return h("span", { class: "badge state-" + String(state).toLowerCase(), "data-testid": "state" }, state);
   }
 
+  // The API's times are UTC; SQLite hands some back without an offset.
+  const parseTime = (iso) => Date.parse(/(Z|[+-]\d\d:?\d\d)$/.test(iso) ? iso : iso + "Z");
   function age(iso, until) {
     if (!iso) return "—";
-    const seconds = Math.max(0, ((until ? Date.parse(until) : Date.now()) - Date.parse(iso)) / 1000);
+    const seconds = Math.max(0, ((until ? parseTime(until) : Date.now()) - parseTime(iso)) / 1000);
     if (seconds < 60) return `${Math.floor(seconds)}s`;
     if (seconds < 3600) return `${Math.floor(seconds / 60)}m ${Math.floor(seconds % 60)}s`;
     if (seconds < 86400) return `${Math.floor(seconds / 3600)}h ${Math.floor((seconds % 3600) / 60)}m`;
     return `${Math.floor(seconds / 86400)}d ${Math.floor((seconds % 86400) / 3600)}h`;
   }
-  const time = (iso) => iso ? new Date(iso).toLocaleString([], { hour12: false }) : "—";
-  const clock = (iso) => iso ? new Date(iso).toLocaleTimeString([], { hour12: false }) : "—";
+  const time = (iso) => iso ? new Date(parseTime(iso)).toLocaleString([], { hour12: false }) : "—";
+  const clock = (iso) => iso ? new Date(parseTime(iso)).toLocaleTimeString([], { hour12: false }) : "—";
 
   function empty(text) { return h("p", { class: "empty" }, text); }
 
@@ -119,7 +123,7 @@ const AP = (() => {
   function render(container, ...nodes) {
     const active = document.activeElement;
     const key = active && container.contains(active) ? active.getAttribute("data-key") : null;
-    container.replaceChildren(...nodes.flat());
+    container.replaceChildren(...nodes.flat(Infinity).filter((n) => n !== null && n !== undefined && n !== false));
     if (key) {
       const again = container.querySelector(`[data-key="${CSS.escape(key)}"]`);
       if (again) again.focus();
@@ -140,9 +144,9 @@ const AP = (() => {
       });
     }
     const head = h("tr", {}, columns.map((column) => {
-      if (!sortable || column.sort === false) return h("th", { scope: "col" }, column.label);
+      if (!sortable || column.sort === false) return h("th", { scope: "col", "data-col": column.key }, column.label);
       const active = state && state.key === column.key;
-      return h("th", { scope: "col", "aria-sort": active ? (state.dir === "desc" ? "descending" : "ascending") : "none" },
+      return h("th", { scope: "col", "data-col": column.key, "aria-sort": active ? (state.dir === "desc" ? "descending" : "ascending") : "none" },
         h("button", { type: "button", class: "sort", "data-key": "sort-" + column.key,
                       onclick: () => onSort(column.key) },
           column.label, h("span", { class: "arrow", "aria-hidden": "true" }, active ? (state.dir === "desc" ? " ▼" : " ▲") : "")));
@@ -197,6 +201,6 @@ const AP = (() => {
     return true;
   }
 
-  return { TOKEN_KEY, api, apiAll, h, quantity, formatAmount, RESOURCES, bar, badge, loadClass, age, time, clock,
+  return { TOKEN_KEY, api, apiAll, h, quantity, formatAmount, RESOURCES, bar, badge, loadClass, parseTime, age, time, clock,
            empty, render, table, live, start, me: null };
 })();

@@ -8,10 +8,11 @@
   const BOX_W = 168, BOX_H = 58, GAP_X = 18, GAP_Y = 44, NODE = 12, NODE_GAP = 4, NODES_PER_ROW = 10;
 
   async function load() {
-    const [cluster, topology, placements] = await Promise.all([
+    const [cluster, topology, placements, jobs] = await Promise.all([
       api("/clusters/" + encodeURIComponent(name)), api("/topology/" + encodeURIComponent(name)),
-      apiAll("/placements", { cluster: name, state: LIVE })]);
-    return { cluster, topology, placements };
+      apiAll("/placements", { cluster: name, state: LIVE }), apiAll("/jobs", { cluster: name })]);
+    const names = Object.fromEntries(jobs.map((j) => [j.id, `${j.name} (${j.tenant})`]));
+    return { cluster, topology, placements: placements.map((p) => ({ ...p, job: names[p.job_id] || "job " + p.job_id })) };
   }
 
   // The resource that colours the tree: GPUs where the cluster has them, else CPU.
@@ -101,7 +102,8 @@
           h("dt", {}, "Heartbeat"), h("dd", {}, cluster.last_heartbeat ? AP.age(cluster.last_heartbeat) + " ago" : "—"),
           cluster.last_error ? [h("dt", {}, "Last error"), h("dd", { class: "error" }, cluster.last_error)] : null),
         h("div", { class: "bars" }, AP.RESOURCES.filter(([r]) => cluster.capacity[r]).map(([r, label]) =>
-          bar(label, r, cluster.capacity[r].used_milli / 1000, cluster.capacity[r].allocatable_milli / 1000)))));
+          bar(label, r, cluster.capacity[r].used_milli / 1000, cluster.capacity[r].allocatable_milli / 1000,
+            cluster.capacity[r].free_milli / 1000)))));
 
     const jobsOn = {};
     for (const p of placements) if (p.hypernode) jobsOn[p.hypernode] = (jobsOn[p.hypernode] || 0) + 1;
@@ -110,7 +112,7 @@
     render(document.getElementById("cluster-jobs"), placements.length ? AP.table({
       testid: "cluster-jobs-table", caption: "Jobs placed on this cluster", rows: placements, rowKey: (p) => p.id,
       columns: [
-        { key: "job", label: "Job", header: true, cell: (p) => h("a", { href: "/jobs/" + p.job_id, "data-key": "j-" + p.id }, "job " + p.job_id) },
+        { key: "job", label: "Job", header: true, cell: (p) => h("a", { href: "/jobs/" + p.job_id, "data-key": "j-" + p.id }, p.job) },
         { key: "part", label: "Part", cell: (p) => p.part || "whole" },
         { key: "state", label: "State", cell: (p) => badge(p.state) },
         { key: "hypernode", label: "HyperNode", cell: (p) => h("span", { "data-testid": "hypernode-name" }, p.hypernode || "—") },
@@ -125,7 +127,7 @@
         { key: "hypernode", label: "HyperNode", cell: (n) => n.hypernode || "—" },
         { key: "ready", label: "Ready", cell: (n) => n.ready ? (n.unschedulable ? "cordoned" : "yes") : h("strong", { class: "error" }, "no") },
         ...AP.RESOURCES.map(([r, label]) => ({ key: r, label, cell: (n) => n.allocatable_milli[r] ?
-          bar(label, r, (n.used_milli[r] || 0) / 1000, n.allocatable_milli[r] / 1000) : "—" })),
+          bar(label, r, (n.used_milli[r] || 0) / 1000, n.allocatable_milli[r] / 1000, (n.free_milli[r] || 0) / 1000) : "—" })),
       ] }) : empty("No nodes reported yet."));
   }
 

@@ -12,7 +12,7 @@
 
   function options(select, values, chosen) {
     const keep = select.value || chosen || "";
-    select.replaceChildren(h("option", { value: "" }, "All"), values.map((v) => h("option", { value: v }, v)));
+    select.replaceChildren(h("option", { value: "" }, "All"), ...values.map((v) => h("option", { value: v }, v)));
     if (keep && !values.includes(keep)) select.append(h("option", { value: keep }, keep));
     select.value = keep;
   }

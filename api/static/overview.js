@@ -40,7 +40,7 @@
   function capacityBars(capacity) {
     return AP.RESOURCES.filter(([resource]) => capacity[resource]).map(([resource, label]) => {
       const amounts = capacity[resource];
-      return bar(label, resource, amounts.used_milli / 1000, amounts.allocatable_milli / 1000);
+      return bar(label, resource, amounts.used_milli / 1000, amounts.allocatable_milli / 1000, amounts.free_milli / 1000);
     });
   }
 
@@ -48,9 +48,10 @@
     const sum = {};
     for (const cluster of clusters) {
       for (const [resource, amounts] of Object.entries(cluster.capacity || {})) {
-        const into = sum[resource] || (sum[resource] = { used_milli: 0, allocatable_milli: 0 });
+        const into = sum[resource] || (sum[resource] = { used_milli: 0, allocatable_milli: 0, free_milli: 0 });
         into.used_milli += amounts.used_milli;
         into.allocatable_milli += amounts.allocatable_milli;
+        into.free_milli += amounts.free_milli;
       }
     }
     return sum;

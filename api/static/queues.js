@@ -25,7 +25,9 @@
   }
 
   function quota(queue) {
-    const resources = [...new Set([...Object.keys(queue.nominal_quota), ...Object.keys(queue.usage)])].sort();
+    const order = (r) => { const i = AP.RESOURCES.findIndex(([known]) => known === r); return i < 0 ? 99 : i; };
+    const resources = [...new Set([...Object.keys(queue.nominal_quota), ...Object.keys(queue.usage)])]
+      .sort((a, b) => order(a) - order(b) || a.localeCompare(b));
     if (!resources.length) return "—";
     return h("ul", { class: "quota" }, resources.map((r) => {
       const used = quantity(queue.usage[r] || "0"), nominal = queue.nominal_quota[r];

@@ -1,0 +1,205 @@
+"""Browser fixtures: a real broker on a socket, simulated member clusters, and Debian's Chromium.
+
+The federation is built through the real pipeline where it exists: clusters are registered through
+the API against the simulator (registration, first inventory sync, health probe), tenants, queues,
+tokens and jobs through the API, placements by the real scheduler (`SchedulerService.run_once`).
+What propagation and status will later do (a placement running on its member, then succeeding) is
+written through the ORM by `Federation.run` and `Federation.finish` until those services exist.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+from cryptography.fernet import Fernet
+from sqlalchemy import select
+
+from api.app import create_app
+from broker import events
+from broker.db.models import Job, Node, Placement, utcnow
+from broker.db.runtime import Database, open_database
+from broker.db.session import transaction
+from broker.services.inventory import ClusterHealthService, MemberClients
+from broker.services.scheduler import SchedulerService
+from broker.settings import Settings
+from clusters.sim.testing import SimHandle, running_simulator
+from tests.api.jobsets import jobset
+from tests.servers import serving
+
+CHROMIUM = os.environ.get("ARCHIPELAGO_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
+VIEWPORT = {"width": 1366, "height": 768}
+ADMIN_TOKEN = "admin-test-token"
+NODE = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"}
+SCENARIO = {
+    "defaults": {"node": NODE, "topology": {"leaf": 4, "spine": 2}},
+    "clusters": [
+        {"name": "eu-west", "nodes": 16, "hypernodes": "crd", "labels": {"region": "eu", "gpu": "h100"}},
+        {"name": "us-east", "nodes": 8, "hypernodes": "labels", "labels": {"region": "us", "gpu": "a100"},
+         "zones": ["us-east-1a"]},
+    ],
+}
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's chromium driven by Playwright; a missing browser fails the run and says how to install it."""
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        pytest.fail(f"the browser tests need Chromium at {CHROMIUM}: install it with `apt-get install -y chromium` "
+                    "(as root; `make test` does this) or point ARCHIPELAGO_TEST_CHROMIUM at a Chromium binary",
+                    pytrace=False)
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=10_000)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@dataclass
+class Federation:
+    """A running broker over simulated members, and the handles a test drives it with."""
+
+    url: str
+    sim: SimHandle
+    db: Database
+    scheduler: SchedulerService
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def client(self, who: str = "admin") -> httpx.Client:
+        token = ADMIN_TOKEN if who == "admin" else self.tokens[who]
+        return httpx.Client(base_url=self.url + "/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+
+    def get(self, path: str, who: str = "admin", **params):
+        with self.client(who) as client:
+            answer = client.get(path, params=params)
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    def submit(self, tenant: str, manifest: dict) -> dict:
+        with self.client(tenant) as client:
+            answer = client.post("/jobs", json=manifest)
+        assert answer.status_code == 201, answer.text
+        return answer.json()["items"][0]
+
+    def schedule(self) -> None:
+        self.scheduler.run_once()
+
+    # Stand-ins for propagation and status (not built yet): the rows those services will write, and the
+    # node usage the inventory sync will read from the member once the placement's pods run there.
+    @staticmethod
+    def _hold(session, placement: Placement, sign: int) -> None:
+        for name, usage in (placement.node_usage or {}).items():
+            node = session.scalar(select(Node).where(Node.cluster_id == placement.cluster_id, Node.name == name))
+            node.used = {r: max(0, node.used.get(r, 0) + sign * usage.get(r, 0)) for r in {*node.used, *usage}}
+
+    def run(self, job_id: int) -> None:
+        self._step(job_id, "Decided", "Running", "all pods are running")
+
+    def finish(self, job_id: int) -> None:
+        self._step(job_id, "Running", "Succeeded", "the JobSet completed")
+
+    def _step(self, job_id: int, before: str, after: str, message: str) -> None:
+        done = after == "Succeeded"
+        with transaction(self.db.sessions) as session:
+            job, now, pods = session.get(Job, job_id), utcnow(), 0
+            for placement in session.scalars(select(Placement).where(Placement.job_id == job_id,
+                                                                     Placement.state == before)):
+                count = sum(a.get("pods", 1) for a in placement.assignments or [])
+                pods += count
+                placement.state, placement.status = after, self._status(count, done)
+                placement.started_at = placement.started_at or now
+                placement.finished_at = now if done else None
+                self._hold(session, placement, -1 if done else +1)
+            job.state, job.status = after, {**self._status(pods, done), "restarts": 0}
+            job.started_at = job.started_at or now
+            job.finished_at = now if done else None
+            events.record(session, "job", job.id, after, message, tenant_id=job.tenant_id)
+
+    @staticmethod
+    def _status(pods: int, done: bool) -> dict:
+        counts = {"ready": 0 if done else pods, "active": 0 if done else pods, "succeeded": pods if done else 0,
+                  "failed": 0}
+        return {"replicatedJobsStatus": [{"name": "workers", **counts}], **({"terminalState": "Completed"}
+                                                                            if done else {})}
+
+
+@pytest.fixture(scope="module")
+def federation(migrated_sqlite_template, tmp_path_factory) -> Iterator[Federation]:
+    """Two simulated clusters, two tenants with queues and tokens, a few jobs placed by the scheduler:
+    some running, one finished, one waiting for room."""
+    path = tmp_path_factory.mktemp("dashboard") / "archipelago.db"
+    shutil.copy(migrated_sqlite_template, path)
+    settings = Settings(database_url=f"sqlite:///{path}", secret_key=Fernet.generate_key().decode(),
+                        admin_token=ADMIN_TOKEN, member_timeout=5.0, _env_file=None)
+    database = open_database(settings, upgrade=False)
+    members = MemberClients(settings)
+    health = ClusterHealthService(database, settings, members)
+    try:
+        with running_simulator(SCENARIO, speed=0, tls=True) as sim, \
+                serving(create_app(settings, database, run_loops=False)) as url:
+            fed = Federation(url, sim, database, SchedulerService(database, settings))
+            with fed.client() as admin:
+                for name in sim.cluster_names:
+                    spec = next(c for c in SCENARIO["clusters"] if c["name"] == name)
+                    answer = admin.post("/clusters", json={"name": name, "kubeconfig": sim.kubeconfig(name),
+                                                           "labels": spec["labels"]})
+                    assert answer.status_code == 201, answer.text
+                health.run_once()
+                for tenant, queues in {"research": {"training": {"weight": 2, "nominal_quota": {"nvidia.com/gpu": "32"},
+                                                                 "borrowing_limit": {"nvidia.com/gpu": "32"}},
+                                                    "eval": {}},
+                                       "vision": {"vision-batch": {}}}.items():
+                    assert admin.post("/tenants", json={"name": tenant}).status_code == 201
+                    for queue, fields in queues.items():
+                        answer = admin.post("/queues", json={"name": queue, "tenant": tenant, **fields})
+                        assert answer.status_code == 201, answer.text
+                    fed.tokens[tenant] = admin.post("/tokens", json={"role": "tenant", "tenant": tenant}).json()["token"]
+            jobs = {
+                "pretrain": fed.submit("research", jobset("pretrain", queue="training", replicas=4)),
+                "finetune": fed.submit("research", jobset("finetune", queue="training", replicas=2)),
+                "eval-suite": fed.submit("research", jobset("eval-suite", queue="eval", replicas=1)),
+                "segmenter": fed.submit("vision", jobset("segmenter", queue="vision-batch", replicas=2)),
+            }
+            fed.schedule()
+            fed.run(jobs["pretrain"]["id"])
+            fed.run(jobs["segmenter"]["id"])
+            fed.run(jobs["eval-suite"]["id"])
+            fed.finish(jobs["eval-suite"]["id"])
+            # 5 nodes' worth inside one leaf switch (4 nodes): it waits, and every cluster says why.
+            fed.submit("vision", jobset("detector-xl", queue="vision-batch", replicas=5, annotations={
+                "archipelago.io/network-topology-mode": "hard", "archipelago.io/highest-tier-allowed": "1"}))
+            fed.schedule()
+            yield fed
+    finally:
+        health.stop()
+        members.close()
+        database.dispose()
+
+
+@pytest.fixture
+def page(browser, federation):
+    """A fresh tab at 1366x768 signed in as the admin."""
+    context = browser.new_context(viewport=VIEWPORT)
+    context.add_init_script(f"sessionStorage.setItem('archipelago.token', {ADMIN_TOKEN!r})")
+    tab = context.new_page()
+    tab.set_default_timeout(10_000)
+    errors: list[str] = []
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield tab
+    context.close()
+    assert not errors, f"the page threw: {errors}"
+
+
+def shot(page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)

@@ -1,0 +1,234 @@
+"""The dashboard in a real Chromium: every page against a live broker, checked against the API's answers."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.api.jobsets import jobset
+from tests.dashboard.conftest import ADMIN_TOKEN, VIEWPORT, shot
+
+pytestmark = pytest.mark.browser
+GPU = "nvidia.com/gpu"
+
+
+def pct(share: float) -> str:
+    return f"{share * 100:.1f}%"
+
+
+def bar_text(amounts: dict) -> str:
+    return f"{amounts['used']} used / {amounts['free']} free / {amounts['allocatable']} total"
+
+
+def test_sign_in_then_overview_matches_the_api(browser, federation):
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.goto(federation.url + "/")
+    expect(page).to_have_url(re.compile(r"/login\?next=%2F$"))
+    page.get_by_label("API token").fill("not-a-token")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_contain_text("unknown, revoked or expired")
+    page.get_by_label("API token").fill(ADMIN_TOKEN)
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Federation overview")).to_be_visible()
+    expect(page.get_by_test_id("whoami")).to_have_text("admin")
+
+    clusters = federation.get("/clusters")
+    queues = federation.get("/queues")
+    cards = page.get_by_test_id("cluster-card")
+    expect(cards).to_have_count(len(clusters))
+    for cluster in clusters:
+        card = page.locator(f'[data-cluster="{cluster["name"]}"]')
+        expect(card.get_by_test_id("state")).to_have_text(cluster["state"])
+        expect(card.get_by_test_id("region")).to_have_text("region " + cluster["labels"]["region"])
+        for resource in (GPU, "cpu", "memory"):
+            expect(card.locator(f'[data-resource="{resource}"] [data-testid="capbar-text"]')).to_have_text(
+                bar_text(cluster["capacity"][resource]))
+        running = {p["job_id"] for p in federation.get("/placements", cluster=cluster["name"], state="Running")["items"]}
+        expect(card.get_by_test_id("cluster-running")).to_have_text(f"{len(running)} running")
+    ready = sum(c["state"] == "Ready" for c in clusters)
+    expect(page.get_by_test_id("total-clusters")).to_contain_text(f"{ready} / {len(clusters)}")
+    expect(page.get_by_test_id("total-nodes")).to_contain_text(str(sum(c["nodes"] for c in clusters)))
+    expect(page.get_by_test_id("total-queued")).to_contain_text(str(sum(q["pending"] for q in queues)))
+    expect(page.get_by_test_id("total-running")).to_contain_text(str(sum(q["running"] for q in queues)))
+    total_gpus = sum(c["capacity"][GPU]["allocatable_milli"] for c in clusters) // 1000
+    expect(page.get_by_test_id("total-capacity").locator(f'[data-resource="{GPU}"] [data-testid="capbar-text"]')
+           ).to_contain_text(f"/ {total_gpus} total")
+    expect(page.get_by_role("meter", name=re.compile(r"^GPU: [0-9.]+ used .* free .* total$")).first).to_be_visible()
+    newest = federation.get("/events", limit=500)["items"][-1]
+    expect(page.get_by_test_id("events-table").locator("tbody tr").first).to_contain_text(newest["message"])
+    shot(page, "overview")
+    context.close()
+
+
+def test_clusters_and_a_cluster_with_its_hypernode_tree(page, federation):
+    clusters = federation.get("/clusters")
+    page.goto(federation.url + "/clusters")
+    rows = page.get_by_test_id("clusters-table").locator("tbody tr")
+    expect(rows).to_have_count(len(clusters))
+    for cluster in clusters:
+        expect(page.locator(f'tr[data-row="{cluster["name"]}"] [data-testid="state"]')).to_have_text(cluster["state"])
+    shot(page, "clusters")
+
+    page.get_by_role("link", name="eu-west", exact=True).focus()
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(re.compile(r"/clusters/eu-west$"))
+    detail = federation.get("/clusters/eu-west")
+    flat = []
+
+    def walk(nodes):
+        for hypernode in nodes:
+            flat.append(hypernode)
+            walk(hypernode["children"])
+    walk(detail["hypernodes"])
+    boxes = page.get_by_test_id("hypernode")
+    expect(boxes).to_have_count(len(flat))
+    for hypernode in flat:  # the free GPUs the tree announces are the API's
+        expect(page.locator(f'[data-hypernode="{hypernode["name"]}"]')).to_have_attribute(
+            "aria-label", re.compile(rf"tier {hypernode['tier']}, {hypernode['nodes']} nodes, .* "
+                                     rf"{re.escape(hypernode['free'][GPU])} free"))
+    expect(page.get_by_test_id("node-count")).to_have_text(str(detail["nodes"]))
+    expect(page.get_by_test_id("nodes-table").locator("tbody tr")).to_have_count(detail["nodes"])
+
+    placements = federation.get("/placements", cluster="eu-west",
+                                state=["Decided", "Applying", "Applied", "Running", "Deleting"])["items"]
+    assert placements, "the fixture places jobs on eu-west"
+    expect(page.get_by_test_id("cluster-jobs-table").locator("tbody tr")).to_have_count(len(placements))
+    for placement in placements:
+        row = page.locator(f'[data-testid="cluster-jobs-table"] tr[data-row="{placement["id"]}"]')
+        expect(row.get_by_test_id("hypernode-name")).to_have_text(placement["hypernode"])
+        expect(row.get_by_test_id("state")).to_have_text(placement["state"])
+        expect(page.locator(f'[data-hypernode="{placement["hypernode"]}"]')).to_have_attribute(
+            "aria-label", re.compile(r"\d+ jobs? placed on it$"))
+    page.locator(f'[data-hypernode="{flat[0]["name"]}"]').focus()  # the tree is keyboard-reachable
+    expect(page.locator(f'[data-hypernode="{flat[0]["name"]}"]')).to_be_focused()
+    shot(page, "cluster-eu-west")
+
+
+def test_queues_show_fair_share_quota_depth_and_history(page, federation):
+    page.goto(federation.url + "/queues")
+    queues = federation.get("/queues")
+    expect(page.get_by_test_id("queues-table").locator("tbody tr")).to_have_count(len(queues))
+    for queue in queues:
+        row = page.locator(f'[data-tenant="{queue["tenant"]}"] tr[data-row="{queue["name"]}"]')
+        expect(row.get_by_test_id("pending")).to_have_text(str(queue["pending"]))
+        expect(row.get_by_test_id("running")).to_have_text(str(queue["running"]))
+        expect(row.get_by_test_id("fair-share")).to_have_text(pct(queue["fair_share"]))
+        expect(row.get_by_test_id("dominant-share")).to_have_text(pct(queue["dominant_share"]))
+        expect(row.get_by_role("img", name=re.compile(r"^Last hour: pending now \d+"))).to_be_visible()
+        if queue["oldest_pending_at"] is None:
+            expect(row.get_by_test_id("oldest-wait")).to_have_text("—")
+    training = next(q for q in queues if q["name"] == "training")
+    expect(page.locator('tr[data-row="training"]').get_by_test_id(f"quota-{GPU}")).to_contain_text(
+        f"GPU {training['usage'][GPU]} / {training['nominal_quota'][GPU]}")
+    history = federation.get("/queue-history")
+    for series in history["queues"]:  # the newest sample is the present
+        queue = next(q for q in queues if q["name"] == series["name"])
+        assert (series["pending"][-1], series["running"][-1]) == (queue["pending"], queue["running"])
+        assert series["dominant_share"][-1] == pytest.approx(queue["dominant_share"], abs=1e-3)
+    shot(page, "queues")
+
+
+def test_jobs_table_filters_and_sorts_like_the_api(page, federation):
+    page.goto(federation.url + "/jobs")
+    jobs = federation.get("/jobs")["items"]
+    table = page.get_by_test_id("jobs-table")
+    expect(table.locator("tbody tr")).to_have_count(len(jobs))
+    for job in jobs:
+        row = table.locator(f'tr[data-row="{job["id"]}"]')
+        expect(row.get_by_test_id("state")).to_have_text(job["state"])
+        expect(row.locator('[data-col="cluster"]')).to_have_text(", ".join(job["clusters"]) or "—")
+        expect(row.locator('[data-col="hypernode"]')).to_have_text(", ".join(job["hypernodes"]) or "—")
+        expect(row.locator('[data-col="queue"]')).to_have_text(job["queue"])
+    shot(page, "jobs")
+
+    page.get_by_label("State").select_option("Queued")
+    queued = federation.get("/jobs", state="Queued")["items"]
+    expect(table.locator("tbody tr")).to_have_count(len(queued))
+    expect(page).to_have_url(re.compile(r"state=Queued"))
+    page.get_by_label("State").select_option("")
+    page.get_by_label("Cluster").select_option("eu-west")
+    expect(table.locator("tbody tr")).to_have_count(len(federation.get("/jobs", cluster="eu-west")["items"]))
+    page.get_by_label("Cluster").select_option("")
+
+    sort_by_name = page.get_by_role("button", name="Name")
+    sort_by_name.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("th[aria-sort='ascending']")).to_have_text(re.compile("Name"))
+    names = sorted(j["name"] for j in jobs)
+    expect(table.locator("tbody tr [data-col='name']")).to_have_text(names)
+    page.keyboard.press("Enter")  # focus stays on the header across the re-render
+    expect(table.locator("tbody tr [data-col='name']")).to_have_text(names[::-1])
+    page.get_by_label("Name").fill("train")
+    expect(table.locator("tbody tr [data-col='name']")).to_have_text(
+        sorted((j["name"] for j in jobs if "train" in j["name"]), reverse=True))
+
+
+def test_a_waiting_job_says_why_per_cluster(page, federation):
+    waiting = federation.get("/jobs", name="detector-xl")["items"][0]
+    detail = federation.get(f"/jobs/{waiting['id']}")
+    assert detail["waiting_reasons"], "the scheduler records per-cluster reasons"
+    page.goto(federation.url + f"/jobs/{waiting['id']}")
+    expect(page.get_by_test_id("job-state")).to_contain_text("Queued")
+    expect(page.get_by_test_id("job-reason")).to_have_text(detail["reason"])
+    rows = page.get_by_test_id("waits-table").locator("tbody tr")
+    expect(rows).to_have_count(len(detail["waiting_reasons"]))
+    for cluster, reason in detail["waiting_reasons"].items():
+        expect(page.get_by_test_id("waits-table").locator("tr", has_text=cluster)).to_contain_text(reason)
+    shot(page, "job-waiting")
+
+
+def test_follow_a_job_from_queued_to_succeeded_live(page, federation):
+    job = federation.submit("research", jobset("live-probe", queue="eval", replicas=1))
+    page.goto(federation.url + f"/jobs/{job['id']}")
+    state = page.get_by_test_id("job-state")
+    expect(state).to_contain_text("Queued")
+    page.evaluate("window.__not_reloaded = true")
+    shot(page, "job-queued")
+
+    federation.schedule()
+    placed = federation.get(f"/jobs/{job['id']}")
+    assert placed["state"] == "Admitted", placed
+    expect(state).to_contain_text("Admitted")
+    expect(page.get_by_test_id("placement-hypernode")).to_have_text(placed["placements"][0]["hypernode"])
+    expect(page.get_by_test_id("job-hypernodes")).to_have_text(", ".join(placed["hypernodes"]))
+
+    federation.run(job["id"])
+    expect(state).to_contain_text("Running")
+    expect(page.get_by_test_id("job-placements").get_by_test_id("state")).to_have_text("Running")
+    shot(page, "job-running")
+
+    federation.finish(job["id"])
+    expect(state).to_contain_text("Succeeded")
+    final = federation.get(f"/jobs/{job['id']}")
+    timeline = page.get_by_test_id("timeline").locator("li")
+    expect(timeline).to_have_count(len(final["events"]))
+    expect(timeline.last).to_contain_text("Succeeded")
+    expect(page.get_by_test_id("aggregated-status")).to_contain_text("Completed")
+    assert page.evaluate("window.__not_reloaded") is True, "the page reloaded instead of updating live"
+    shot(page, "job-succeeded")
+
+
+def test_a_tenant_sees_only_its_own_jobs_and_queues(browser, federation):
+    context = browser.new_context(viewport=VIEWPORT)
+    context.add_init_script(f"sessionStorage.setItem('archipelago.token', {federation.tokens['vision']!r})")
+    page = context.new_page()
+    page.goto(federation.url + "/jobs")
+    expect(page.get_by_test_id("whoami")).to_have_text("tenant vision")
+    own = federation.get("/jobs", who="vision")["items"]
+    rows = page.get_by_test_id("jobs-table").locator("tbody tr")
+    expect(rows).to_have_count(len(own))
+    expect(page.get_by_test_id("jobs-table").locator("tbody [data-col='tenant']")).to_have_text(["vision"] * len(own))
+    expect(page.get_by_label("Tenant")).to_be_hidden()
+
+    page.get_by_role("link", name="Queues").click()
+    expect(page.get_by_test_id("queues-table").locator("tbody tr")).to_have_count(len(federation.get("/queues", who="vision")))
+    expect(page.locator("[data-tenant='research']")).to_have_count(0)
+
+    other = federation.get("/jobs", name="pretrain")["items"][0]
+    page.goto(federation.url + f"/jobs/{other['id']}")
+    expect(page.locator("#live-error")).to_have_text(f"job {other['id']} does not exist")
+    shot(page, "tenant-forbidden-job")
+    context.close()
