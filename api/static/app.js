@@ -176,6 +176,7 @@ const AP = (() => {
         status.dataset.updated = String(Date.now());
       } catch (exc) {
         if (exc.status !== 401) {
+          status.textContent = "Not updated at " + new Date().toLocaleTimeString([], { hour12: false });
           error.textContent = exc.status === 403 || exc.status === 404 ? exc.message : "Cannot reach the broker: " + exc.message;
           error.hidden = false;
         }

@@ -23,6 +23,7 @@
   }
 
   function show(job) {
+    document.getElementById("job-body").hidden = false;
     document.getElementById("job-title").textContent = `${job.name}`;
     document.title = `Job ${job.id} ${job.name} · Archipelago`;
     render(document.getElementById("job-summary"), h("div", { class: "card summary" }, h("dl", { class: "facts" },
