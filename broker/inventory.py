@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
 from sqlalchemy import delete, func, insert, select, text, update
@@ -26,6 +25,7 @@ from broker.tenancy import check_name
 from clusters.kubeconfig import KubeconfigError, KubeconfigPolicy
 from clusters.labels import check_labels
 from clusters.member import MemberClient, MemberError, MemberFacts
+from clusters.pods import effective_requests
 from clusters.quantity import format_quantity, to_milli
 from clusters.topology import Topology, derive_from_labels, resolve_hypernodes
 
@@ -140,11 +140,6 @@ def register_cluster(session: Session, settings: Settings, *, name: str, kubecon
 
 # From member objects to rows ----------------------------------------------------------------------
 
-@lru_cache(maxsize=8192)
-def _milli(quantity: str) -> int:
-    return to_milli(quantity)
-
-
 def node_row(node: Mapping[str, Any]) -> dict[str, Any]:
     """The columns of one node, from its Kubernetes object."""
     metadata, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
@@ -152,36 +147,17 @@ def node_row(node: Mapping[str, Any]) -> dict[str, Any]:
     taints = [{k: t[k] for k in ("key", "value", "effect") if t.get(k)} for t in spec.get("taints") or ()]
     return {"labels": dict(metadata.get("labels") or {}), "taints": taints,
             "unschedulable": bool(spec.get("unschedulable")), "ready": ready,
-            "allocatable": {r: _milli(str(q)) for r, q in (status.get("allocatable") or {}).items()}}
+            "allocatable": {r: to_milli(str(q)) for r, q in (status.get("allocatable") or {}).items()}}
 
 
 def pod_usage(pod: Mapping[str, Any]) -> tuple[str, dict[str, int]] | None:
-    """(node, requests in milli-units) of a pod that holds resources on a node, else None.
-
-    As the scheduler counts them: app containers summed, each init container alone (the largest
-    counts if it exceeds the sum), the pod overhead on top, limits standing in for missing
-    requests, and one `pods` slot.
-    """
+    """(node, requests in milli-units, one `pods` slot included) of a pod that holds resources on a node."""
     spec, phase = pod.get("spec") or {}, (pod.get("status") or {}).get("phase")
     if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
         return None
-    total: dict[str, int] = {}
-    for container in spec.get("containers") or ():
-        for resource, amount in _requests(container).items():
-            total[resource] = total.get(resource, 0) + amount
-    for container in spec.get("initContainers") or ():
-        for resource, amount in _requests(container).items():
-            total[resource] = max(total.get(resource, 0), amount)
-    for resource, amount in (spec.get("overhead") or {}).items():
-        total[resource] = total.get(resource, 0) + _milli(str(amount))
+    total = effective_requests(spec)
     total["pods"] = total.get("pods", 0) + 1000
     return spec["nodeName"], total
-
-
-def _requests(container: Mapping[str, Any]) -> dict[str, int]:
-    resources = container.get("resources") or {}
-    asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-    return {r: _milli(str(q)) for r, q in asked.items()}
 
 
 @dataclass

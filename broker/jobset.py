@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from clusters.labels import Selector, parse_selector
-from clusters.quantity import to_milli
+from clusters.pods import PodSpecError, effective_requests
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND = "JobSet"
@@ -146,58 +146,14 @@ def _string_map(value: Any, path: str) -> dict[str, str]:
     return dict(mapping)
 
 
-def _requests(container: Mapping, path: str) -> dict[str, int]:
-    """A container's requests in milli-units; as in Kubernetes, a limit without a request is the request."""
-    resources = _mapping(container.get("resources"), f"{path}.resources")
-    merged = {**_mapping(resources.get("limits"), f"{path}.resources.limits"),
-              **_mapping(resources.get("requests"), f"{path}.resources.requests")}
-    source = "requests" if resources.get("requests") else "limits"
-    parsed = {}
-    for resource, quantity in merged.items():
-        try:
-            parsed[resource] = to_milli(quantity)
-        except (ValueError, TypeError):
-            raise JobSetError(f"{path}.resources.{source}.{resource}",
-                              f"{quantity!r} is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")") from None
-        if parsed[resource] < 0:
-            raise JobSetError(f"{path}.resources.{source}.{resource}", "must not be negative")
-    return parsed
-
-
 def effective_pod_requests(pod_spec: Mapping, path: str = "spec") -> dict[str, int]:
-    """What the kube-scheduler reserves for one pod, per resource, in milli-units.
-
-    max(sum of app containers + restartable (sidecar) init containers,
-        the largest regular init container + the sidecars started before it) + pod overhead.
-    """
-    sidecars: dict[str, int] = {}
-    init_peak: dict[str, int] = {}
-    for i, container in enumerate(_list(pod_spec.get("initContainers"), f"{path}.initContainers")):
-        requests = _requests(_mapping(container, f"{path}.initContainers[{i}]"), f"{path}.initContainers[{i}]")
-        if container.get("restartPolicy") == "Always":
-            for resource, amount in requests.items():
-                sidecars[resource] = sidecars.get(resource, 0) + amount
-            requests = dict(sidecars)
-        else:
-            requests = {r: requests.get(r, 0) + sidecars.get(r, 0) for r in requests.keys() | sidecars.keys()}
-        for resource, amount in requests.items():
-            init_peak[resource] = max(init_peak.get(resource, 0), amount)
-    containers = _list(pod_spec.get("containers"), f"{path}.containers")
-    if not containers:
+    """What the kube-scheduler reserves for one pod, per resource, in milli-units (clusters.pods)."""
+    if not _list(pod_spec.get("containers"), f"{path}.containers"):
         raise JobSetError(f"{path}.containers", "a pod needs at least one container")
-    running = dict(sidecars)
-    for i, container in enumerate(containers):
-        for resource, amount in _requests(_mapping(container, f"{path}.containers[{i}]"),
-                                          f"{path}.containers[{i}]").items():
-            running[resource] = running.get(resource, 0) + amount
-    effective = {r: max(running.get(r, 0), init_peak.get(r, 0)) for r in running.keys() | init_peak.keys()}
-    overhead = _mapping(pod_spec.get("overhead"), f"{path}.overhead")
-    for resource, quantity in overhead.items():
-        try:
-            effective[resource] = effective.get(resource, 0) + to_milli(quantity)
-        except (ValueError, TypeError):
-            raise JobSetError(f"{path}.overhead.{resource}", f"{quantity!r} is not a resource quantity") from None
-    return {r: a for r, a in sorted(effective.items()) if a > 0}
+    try:
+        return effective_requests(pod_spec)
+    except PodSpecError as exc:
+        raise JobSetError(f"{path}.{exc.path}", exc.message) from None
 
 
 def _exclusive_key(annotations: Mapping, path: str) -> str | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
@@ -36,8 +37,11 @@ def parse_quantity(value: str | int | float) -> Decimal:
     return amount * _DECIMAL[suffix]
 
 
+@lru_cache(maxsize=16384)
 def to_milli(value: str | int | float) -> int:
-    """A quantity in thousandths, rounded up as the scheduler does, for integer arithmetic."""
+    """A quantity in thousandths, rounded up as the scheduler does, for integer arithmetic.
+
+    Cached: inventories repeat the same few quantities on thousands of nodes and pods."""
     milli = parse_quantity(value) * 1000
     return int(milli.to_integral_value(rounding="ROUND_CEILING"))
 

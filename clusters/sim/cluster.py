@@ -334,7 +334,7 @@ class SimCluster:
             try:
                 parse_selector(f"{key}={value}")
             except ValueError as exc:
-                errors.invalid(f"metadata.labels", f"{key}={value}", str(exc))
+                errors.invalid("metadata.labels", f"{key}={value}", str(exc))
         errors.raise_if_any(kind, obj["metadata"].get("name", ""))
         return self._defaults(obj, kind, old)
 

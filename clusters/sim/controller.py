@@ -14,10 +14,10 @@ import json
 import random
 import re
 from collections import Counter
-from functools import lru_cache
 from typing import TYPE_CHECKING, Iterable
 
 from clusters.labels import selector_from_object
+from clusters.pods import effective_requests
 from clusters.quantity import to_milli
 from clusters.sim.clock import rfc3339
 from clusters.sim.resources import JOBS, JOBSETS, NAMESPACES, NODES, PODS, SERVICES
@@ -64,30 +64,13 @@ def parse_duration(text: str | int | float) -> float:
     return sum(float(a) * scale[b] for a, b in parts)
 
 
-@lru_cache(maxsize=4096)
-def _milli(quantity: str) -> int:
-    return to_milli(quantity)
-
-
 def pod_requests(spec: dict) -> dict[str, int]:
-    """Effective requests in milli-units: containers summed, init containers as a maximum, limits
-    standing in for missing requests (as API defaulting does)."""
-    total: Counter = Counter()
-    for container in spec.get("containers") or ():
-        resources = container.get("resources") or {}
-        asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        for name, qty in asked.items():
-            total[name] += _milli(str(qty))
-    for container in spec.get("initContainers") or ():
-        resources = container.get("resources") or {}
-        for name, qty in {**(resources.get("limits") or {}), **(resources.get("requests") or {})}.items():
-            total[name] = max(total[name], _milli(str(qty)))
-    total["pods"] = 1000
-    return dict(total)
+    """Effective requests in milli-units (clusters.pods), plus the pod's slot."""
+    return {**effective_requests(spec), "pods": 1000}
 
 
 def node_allocatable(node: dict) -> dict[str, int]:
-    alloc = {k: _milli(str(v)) for k, v in (node.get("status", {}).get("allocatable") or {}).items()}
+    alloc = {k: to_milli(str(v)) for k, v in (node.get("status", {}).get("allocatable") or {}).items()}
     alloc.setdefault("pods", 110_000)
     return alloc
 

@@ -13,7 +13,7 @@ from broker.services.inventory import InventorySyncService
 from clusters.member import MemberClient
 from clusters.quantity import to_milli
 from clusters.sim.scenario import LEAF, SPINE
-from tests.clusters.conftest import LABEL_TIERS, NODE, expected_tree, register
+from tests.clusters.conftest import LABEL_TIERS, expected_tree, register
 
 ZONE_ONLY_TREE = {3: LABEL_TIERS[3]}
 

@@ -11,7 +11,6 @@ from sqlalchemy import event, select
 
 from broker.db.models import Event, Job, Placement, Queue
 from broker.db.runtime import open_database
-from broker.db.session import transaction
 from broker.placement import schedule
 from broker.scheduling import commit_decisions, read_inventory
 from broker.services.scheduler import SchedulerService

@@ -1,0 +1,83 @@
+"""What one pod reserves on a node, as the kube-scheduler counts it.
+
+Shared by the broker (job demand, member usage) and the simulator (binding), so that all three
+agree to the milli-unit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from clusters.quantity import to_milli
+
+
+class PodSpecError(ValueError):
+    """`path` is relative to the pod spec (`containers[0].resources.requests.cpu`)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+def _mapping(value: Any, path: str) -> Mapping:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise PodSpecError(path, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, path: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise PodSpecError(path, f"must be a list, got {type(value).__name__}")
+    return value
+
+
+def container_requests(container: Any, path: str) -> dict[str, int]:
+    """A container's requests in milli-units; as in Kubernetes, a limit without a request is the request."""
+    resources = _mapping(_mapping(container, path).get("resources"), f"{path}.resources")
+    merged = {**_mapping(resources.get("limits"), f"{path}.resources.limits"),
+              **_mapping(resources.get("requests"), f"{path}.resources.requests")}
+    source = "requests" if resources.get("requests") else "limits"
+    parsed = {}
+    for resource, quantity in merged.items():
+        try:
+            parsed[resource] = to_milli(quantity)
+        except (ValueError, TypeError):
+            raise PodSpecError(f"{path}.resources.{source}.{resource}",
+                               f"{quantity!r} is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"
+                               ) from None
+        if parsed[resource] < 0:
+            raise PodSpecError(f"{path}.resources.{source}.{resource}", "must not be negative")
+    return parsed
+
+
+def effective_requests(pod_spec: Mapping) -> dict[str, int]:
+    """Per resource, in milli-units: max(app containers + sidecars, the largest init container + the
+    sidecars started before it) + the pod overhead. Raises PodSpecError naming the bad field."""
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for i, container in enumerate(_list(pod_spec.get("initContainers"), "initContainers")):
+        requests = container_requests(container, f"initContainers[{i}]")
+        if container.get("restartPolicy") == "Always":
+            for resource, amount in requests.items():
+                sidecars[resource] = sidecars.get(resource, 0) + amount
+            requests = dict(sidecars)
+        else:
+            requests = {r: requests.get(r, 0) + sidecars.get(r, 0) for r in requests.keys() | sidecars.keys()}
+        for resource, amount in requests.items():
+            init_peak[resource] = max(init_peak.get(resource, 0), amount)
+    running = dict(sidecars)
+    for i, container in enumerate(_list(pod_spec.get("containers"), "containers")):
+        for resource, amount in container_requests(container, f"containers[{i}]").items():
+            running[resource] = running.get(resource, 0) + amount
+    effective = {r: max(running.get(r, 0), init_peak.get(r, 0)) for r in running.keys() | init_peak.keys()}
+    for resource, quantity in _mapping(pod_spec.get("overhead"), "overhead").items():
+        try:
+            effective[resource] = effective.get(resource, 0) + to_milli(quantity)
+        except (ValueError, TypeError):
+            raise PodSpecError(f"overhead.{resource}", f"{quantity!r} is not a resource quantity") from None
+    return {r: a for r, a in sorted(effective.items()) if a > 0}
