@@ -16,7 +16,7 @@ placement, so the next cycle places it once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any, Iterator, Sequence
@@ -36,6 +36,8 @@ from broker.settings import ConfigError, Settings
 SCHEDULER_LOCK_KEY = 0x61726368
 # Placements that may still be preempted; a Deleting one is already on its way out.
 PREEMPTIBLE_STATES = tuple(s for s in PLACEMENT_LIVE_STATES if s != "Deleting")
+# A part whose newest placement is in one of these needs no new one.
+HELD_STATES = (*PREEMPTIBLE_STATES, "Succeeded")
 _CHUNK = 1000  # ids per IN (...) list, well inside both backends' bind-parameter limits
 
 
@@ -192,19 +194,31 @@ def _read_pending(session: Session, inventory: Inventory, specs: dict[str, JobSp
             except JobSetError as exc:
                 inventory.unplaceable[str(job_id)] = Waiting(str(job_id), f"its manifest cannot be placed: {exc}")
     previous: dict[str, set[str]] = {}
-    for job_id, part, cluster, generation in session.execute(
-            select(PlacementRow.job_id, PlacementRow.part, PlacementRow.cluster_name, PlacementRow.generation)
+    newest: dict[tuple[str, str], tuple[int, str]] = {}
+    for job_id, part, cluster, generation, state in session.execute(
+            select(PlacementRow.job_id, PlacementRow.part, PlacementRow.cluster_name, PlacementRow.generation,
+                   PlacementRow.state)
             .join(Job, Job.id == PlacementRow.job_id).where(*_PENDING)):
         key = (str(job_id), part)
         inventory.generations[key] = max(generation, inventory.generations.get(key, 0))
+        newest[key] = max(newest.get(key, (0, "")), (generation, state))
         previous.setdefault(str(job_id), set()).add(cluster)
+    # A split job back in its queue with some parts still held (running elsewhere, or done) has only
+    # the others placed again: a failed part is re-placed alone.
+    held: dict[str, set[str]] = {}
+    for (job_id, part), (_, state) in newest.items():
+        if part and state in HELD_STATES:
+            held.setdefault(job_id, set()).add(part)
     for row in rows:
         job_id = str(row.id)
         inventory.records[job_id] = PendingRecord(row.tenant_id, row.reason, row.waiting_reasons or {})
         inventory.tenant_ids[job_id] = row.tenant_id
-        if job_id in specs:
+        spec = specs.get(job_id)
+        if spec is not None and held.get(job_id):
+            spec = replace(spec, parts=tuple(p for p in spec.parts if p.name not in held[job_id]))
+        if spec is not None and spec.parts:
             inventory.pending.append(PendingJob(
-                job_id, row[7], row[6], row.priority, as_utc(row.submitted_at).timestamp(), specs[job_id],
+                job_id, row[7], row[6], row.priority, as_utc(row.submitted_at).timestamp(), spec,
                 tuple(sorted(previous.get(job_id, ())))))
 
 

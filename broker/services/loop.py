@@ -9,6 +9,7 @@ import logging
 import threading
 from abc import ABC, abstractmethod
 from datetime import datetime, timezone
+from typing import Callable
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -21,6 +22,8 @@ class LoopService(ABC):
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self._lock = threading.Lock()
+        # Runs another service now (e.g. the dispatcher wakes the scheduler); the runner sets it.
+        self.wake: Callable[[str], None] = lambda name: None
 
     @abstractmethod
     def run_once(self) -> None:
@@ -46,6 +49,8 @@ class ServiceRunner:
 
     def __init__(self, services: list[LoopService]) -> None:
         self.services = {s.name: s for s in services}
+        for service in services:
+            service.wake = self.wake
         self._scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
                                                             "misfire_grace_time": None})
 

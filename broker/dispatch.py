@@ -1,0 +1,427 @@
+"""Propagation, status and recovery in the database: the placement outbox and the job it serves.
+
+Functions take a session in a write transaction (`begin_write` first) and leave the commit to the
+caller, which commits each step BEFORE it acts on a member. A placement moves
+
+    Decided ─▶ Applying ─▶ Applied ─▶ Running ─▶ Succeeded | Failed
+       └──────────┴───────────┴──────────┴──▶ Deleting ─▶ Deleted
+
+Decided is the scheduler's; Applying is committed before the member is touched, so a broker killed
+at any instant re-applies (server-side apply is idempotent and adopts the copy labelled with the
+placement id); Deleting is committed before the delete, and deleting again is harmless. The job
+follows its placements (`settle_job`): Admitted ─▶ Dispatching ─▶ Running ─▶ Succeeded | Failed,
+Cancelled once every copy is gone, and back to Queued when its placements were preempted, its
+member failed over, or a failed part of a split JobSet is to be re-placed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Iterable
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.orm import Session
+
+from broker import events
+from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_LIVE_STATES, Cluster, Event, Job, Placement, as_utc)
+from broker.status import (Aggregate, PartView, Policy, aggregate, failure_message, member_status, newer,
+                           part_failure, placement_state)
+from clusters.jobsets import member_name, render
+
+ACTIVE_STATES = tuple(s for s in PLACEMENT_LIVE_STATES if s != "Deleting")  # live and meant to stay
+ON_MEMBER_STATES = ("Applied", "Running")  # a copy the status watch follows
+KEPT_STATES = ("Applying", "Applied", "Running", "Succeeded", "Failed")  # copies the broker still owns
+WORK_STATES = ("Decided", "Applying", "Deleting")
+DISPATCHING_JOB_STATES = ("Admitted", "Dispatching")
+PLACED_JOB_STATES = ("Admitted", "Dispatching", "Running")
+
+
+def begin_write(session: Session) -> None:
+    """Start the write transaction: SQLite's write lock up front (a deferred transaction that read
+    first fails at once when another writer commits); PostgreSQL locks rows as it goes."""
+    connection = session.connection()
+    if connection.dialect.name == "sqlite":
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+@dataclass(frozen=True)
+class Work:
+    """One placement's next member action, as a dispatcher pass read it."""
+
+    placement_id: int
+    job_id: int
+    cluster_id: int
+    cluster: str
+    state: str  # Decided, Applying or Deleting
+    namespace: str
+    name: str  # the JobSet's name on the member
+    member_uid: str | None
+    attempts: int
+    jobset: dict[str, Any] | None  # what to apply; None for a deletion
+
+
+@dataclass
+class Changes:
+    """What a step did that other loops care about."""
+
+    requeued: set[int] = field(default_factory=set)  # jobs back in their queue: wake the scheduler
+    freed: bool = False  # capacity returned to the snapshot: wake the scheduler
+    dispatch: bool = False  # new member work: wake the dispatcher
+
+    def add(self, other: Changes) -> Changes:
+        self.requeued |= other.requeued
+        self.freed |= other.freed
+        self.dispatch |= other.dispatch
+        return self
+
+
+def due_work(session: Session, now: datetime, cluster_ids: Iterable[int], limit: int = 1000) -> list[Work]:
+    """Placements with member work due on the given clusters, oldest first."""
+    rows = session.execute(
+        select(Placement, Job.manifest, Job.namespace, Job.name)
+        .join(Job, Job.id == Placement.job_id)
+        .where(Placement.state.in_(WORK_STATES), Placement.cluster_id.in_(list(cluster_ids)),
+               or_(Placement.next_attempt_at.is_(None), Placement.next_attempt_at <= now))
+        .order_by(Placement.id).limit(limit))
+    work = []
+    for placement, manifest, namespace, name in rows:
+        jobset = None
+        if placement.state != "Deleting":
+            jobset = render(manifest, namespace=namespace, job_id=placement.job_id, placement_id=placement.id,
+                            generation=placement.generation, part=placement.part, assignments=placement.assignments)
+        work.append(Work(placement.id, placement.job_id, placement.cluster_id, placement.cluster_name,
+                         placement.state, namespace, member_name(name, placement.part), placement.member_uid,
+                         placement.attempts, jobset))
+    return work
+
+
+def next_due(session: Session) -> datetime | None:
+    """When the earliest retry falls due (None: nothing waits)."""
+    moment = session.scalar(select(func.min(Placement.next_attempt_at)).where(Placement.state.in_(WORK_STATES)))
+    return as_utc(moment) if moment else None
+
+
+def kept_placements(session: Session, cluster_id: int) -> set[int]:
+    """Placement ids on a cluster whose member copy the broker still owns; any other copy is stale."""
+    return set(session.scalars(select(Placement.id).where(Placement.cluster_id == cluster_id,
+                                                          Placement.state.in_(KEPT_STATES))))
+
+
+def placement_owner(session: Session, placement_id: int) -> tuple[int, str] | None:
+    """(job id, state) of a placement, to judge a copy found where a new one is to go."""
+    row = session.execute(select(Placement.job_id, Placement.state).where(Placement.id == placement_id)).first()
+    return (row.job_id, row.state) if row else None
+
+
+# Apply -------------------------------------------------------------------------------------------
+
+def start_apply(session: Session, work: Work) -> bool:
+    """Decided → Applying (and the job Admitted → Dispatching); False if it moved on meanwhile."""
+    moved = session.execute(update(Placement).where(Placement.id == work.placement_id, Placement.state == "Decided")
+                            .values(state="Applying").execution_options(synchronize_session=False)).rowcount
+    if moved:
+        session.execute(update(Job).where(Job.id == work.job_id, Job.state == "Admitted")
+                        .values(state="Dispatching").execution_options(synchronize_session=False))
+    return bool(moved)
+
+
+def finish_apply(session: Session, work: Work, jobset: dict[str, Any], now: datetime, *, adopted: bool) -> Changes:
+    """Applying → Applied (or further, if the member's status already says so)."""
+    job = _lock_job(session, work.job_id)
+    placement = _lock_placement(session, work.placement_id)
+    if job is None or placement is None or placement.state != "Applying":
+        return Changes()  # cancelled or failed over meanwhile: its Deleting step removes the copy
+    status = member_status(jobset)
+    seen = placement.status or {}
+    if seen.get("uid") == status["uid"] and newer(seen, status):
+        status = dict(seen)  # the status watch saw the copy further along than the apply's answer
+    status["appliedGeneration"] = member_status(jobset)["generation"]
+    redone = placement.member_uid is None and placement.started_at is not None
+    placement.member_uid, placement.status = status["uid"], status
+    placement.attempts, placement.last_error, placement.next_attempt_at = 0, None, None
+    placement.state = "Applied"
+    what = f"{work.namespace}/{work.name}"
+    verb = "adopted the existing copy" if adopted else ("recreated" if redone else "applied")
+    _job_event(session, job, "Applied", f"{verb} {what} on {work.cluster} (placement {placement.id}, "
+                                        f"generation {placement.generation})")
+    return _follow_status(session, job, placement, status, now)
+
+
+def retry_later(session: Session, work: Work, error: str, delay: float, now: datetime) -> None:
+    """The member could not do it now (timeout, 5xx, 429, a copy still in the way): try again later."""
+    placement = _lock_placement(session, work.placement_id)
+    if placement is None or placement.state != work.state:
+        return
+    if placement.last_error != error:
+        job = session.get(Job, work.job_id)
+        _job_event(session, job, "MemberRetrying", f"{work.cluster}: {error}; retrying", warning=True)
+    placement.attempts += 1
+    placement.last_error = error
+    placement.next_attempt_at = now + timedelta(seconds=delay)
+
+
+def fail_apply(session: Session, work: Work, error: str, now: datetime) -> Changes:
+    """The member refused the JobSet for good (invalid, forbidden): the placement and the job fail."""
+    job = _lock_job(session, work.job_id)
+    placement = _lock_placement(session, work.placement_id)
+    if job is None or placement is None or placement.state != work.state:
+        return Changes()
+    placement.state, placement.finished_at, placement.last_error = "Failed", now, error
+    _job_event(session, job, "ApplyFailed", f"{work.cluster} refused the JobSet: {error}", warning=True)
+    if job.state not in JOB_FINISHED_STATES and job.cancel_requested_at is None:
+        _finish_job(session, job, "Failed", f"{work.cluster} refused the JobSet: {error}", now)
+    return settle_job(session, job.id, now).add(Changes(freed=True))
+
+
+# Delete ------------------------------------------------------------------------------------------
+
+def finish_delete(session: Session, work: Work, now: datetime) -> Changes:
+    """Deleting → Deleted: the member copy is gone."""
+    job = _lock_job(session, work.job_id)
+    placement = _lock_placement(session, work.placement_id)
+    if job is None or placement is None or placement.state != "Deleting":
+        return Changes()
+    placement.state, placement.finished_at, placement.next_attempt_at = "Deleted", now, None
+    _job_event(session, job, "Deleted", f"deleted {work.namespace}/{work.name} from {work.cluster}")
+    return settle_job(session, job.id, now).add(Changes(freed=True))
+
+
+def request_deletions(session: Session, now: datetime) -> Changes:
+    """Cancelled jobs: every live placement to Deleting (or the job Cancelled when none is left)."""
+    changes = Changes()
+    for job_id in session.scalars(select(Job.id).where(Job.cancel_requested_at.is_not(None),
+                                                       Job.state.not_in(JOB_FINISHED_STATES))):
+        changes.add(settle_job(session, job_id, now))
+    return changes
+
+
+# Status from the members --------------------------------------------------------------------------
+
+def record_status(session: Session, cluster_id: int, jobset: dict[str, Any], now: datetime, *,
+                  deleted: bool = False) -> Changes:
+    """One member JobSet of the broker as a watch or a list saw it (or its deletion)."""
+    try:
+        placement_id = int(jobset["metadata"]["labels"]["archipelago.io/placement-id"])
+    except (KeyError, TypeError, ValueError):
+        return Changes()
+    row = session.execute(select(Placement.job_id, Placement.cluster_id).where(Placement.id == placement_id)).first()
+    if row is None or row.cluster_id != cluster_id:
+        return Changes()  # not a copy the broker placed here: the member's sweep deletes it
+    job = _lock_job(session, row.job_id)
+    placement = _lock_placement(session, placement_id)
+    status = member_status(jobset)
+    if placement.state == "Applying" and not deleted:
+        if newer(status, placement.status):  # seen before the dispatcher records the apply: kept for it
+            placement.status = status
+        return Changes()
+    if placement.state not in ON_MEMBER_STATES:
+        return Changes()  # finished or being deleted: nothing to learn
+    if status["uid"] != placement.member_uid:
+        return Changes()
+    if deleted:
+        return _drifted(session, job, placement, f"{_where(placement, jobset)} was deleted on "
+                                                 f"{placement.cluster_name} by someone else", now)
+    if not newer(status, placement.status):
+        return Changes()
+    applied = placement.status.get("appliedGeneration")
+    if applied is not None and status["generation"] is not None and status["generation"] > applied:
+        return _drifted(session, job, placement, f"{_where(placement, jobset)} was changed on "
+                                                 f"{placement.cluster_name} by someone else (generation "
+                                                 f"{applied} → {status['generation']})", now)
+    status["appliedGeneration"] = applied
+    return _follow_status(session, job, placement, status, now)
+
+
+def record_missing(session: Session, cluster_id: int, present: set[str], listed_version: str,
+                   now: datetime) -> Changes:
+    """After a list: copies on the member that the list does not show (and that were there before it) are gone."""
+    changes = Changes()
+    for placement_id, job_id, uid, status in session.execute(
+            select(Placement.id, Placement.job_id, Placement.member_uid, Placement.status)
+            .where(Placement.cluster_id == cluster_id, Placement.state.in_(ON_MEMBER_STATES))).all():
+        if uid in present or newer(status, {"resourceVersion": listed_version}):
+            continue
+        job = _lock_job(session, job_id)
+        placement = _lock_placement(session, placement_id)
+        if placement.state in ON_MEMBER_STATES and placement.member_uid == uid:
+            changes.add(_drifted(session, job, placement, f"{_where(placement)} was deleted on "
+                                                          f"{placement.cluster_name} by someone else", now))
+    return changes
+
+
+def _where(placement: Placement, jobset: dict[str, Any] | None = None) -> str:
+    if jobset is not None:
+        return f"JobSet {jobset['metadata'].get('namespace')}/{jobset['metadata']['name']}"
+    return f"the JobSet of placement {placement.id}"
+
+
+def _drifted(session: Session, job: Job, placement: Placement, message: str, now: datetime) -> Changes:
+    """Someone else deleted or changed the broker's copy: report it; re-apply while the job is meant to run."""
+    meant_to_run = job.state not in JOB_FINISHED_STATES and job.cancel_requested_at is None
+    job.status = {**(job.status or {}), "drift": message}
+    if meant_to_run:
+        placement.state, placement.attempts, placement.next_attempt_at = "Applying", 0, None
+        if "deleted" in message:
+            placement.member_uid = None
+        _job_event(session, job, "Drift", f"{message}; applying it again", warning=True)
+        return Changes(dispatch=True)
+    placement.state, placement.finished_at = "Deleted", now
+    _job_event(session, job, "Drift", message, warning=True)
+    return settle_job(session, job.id, now)
+
+
+def _follow_status(session: Session, job: Job, placement: Placement, status: dict[str, Any],
+                   now: datetime) -> Changes:
+    """A placement's new member status: its state, and for a failed split part, restart or fail."""
+    placement.status = status
+    state = placement_state(status)
+    changes = Changes()
+    if state != "Applied" and placement.started_at is None:
+        placement.started_at = now
+    if state != placement.state:
+        placement.state = state
+        if state in ("Succeeded", "Failed"):
+            placement.finished_at = now
+            changes.freed = True
+            where = f"{placement.part + ' ' if placement.part else ''}on {placement.cluster_name}"
+            if state == "Succeeded":
+                _job_event(session, job, "PartSucceeded" if placement.part else "MemberSucceeded",
+                           f"{where} completed")
+            else:
+                _job_event(session, job, "PartFailed" if placement.part else "MemberFailed",
+                           f"{where} failed: {failure_message(status)}", warning=True)
+        if state == "Failed" and placement.part and job.state not in JOB_FINISHED_STATES \
+                and job.cancel_requested_at is None:
+            decision = part_failure(Policy.of(job.manifest, job.placement_mode), placement.part, job.restart_count)
+            if decision.restart:
+                job.restart_count += int(decision.counted)
+                changes.requeued.add(job.id)
+                _requeue(session, job, decision.message, "PartRestarting")
+            else:
+                _finish_job(session, job, "Failed", decision.message, now)
+    return changes.add(settle_job(session, job.id, now))
+
+
+# The job from its placements ---------------------------------------------------------------------
+
+def settle_job(session: Session, job_id: int, now: datetime) -> Changes:
+    """Bring the job in line with its placements (call after any placement change)."""
+    job = _lock_job(session, job_id)
+    if job is None:
+        return Changes()
+    placements = list(session.scalars(select(Placement).where(Placement.job_id == job_id)
+                                      .order_by(Placement.id).with_for_update()))
+    live = [p for p in placements if p.state in PLACEMENT_LIVE_STATES]
+    changes = Changes()
+    if job.state in JOB_FINISHED_STATES or job.cancel_requested_at is not None:
+        why = "cancelled" if job.cancel_requested_at is not None else f"job {job.state.lower()}"
+        for placement in live:
+            if placement.state != "Deleting":
+                placement.state, placement.last_error, placement.next_attempt_at = "Deleting", why, None
+                changes.dispatch = True
+        if job.cancel_requested_at is not None and job.state not in JOB_FINISHED_STATES and not live:
+            _finish_job(session, job, "Cancelled", "cancelled; removed from every member", now)
+        return changes
+
+    current: dict[str, Placement] = {}
+    for placement in placements:
+        if placement.part not in current or placement.generation > current[placement.part].generation:
+            current[placement.part] = placement
+    policy = Policy.of(job.manifest, job.placement_mode)
+    result: Aggregate = aggregate(policy, [PartView(p.part, p.cluster_name, p.state, p.status or {})
+                                           for p in current.values()],
+                                  job.restart_count if job.placement_mode == "split" else 0)
+    status = {**result.status, **({"drift": job.status["drift"]} if (job.status or {}).get("drift") else {})}
+    if status != job.status:
+        job.status = status
+    if job.placement_mode == "whole":
+        job.restart_count = result.status["restarts"]
+    if result.state is not None:
+        _finish_job(session, job, result.state, result.message, now)
+        return changes.add(settle_job(session, job_id, now))
+    if job.state in PLACED_JOB_STATES and not live:
+        reasons = [p.last_error for p in placements if p.state == "Deleted" and p.last_error]
+        _requeue(session, job, reasons[-1] if reasons else "its placements are gone")
+        changes.requeued.add(job.id)
+    elif job.state in DISPATCHING_JOB_STATES and current and \
+            all(p.state in ("Applied", "Running", "Succeeded") for p in current.values()):
+        job.state, job.reason = "Running", None
+        job.started_at = job.started_at or now
+        clusters = ", ".join(sorted({p.cluster_name for p in current.values()}))
+        _job_event(session, job, "Running", f"running on {clusters}")
+    return changes
+
+
+def _finish_job(session: Session, job: Job, state: str, message: str, now: datetime) -> None:
+    job.state, job.finished_at, job.reason = state, now, message
+    _job_event(session, job, state, message, warning=state == "Failed")
+
+
+def _requeue(session: Session, job: Job, message: str, reason: str = "Requeued") -> None:
+    job.state, job.reason, job.admitted_at = "Queued", message, None
+    _job_event(session, job, reason, f"{message}; back in its queue")
+
+
+# Recovery ----------------------------------------------------------------------------------------
+
+def fail_over(session: Session, now: datetime, toleration: float) -> Changes:
+    """Move placements off members that cannot keep them, for the scheduler to place again:
+    - a member NotReady for longer than `toleration` seconds: all its live placements;
+    - a Draining member: those not started yet (Decided, Applying, Applied);
+    - a removed member: all of them (there is nothing left to delete there).
+    The old copy is marked Deleting: deleted once its member answers, before anything new starts there."""
+    changes = Changes()
+    targets: list[tuple[Placement, str]] = []
+    for cluster in session.scalars(select(Cluster).where(Cluster.state.in_(("NotReady", "Draining")))):
+        if cluster.state == "NotReady":
+            since = _not_ready_since(session, cluster)
+            if since is None or (now - since).total_seconds() < toleration:
+                continue
+            message = f"member {cluster.name} not ready for {(now - since).total_seconds():.0f}s: failing over"
+            states = ACTIVE_STATES
+        else:
+            message, states = f"member {cluster.name} is draining: placing it elsewhere", ("Decided", "Applying",
+                                                                                          "Applied")
+        targets += [(p, message) for p in session.scalars(
+            select(Placement).where(Placement.cluster_id == cluster.id, Placement.state.in_(states)))]
+    targets += [(p, f"member {p.cluster_name} was removed: failing over") for p in session.scalars(
+        select(Placement).where(Placement.cluster_id.is_(None), Placement.state.in_(PLACEMENT_LIVE_STATES)))]
+    for placement, message in targets:
+        job = _lock_job(session, placement.job_id)
+        placement = _lock_placement(session, placement.id)
+        if placement.state not in PLACEMENT_LIVE_STATES:
+            continue
+        if placement.cluster_id is None:
+            placement.state, placement.finished_at = "Deleted", now  # nothing left to delete there
+        elif placement.state != "Deleting":
+            placement.state, placement.last_error, placement.next_attempt_at = "Deleting", message, None
+        else:
+            continue
+        changes.freed = True
+        if job.state not in JOB_FINISHED_STATES and job.cancel_requested_at is None and job.state != "Queued":
+            _requeue(session, job, message, "FailedOver")
+            changes.requeued.add(job.id)
+        changes.add(settle_job(session, job.id, now))
+    return changes
+
+
+def _not_ready_since(session: Session, cluster: Cluster) -> datetime | None:
+    moment = session.scalar(select(func.max(Event.time)).where(Event.kind == "cluster",
+                                                              Event.object_id == cluster.name,
+                                                              Event.reason == "MemberNotReady"))
+    return as_utc(moment) if moment else None
+
+
+# helpers -----------------------------------------------------------------------------------------
+
+def _lock_job(session: Session, job_id: int) -> Job | None:
+    return session.scalar(select(Job).where(Job.id == job_id).with_for_update())
+
+
+def _lock_placement(session: Session, placement_id: int) -> Placement | None:
+    return session.scalar(select(Placement).where(Placement.id == placement_id).with_for_update())
+
+
+def _job_event(session: Session, job: Job, reason: str, message: str, *, warning: bool = False) -> None:
+    events.record(session, "job", job.id, reason, message, warning=warning, tenant_id=job.tenant_id)

@@ -1,0 +1,167 @@
+"""The status loop: each member's JobSets of the broker, followed into placements and jobs.
+
+Per member one watch on JobSets labelled `archipelago.io/job-id`: a list first (and again after a
+410 Gone or a reconnect, so nothing that happened while the watch was down is missed), then every
+event as it comes, each recorded in its own short transaction (`broker.dispatch.record_status`).
+A member whose API cannot watch is polled by list every ARCHIPELAGO_STATUS_POLL_INTERVAL.
+
+`run_once()` starts the watches of members that have none (and stops those of members removed);
+with `watch=False` — and for members that cannot watch — it lists each member once instead, which
+is how the tests drive it one deterministic step at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from sqlalchemy import select
+
+from broker.db.models import Cluster, utcnow
+from broker.db.runtime import Database
+from broker.dispatch import Changes, record_missing, record_status
+from broker.metrics import MEMBER_ERRORS, STATUS_LAG_SECONDS
+from broker.services.dispatcher import UNAVAILABLE_STATES, writing
+from broker.services.inventory import MemberClients, backoff
+from broker.services.loop import LoopService
+from broker.settings import Settings
+from clusters import jobsets
+from clusters.kubeconfig import KubeconfigError
+from clusters.member import MemberClient, MemberError, WatchStream
+
+log = logging.getLogger("archipelago.status")
+
+CANNOT_WATCH = frozenset({400, 405, 406, 415, 501})  # the member's API does not serve watches
+
+
+class StatusService(LoopService):
+    name = "status"
+
+    def __init__(self, database: Database, settings: Settings, clients: MemberClients, *, watch: bool = True,
+                 now: Callable[[], Any] = utcnow) -> None:
+        super().__init__(max(settings.status_poll_interval, 0.1))
+        self.database, self.settings, self.clients, self.now = database, settings, clients, now
+        self.watch = watch
+        self._watches: dict[int, _StatusWatch] = {}
+        self._polled: set[int] = set()  # members that answered a watch with "not served"
+        self._pool = ThreadPoolExecutor(settings.member_workers, thread_name_prefix="status")
+
+    def run_once(self) -> dict[str, int | str]:
+        """Start missing watches; list the members that are polled. Returns, per member listed, the
+        number of copies seen or the error."""
+        with self.database.sessions() as session:
+            rows = session.execute(select(Cluster.id, Cluster.name, Cluster.state, Cluster.kubeconfig_encrypted,
+                                          Cluster.context)).all()
+        registered = {row.id for row in rows}
+        for cluster_id in [i for i in self._watches if i not in registered]:
+            self._watches.pop(cluster_id).stop()
+        polled = []
+        for row in rows:
+            if row.state in UNAVAILABLE_STATES:
+                continue
+            if not self.watch or row.id in self._polled:
+                polled.append(row)
+            elif row.id not in self._watches or not self._watches[row.id].is_alive():
+                self._watches[row.id] = _StatusWatch(self, row)
+                self._watches[row.id].start()
+        return dict(zip((row.name for row in polled), self._pool.map(self._poll, polled)))
+
+    def _poll(self, row: Any) -> int | str:
+        try:
+            return self.resync(row.id, self.clients.get(row.id, row.kubeconfig_encrypted, row.context))[0]
+        except (MemberError, KubeconfigError, ValueError) as exc:
+            MEMBER_ERRORS.labels(row.name).inc()
+            return str(exc)
+
+    def resync(self, cluster_id: int, client: MemberClient) -> tuple[int, str]:
+        """List the member's copies and record them all, and the ones gone; (count, resourceVersion)."""
+        items, version = jobsets.list_owned(client)
+        now = self.now()
+        with writing(self.database) as session:
+            changes = Changes()
+            for obj in items:
+                changes.add(record_status(session, cluster_id, obj, now))
+            changes.add(record_missing(session, cluster_id, {o["metadata"]["uid"] for o in items}, version, now))
+        self._wake_for(changes)
+        return len(items), version
+
+    def record(self, cluster_id: int, event: dict, received: float) -> None:
+        """One watch event, in its own transaction."""
+        if event.get("type") not in ("ADDED", "MODIFIED", "DELETED"):
+            return
+        with writing(self.database) as session:
+            changes = record_status(session, cluster_id, event["object"], self.now(),
+                                    deleted=event["type"] == "DELETED")
+        STATUS_LAG_SECONDS.observe(time.monotonic() - received)
+        self._wake_for(changes)
+
+    def cannot_watch(self, cluster_id: int) -> None:
+        self._polled.add(cluster_id)
+
+    def _wake_for(self, changes: Changes) -> None:
+        if changes.requeued or changes.freed:
+            self.wake("scheduler")
+        if changes.dispatch:
+            self.wake("dispatcher")
+
+    def stop(self) -> None:
+        for watch in self._watches.values():
+            watch.stop()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _StatusWatch(threading.Thread):
+    """List, then watch, one member's copies; relist after 410 Gone or any break, backing off while it fails."""
+
+    def __init__(self, service: StatusService, row: Any) -> None:
+        super().__init__(name=f"status-{row.name}", daemon=True)
+        self.service, self.row = service, row
+        self._stop_event = threading.Event()
+        self._stream: WatchStream | None = None
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        stream = self._stream
+        if stream is not None:
+            stream.close()
+
+    def run(self) -> None:
+        failures, version = 0, None
+        while not self._stop_event.is_set():
+            try:
+                client = self.service.clients.get(self.row.id, self.row.kubeconfig_encrypted, self.row.context)
+                if version is None:
+                    _, version = self.service.resync(self.row.id, client)
+                self._stream = jobsets.watch_owned(client, version)
+                if self._stop_event.is_set():
+                    return
+                for event in self._stream:
+                    version = ((event.get("object") or {}).get("metadata") or {}).get("resourceVersion") or version
+                    self.service.record(self.row.id, event, time.monotonic())
+                failures = 0  # the server ended the stream: resume from the last version
+            except MemberError as exc:
+                if self._stop_event.is_set():
+                    return
+                if exc.status in CANNOT_WATCH:
+                    log.info("status: %s cannot watch JobSets (%s); polling it", self.row.name, exc)
+                    self.service.cannot_watch(self.row.id)
+                    return
+                MEMBER_ERRORS.labels(self.row.name).inc()
+                failures += 1
+                version = None  # relist on reconnect: events may have been missed
+                log.info("status watch of %s: %s; relisting", self.row.name, exc)
+                if exc.reason != "Gone":
+                    self._stop_event.wait(backoff(failures, 0.5, 30.0))
+            except (KubeconfigError, ValueError) as exc:
+                failures += 1
+                log.warning("status watch of %s: %s", self.row.name, exc)
+                self._stop_event.wait(backoff(failures, 1.0, 60.0))
+            except Exception:  # a database hiccup: relist and go on rather than lose the member's watch
+                log.exception("status watch of %s failed; relisting", self.row.name)
+                failures, version = failures + 1, None
+                self._stop_event.wait(backoff(failures, 1.0, 60.0))
+            finally:
+                self._stream = None

@@ -1,0 +1,167 @@
+"""Status rules, pure: a member's JobSet status → a placement's status; placements → the job's.
+
+- `member_status`: what the broker keeps of a member JobSet (per ReplicatedJob counts, conditions,
+  restarts, terminal state, and the object's uid, generation and resourceVersion).
+- `placement_state`: Applied (created, nothing started), Running, Succeeded or Failed.
+- `aggregate`: `whole` — the one placement's status is the job's; `split` — counts summed over the
+  current placement of each part, Succeeded once the JobSet's success policy holds over them.
+- `part_failure`: whether a failed part of a split JobSet is restarted (re-placed), per the JobSet's
+  failure policy and a federation-level maxRestarts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+COUNTS = ("ready", "active", "succeeded", "failed", "suspended")
+_TERMINAL = {"Completed": "Succeeded", "Failed": "Failed"}
+_IGNORING_MAX = ("RestartJobSetAndIgnoreMaxRestarts", "RestartJobAndIgnoreMaxRestarts")
+
+
+def member_status(jobset: Mapping[str, Any]) -> dict[str, Any]:
+    """The placement's status from the member's JobSet object."""
+    metadata, status = jobset.get("metadata") or {}, jobset.get("status") or {}
+    counts = {r["name"]: {k: int(r.get(k) or 0) for k in COUNTS} for r in status.get("replicatedJobsStatus") or ()}
+    conditions = [{k: c[k] for k in ("type", "status", "reason", "message", "lastTransitionTime") if k in c}
+                  for c in status.get("conditions") or ()]
+    terminal = status.get("terminalState")
+    if not terminal:
+        terminal = next((c["type"] for c in conditions if c.get("type") in _TERMINAL and c.get("status") == "True"),
+                        None)
+    return {"replicatedJobs": counts, "conditions": conditions, "restarts": int(status.get("restarts") or 0),
+            "terminalState": terminal, "uid": metadata.get("uid"), "generation": metadata.get("generation"),
+            "resourceVersion": metadata.get("resourceVersion")}
+
+
+def placement_state(status: Mapping[str, Any]) -> str:
+    if status.get("terminalState") in _TERMINAL:
+        return _TERMINAL[status["terminalState"]]
+    started = any(c["active"] or c["succeeded"] or c["failed"] for c in (status.get("replicatedJobs") or {}).values())
+    return "Running" if started else "Applied"
+
+
+def newer(status: Mapping[str, Any], seen: Mapping[str, Any]) -> bool:
+    """Whether `status` was read after `seen` (resourceVersions are etcd revisions: integers in practice)."""
+    try:
+        return int(status.get("resourceVersion") or 0) > int(seen.get("resourceVersion") or 0)
+    except ValueError:
+        return status.get("resourceVersion") != seen.get("resourceVersion")
+
+
+def failure_message(status: Mapping[str, Any]) -> str:
+    failed = next((c for c in status.get("conditions") or () if c.get("type") == "Failed"), {})
+    return failed.get("message") or failed.get("reason") or "failed"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the JobSet's manifest says about success and failure, as the aggregation needs it."""
+
+    mode: str  # whole | split
+    replicas: Mapping[str, int]  # ReplicatedJob -> replicas, in manifest order
+    success_operator: str = "All"
+    success_targets: tuple[str, ...] = ()
+    failure_policy: Mapping[str, Any] | None = None
+    max_restarts: int = 0
+
+    @classmethod
+    def of(cls, manifest: Mapping[str, Any], mode: str) -> Policy:
+        spec = manifest.get("spec") or {}
+        replicas = {r["name"]: int(r.get("replicas", 1)) for r in spec.get("replicatedJobs") or ()}
+        success = spec.get("successPolicy") or {}
+        failure = spec.get("failurePolicy")
+        return cls(mode, replicas, success.get("operator", "All"),
+                   tuple(success.get("targetReplicatedJobs") or replicas), failure,
+                   int((failure or {}).get("maxRestarts", 0)))
+
+    def succeeded(self, counts: Mapping[str, Mapping[str, int]]) -> bool:
+        """The success policy over summed counts: All — every target ReplicatedJob's Jobs succeeded;
+        Any — one Job of a target ReplicatedJob did."""
+        done = {name: counts.get(name, {}).get("succeeded", 0) for name in self.success_targets}
+        if self.success_operator == "Any":
+            return any(n >= 1 for n in done.values())
+        return all(done[name] >= self.replicas.get(name, 1) for name in self.success_targets)
+
+
+@dataclass(frozen=True)
+class PartView:
+    """The current (newest) placement of one part."""
+
+    part: str
+    cluster: str
+    state: str
+    status: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    state: str | None  # Succeeded or Failed once decided; else None (the job goes on)
+    status: dict[str, Any]
+    message: str = ""
+
+
+def aggregate(policy: Policy, parts: Iterable[PartView], federation_restarts: int = 0) -> Aggregate:
+    """The job's status from its parts' current placements."""
+    parts = sorted(parts, key=lambda p: list(policy.replicas).index(p.part) if p.part in policy.replicas else -1)
+    summed = {name: dict.fromkeys(COUNTS, 0) for name in policy.replicas}
+    conditions, restarts = [], federation_restarts
+    for view in parts:
+        for name, counts in (view.status.get("replicatedJobs") or {}).items():
+            for key in COUNTS:
+                summed.setdefault(name, dict.fromkeys(COUNTS, 0))[key] += counts.get(key, 0)
+        restarts += int(view.status.get("restarts") or 0)
+        for condition in view.status.get("conditions") or ():
+            conditions.append({**condition, **({"part": view.part, "cluster": view.cluster} if view.part else
+                                               {"cluster": view.cluster})})
+    status = {"replicatedJobsStatus": [{"name": name, **counts} for name, counts in summed.items()],
+              "conditions": conditions, "restarts": restarts,
+              "parts": [{"part": v.part, "cluster": v.cluster, "state": v.state} for v in parts]}
+    if policy.mode == "whole":
+        view = parts[0] if parts else None
+        if view is not None and view.state in ("Succeeded", "Failed"):
+            status["terminalState"] = "Completed" if view.state == "Succeeded" else "Failed"
+            message = (f"completed on {view.cluster}" if view.state == "Succeeded"
+                       else f"failed on {view.cluster}: {failure_message(view.status)}")
+            return Aggregate(view.state, status, message)
+        return Aggregate(None, status)
+    if policy.succeeded(summed):
+        status["terminalState"] = "Completed"
+        where = ", ".join(sorted({v.cluster for v in parts}))
+        return Aggregate("Succeeded", status, f"success policy ({policy.success_operator}) holds over its parts on "
+                                              f"{where}")
+    return Aggregate(None, status)
+
+
+@dataclass(frozen=True)
+class PartFailure:
+    restart: bool
+    counted: bool
+    message: str
+
+
+def part_failure(policy: Policy, part: str, restarts: int, max_restarts: int | None = None) -> PartFailure:
+    """A part of a split JobSet failed on its member: restart it elsewhere, or fail the job?
+
+    The JobSet's failure policy decides as it would on one cluster: none — the job fails; the first
+    rule that targets the part (rules that name failure reasons are the member's to judge and are
+    skipped here) picks the action; restarts count toward `max_restarts` (by default the policy's
+    maxRestarts) unless the action ignores it.
+    """
+    if policy.failure_policy is None:
+        return PartFailure(False, False, f"{part} failed and the JobSet has no failure policy")
+    limit = policy.max_restarts if max_restarts is None else max_restarts
+    action = "RestartJobSet"
+    for rule in policy.failure_policy.get("rules") or ():
+        if rule.get("onJobFailureReasons") or (rule.get("targetReplicatedJobs") and
+                                                part not in rule["targetReplicatedJobs"]):
+            continue
+        action = rule.get("action", action)
+        break
+    if action == "FailJobSet":
+        return PartFailure(False, False, f"{part} failed and the failure policy says FailJobSet")
+    counted = action not in _IGNORING_MAX
+    if counted and restarts >= limit:
+        return PartFailure(False, False, f"{part} failed beyond its restarts ({restarts} of {limit})")
+    return PartFailure(True, counted, f"{part} failed; restarting it alone"
+                                      + (f" (restart {restarts + 1} of {limit})" if counted else ""))

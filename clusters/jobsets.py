@@ -1,0 +1,155 @@
+"""JobSets on a member cluster: the copy the broker renders for one placement, and the calls that
+apply, read, list, watch and delete it (server-side apply, field manager `archipelago`).
+
+`render` is pure: the tenant's manifest and one placement's decision in, the member's JobSet out.
+Every copy carries the broker's labels, so the broker finds its copies by label, never by name alone.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterable, Mapping
+
+from clusters.member import JOBSET_GROUP, JOBSET_VERSION, MemberClient, MemberError, WatchStream
+
+JOB_ID_LABEL = "archipelago.io/job-id"
+PLACEMENT_ID_LABEL = "archipelago.io/placement-id"
+GENERATION_LABEL = "archipelago.io/generation"
+PART_LABEL = "archipelago.io/part"
+OWNER_ANNOTATION = "archipelago.io/owner"
+FIELD_MANAGER = "archipelago"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+# The broker admitted the JobSet already: a member's own Kueue must not queue it a second time.
+DROPPED_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
+JOBSETS = f"/apis/{JOBSET_GROUP}/{JOBSET_VERSION}/jobsets"
+WATCH_SECONDS = 300
+# Member answers that another try will not change: the placement fails with the member's message.
+PERMANENT_STATUSES = frozenset({400, 403, 405, 413, 415, 422})
+
+
+def jobset_path(namespace: str, name: str | None = None) -> str:
+    base = f"/apis/{JOBSET_GROUP}/{JOBSET_VERSION}/namespaces/{namespace}/jobsets"
+    return f"{base}/{name}" if name else base
+
+
+def member_name(name: str, part: str) -> str:
+    """The whole JobSet keeps its name; a part of a split JobSet is `<name>-<part>`."""
+    return f"{name}-{part}" if part else name
+
+
+def is_permanent(error: MemberError) -> bool:
+    """Invalid or forbidden: the member's answer will be the same next time."""
+    return error.status in PERMANENT_STATUSES
+
+
+def placement_id_of(obj: Mapping[str, Any]) -> str | None:
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(PLACEMENT_ID_LABEL)
+
+
+# Rendering ---------------------------------------------------------------------------------------
+
+def render(manifest: Mapping[str, Any], *, namespace: str, job_id: int, placement_id: int, generation: int,
+           part: str, assignments: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The member's JobSet for one placement.
+
+    `part` "" is the whole JobSet; otherwise only that ReplicatedJob, with the success policy narrowed
+    to it and no failure policy (a failed part is the broker's to restart: it re-places it). Each
+    ReplicatedJob's pods are bound by required node affinity to the nodes the engine chose for it.
+    """
+    source = copy.deepcopy(dict(manifest))
+    metadata = source.get("metadata") or {}
+    labels = {k: v for k, v in (metadata.get("labels") or {}).items() if k not in DROPPED_LABELS}
+    labels.update({JOB_ID_LABEL: str(job_id), PLACEMENT_ID_LABEL: str(placement_id),
+                   GENERATION_LABEL: str(generation)})
+    if part:
+        labels[PART_LABEL] = part
+    annotations = {**(metadata.get("annotations") or {}), OWNER_ANNOTATION: f"archipelago/jobs/{job_id}"}
+    spec = source.get("spec") or {}
+    if part:
+        spec = _part_spec(spec, part)
+    nodes: dict[str, set[str]] = {}
+    for assignment in assignments:
+        nodes.setdefault(assignment["replicatedJob"], set()).add(assignment["node"])
+    for rjob in spec.get("replicatedJobs") or ():
+        if rjob.get("name") in nodes:
+            _require_nodes(rjob, sorted(nodes[rjob["name"]]))
+    return {"apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}", "kind": "JobSet",
+            "metadata": {"name": member_name(metadata["name"], part), "namespace": namespace, "labels": labels,
+                         "annotations": annotations},
+            "spec": spec}
+
+
+def _part_spec(spec: dict[str, Any], part: str) -> dict[str, Any]:
+    """One ReplicatedJob of a split JobSet as a JobSet of its own that means what the whole means for it."""
+    spec = dict(spec)
+    rjobs = [dict(r) for r in spec.get("replicatedJobs") or () if r.get("name") == part]
+    for rjob in rjobs:
+        rjob.pop("dependsOn", None)  # the ReplicatedJobs it waited for run elsewhere
+    spec["replicatedJobs"] = rjobs
+    success = spec.get("successPolicy") or {}
+    targets = success.get("targetReplicatedJobs") or []
+    # A part the whole's policy targets succeeds as the policy says; any other part simply runs to completion.
+    operator = success.get("operator", "All") if not targets or part in targets else "All"
+    spec["successPolicy"] = {"operator": operator, "targetReplicatedJobs": [part]}
+    spec.pop("failurePolicy", None)
+    if (spec.get("coordinator") or {}).get("replicatedJob") not in (None, part):
+        spec.pop("coordinator")
+    return spec
+
+
+def _require_nodes(rjob: dict[str, Any], nodes: list[str]) -> None:
+    """AND `kubernetes.io/hostname In nodes` into every required node-affinity term of the pod template."""
+    pod = rjob.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
+    required = pod.setdefault("affinity", {}).setdefault("nodeAffinity", {}).setdefault(
+        "requiredDuringSchedulingIgnoredDuringExecution", {})
+    ours = {"key": HOSTNAME_LABEL, "operator": "In", "values": nodes}
+    terms = required.get("nodeSelectorTerms") or [{}]
+    required["nodeSelectorTerms"] = [{**term, "matchExpressions": [*(term.get("matchExpressions") or ()), ours]}
+                                     for term in terms]
+
+
+# Member calls ------------------------------------------------------------------------------------
+
+def ensure_namespace(client: MemberClient, namespace: str) -> None:
+    """Create the tenant's namespace if it is missing (apply: harmless when it exists)."""
+    client.request("PATCH", f"/api/v1/namespaces/{namespace}", {"fieldManager": FIELD_MANAGER},
+                   {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+                   content_type="application/apply-patch+yaml")
+
+
+def apply(client: MemberClient, jobset: Mapping[str, Any]) -> dict:
+    """Server-side apply with force: the broker owns the fields it sets, whoever touched them since."""
+    meta = jobset["metadata"]
+    return client.request("PATCH", jobset_path(meta["namespace"], meta["name"]),
+                          {"fieldManager": FIELD_MANAGER, "force": "true"}, jobset,
+                          content_type="application/apply-patch+yaml")
+
+
+def get(client: MemberClient, namespace: str, name: str) -> dict | None:
+    try:
+        return client.get(jobset_path(namespace, name))
+    except MemberError as exc:
+        if exc.reason == "NotFound":
+            return None
+        raise
+
+
+def delete(client: MemberClient, namespace: str, name: str, uid: str) -> None:
+    """Delete that object (by uid) with foreground propagation; already gone is fine."""
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground",
+            "preconditions": {"uid": uid}}
+    try:
+        client.request("DELETE", jobset_path(namespace, name), body=body)
+    except MemberError as exc:
+        if exc.reason == "NotFound" or exc.status == 409:  # gone, or a different object by that name now
+            return
+        raise
+
+
+def list_owned(client: MemberClient) -> tuple[list[dict], str]:
+    """Every JobSet of the broker on the member, and the resourceVersion to watch from."""
+    return client.list(JOBSETS, {"labelSelector": JOB_ID_LABEL})
+
+
+def watch_owned(client: MemberClient, resource_version: str) -> WatchStream:
+    return client.watch(JOBSETS, resource_version, {"labelSelector": JOB_ID_LABEL}, WATCH_SECONDS)
