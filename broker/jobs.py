@@ -219,9 +219,9 @@ def get_job(session: Session, principal: Principal, job_id: int) -> Job:
 
 
 def list_jobs(session: Session, principal: Principal, filters: JobFilter, limit: int = 100,
-              cursor: int | None = None) -> tuple[list[Job], int | None]:
-    """Newest first; the cursor is the last id of the previous page. A label selector is applied in
-    Python over id-ordered chunks, so pages stay exact and the scan stays bounded by the page."""
+              cursor: int | None = None, oldest_first: bool = False) -> tuple[list[Job], int | None]:
+    """Newest first (or oldest first); the cursor is the last id of the previous page. A label selector is
+    applied in Python over id-ordered chunks, so pages stay exact and each page reads a bounded number of rows."""
     for state in filters.states:
         if state not in JOB_STATES:
             raise Invalid("state", f"unknown state {state!r}; one of {', '.join(JOB_STATES)}")
@@ -242,21 +242,20 @@ def list_jobs(session: Session, principal: Principal, filters: JobFilter, limit:
     if filters.cluster:
         query = query.where(exists().where(and_(Placement.job_id == Job.id,
                                                 Placement.cluster_name == filters.cluster)))
+    chunk_size = limit if selector is None else max(limit, 200)
+    query = query.order_by(Job.id.asc() if oldest_first else Job.id.desc()).limit(chunk_size)
     page: list[Job] = []
-    while len(page) < limit:
-        chunk_query = query.order_by(Job.id.desc()).limit(limit if selector is None else max(limit, 200))
-        if cursor is not None:
-            chunk_query = chunk_query.where(Job.id < cursor)
-        chunk = list(session.scalars(chunk_query))
-        if not chunk:
-            return page, None
+    while True:
+        after = query if cursor is None else query.where(Job.id > cursor if oldest_first else Job.id < cursor)
+        chunk = list(session.scalars(after))
         for job in chunk:
             cursor = job.id
             if selector is None or selector.matches((job.manifest.get("metadata") or {}).get("labels") or {}):
                 page.append(job)
                 if len(page) == limit:
-                    break
-    return page, cursor
+                    return page, cursor
+        if len(chunk) < chunk_size:
+            return page, None
 
 
 def job_events(session: Session, job_id: int, limit: int = 200) -> list[Event]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from fastapi import APIRouter, Query, Request
@@ -154,10 +154,12 @@ def list_jobs(session: SessionDep, principal: PrincipalDep,
                                                        "Succeeded, Failed, Cancelled"),
               cluster: str | None = None, name: str | None = None,
               selector: str | None = Query(None, description="label selector over the JobSet's labels"),
-              limit: int = Query(100, ge=1, le=job_service.MAX_PAGE), cursor: str | None = None):
+              limit: int = Query(100, ge=1, le=job_service.MAX_PAGE), cursor: str | None = None,
+              order: Literal["newest", "oldest"] = Query("newest", description="by submission")):
     filters = job_service.JobFilter(tenant=tenant, queue=queue, states=state, cluster=cluster, name=name,
                                     selector=selector)
-    page, next_cursor = job_service.list_jobs(session, principal, filters, limit, _cursor(cursor))
+    page, next_cursor = job_service.list_jobs(session, principal, filters, limit, _cursor(cursor),
+                                              oldest_first=order == "oldest")
     return schemas.JobPage(items=_jobs_out(session, page),
                            next_cursor=str(next_cursor) if next_cursor is not None else None)
 

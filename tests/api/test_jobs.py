@@ -179,6 +179,10 @@ def test_listing_pages_and_filters(research):
         if cursor is None:
             break
     assert seen == [f"job-{i}" for i in reversed(range(7))]
+    first = research.get("/api/v1/jobs", params={"limit": 4, "order": "oldest"}).json()
+    second = research.get("/api/v1/jobs", params={"limit": 4, "order": "oldest", "cursor": first["next_cursor"]})
+    assert [j["name"] for j in first["items"] + second.json()["items"]] == [f"job-{i}" for i in range(7)]
+    assert second.json()["next_cursor"] is None
     names = lambda **params: [j["name"] for j in research.get("/api/v1/jobs", params=params).json()["items"]]
     assert names(queue="eval") == ["job-5", "job-3", "job-1"]
     assert names(selector="team=nlp") == ["job-2", "job-1", "job-0"]
