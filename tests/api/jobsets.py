@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
-
-import yaml
-
-EXAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "examples"
 
 
 def jobset(name: str = "train", *, queue: str | None = None, replicas: int = 2, gpus: int = 8,
@@ -30,13 +25,6 @@ def jobset(name: str = "train", *, queue: str | None = None, replicas: int = 2, 
             "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}}}]},
     }
 
-
-def example(filename: str) -> dict:
-    return yaml.safe_load((EXAMPLES / filename).read_text())
-
-
-def example_files() -> list[str]:
-    return sorted(p.name for p in EXAMPLES.glob("jobset-*.yaml"))
 
 
 def with_change(manifest: dict, path: str, value) -> dict:

@@ -11,7 +11,8 @@ from broker.db.crypto import KubeconfigCipher
 from broker.db.models import Cluster, HyperNode, Node
 from clusters.quantity import to_milli
 from tests.api.conftest import make_tenant
-from tests.api.jobsets import example, example_files, jobset, with_change
+from tests.api.jobsets import jobset, with_change
+from tests.examples import example, jobset_examples
 
 YAML = {"Content-Type": "application/yaml"}
 
@@ -30,7 +31,7 @@ def example_tenants(admin):
         admin.post("/api/v1/queues", json={"name": queue, "tenant": tenant})
 
 
-@pytest.mark.parametrize("filename", example_files())
+@pytest.mark.parametrize("filename", jobset_examples())
 def test_every_example_is_accepted_as_yaml(admin, example_tenants, filename):
     manifest = example(filename)
     tenant = {"team-a": "team-a", "team-b": "team-b", "hpc": "hpc"}[manifest["metadata"]["namespace"]]

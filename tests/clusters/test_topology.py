@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import yaml
-
 from clusters.topology import derive_from_labels, resolve_hypernodes
-
-EXAMPLE = Path("/work/shared/examples/hypernodes-eu-west.yaml")
+from tests.examples import example_documents
 
 
 def hn(name: str, tier: int, *members: tuple[str, dict]) -> dict:
@@ -22,7 +17,7 @@ def tree(topology) -> dict[str, tuple[int, str | None, tuple[str, ...]]]:
 
 def test_the_shared_example_resolves_every_selector_kind():
     nodes = {f"gpu-{i:02d}": {"topology.example.com/leaf": f"leaf-{i // 8}"} for i in range(24)}
-    result = resolve_hypernodes(list(yaml.safe_load_all(EXAMPLE.read_text())), nodes)
+    result = resolve_hypernodes(example_documents("hypernodes-eu-west.yaml"), nodes)
     resolved = tree(result)
     assert resolved["leaf-0"] == (1, "spine-0", tuple(f"gpu-{i:02d}" for i in range(8)))
     assert resolved["leaf-1"][2] == tuple(f"gpu-{i:02d}" for i in range(8, 16))

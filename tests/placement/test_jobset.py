@@ -1,26 +1,21 @@
 """JobSet parsing: every shared example, and the errors a tenant sees for bad manifests."""
 
 import copy
-import glob
 
 import pytest
-import yaml
 
 from broker.jobset import JobSetError, effective_pod_requests, parse_jobset
 
+from tests.examples import example as load, jobset_examples
+
 from .fixtures import GiB, manifest
 
-EXAMPLES = sorted(glob.glob("/work/shared/examples/jobset-*.yaml"))
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.rsplit("/", 1)[-1])
-def test_every_example_parses(path):
-    spec = parse_jobset(yaml.safe_load(open(path)))
+@pytest.mark.parametrize("name", jobset_examples())
+def test_every_example_parses(name):
+    spec = parse_jobset(load(name))
     assert spec.parts and spec.queue
-
-
-def load(name):
-    return yaml.safe_load(open(f"/work/shared/examples/{name}"))
 
 
 def test_multislice_example_reads_topology_and_exclusive_domains():
