@@ -4,6 +4,7 @@ the loop services driven one `run_once()` at a time."""
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -13,7 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from api.app import create_app
-from broker.db.models import Event, Placement
+from broker.db.models import Event, Placement, utcnow
 from broker.services.dispatcher import DispatcherService
 from broker.services.inventory import ClusterHealthService, MemberClients
 from broker.services.scheduler import SchedulerService
@@ -71,11 +72,15 @@ class Federation:
 
     def __init__(self, sim: SimHandle, api: TestClient, db, settings) -> None:
         self.sim, self.api, self.db = sim, api, db
+        self.elapsed = timedelta()  # the broker's clock runs ahead of the wall clock with the simulator's
         self.members = MemberClients(settings)
         self.scheduler = SchedulerService(db, settings)
-        self.dispatcher = DispatcherService(db, settings, self.members)
-        self.status = StatusService(db, settings, self.members, watch=False)
-        self.health = ClusterHealthService(db, settings, self.members)
+        self.dispatcher = DispatcherService(db, settings, self.members, now=self.now)
+        self.status = StatusService(db, settings, self.members, watch=False, now=self.now)
+        self.health = ClusterHealthService(db, settings, self.members, now=self.now)
+
+    def now(self):
+        return utcnow() + self.elapsed
 
     def close(self) -> None:
         for service in (self.dispatcher, self.status, self.health):
@@ -95,6 +100,7 @@ class Federation:
         """Simulated time forward, then one pass of each loop in the order work flows."""
         if seconds:
             self.sim.advance(seconds)
+            self.elapsed += timedelta(seconds=seconds)
         self.scheduler.run_once()
         self.dispatcher.run_once()
         self.sim.settle()
