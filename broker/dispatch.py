@@ -220,13 +220,13 @@ def record_status(session: Session, cluster_id: int, jobset: dict[str, Any], now
     if status["uid"] != placement.member_uid:
         return Changes()
     if deleted:
-        return _drifted(session, job, placement, f"{_where(placement, jobset)} was deleted on "
+        return _drifted(session, job, placement, f"{_where(job, placement)} was deleted on "
                                                  f"{placement.cluster_name} by someone else", now)
     if not newer(status, placement.status):
         return Changes()
     applied = placement.status.get("appliedGeneration")
     if applied is not None and status["generation"] is not None and status["generation"] > applied:
-        return _drifted(session, job, placement, f"{_where(placement, jobset)} was changed on "
+        return _drifted(session, job, placement, f"{_where(job, placement)} was changed on "
                                                  f"{placement.cluster_name} by someone else (generation "
                                                  f"{applied} → {status['generation']})", now)
     status["appliedGeneration"] = applied
@@ -245,15 +245,13 @@ def record_missing(session: Session, cluster_id: int, present: set[str], listed_
         job = _lock_job(session, job_id)
         placement = _lock_placement(session, placement_id)
         if placement.state in ON_MEMBER_STATES and placement.member_uid == uid:
-            changes.add(_drifted(session, job, placement, f"{_where(placement)} was deleted on "
+            changes.add(_drifted(session, job, placement, f"{_where(job, placement)} was deleted on "
                                                           f"{placement.cluster_name} by someone else", now))
     return changes
 
 
-def _where(placement: Placement, jobset: dict[str, Any] | None = None) -> str:
-    if jobset is not None:
-        return f"JobSet {jobset['metadata'].get('namespace')}/{jobset['metadata']['name']}"
-    return f"the JobSet of placement {placement.id}"
+def _where(job: Job, placement: Placement) -> str:
+    return f"JobSet {job.namespace}/{member_name(job.name, placement.part)}"
 
 
 def _drifted(session: Session, job: Job, placement: Placement, message: str, now: datetime) -> Changes:

@@ -1,0 +1,155 @@
+"""Members that fail: failover and the stale copy's deletion, members answering 500, copies changed by others,
+and the status watch's resync."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import select
+
+from broker.db.models import Event
+from clusters.sim.resources import JOBSETS
+from tests.propagation.conftest import jobset
+
+LONG = {"sim.archipelago.io/duration": "1h"}
+
+
+def _other(cluster: str) -> str:
+    return "us-east" if cluster == "eu-west" else "eu-west"
+
+
+def test_an_unreachable_member_fails_over_and_its_stale_copy_goes_before_anything_starts_there(federation):
+    job = federation.submit(jobset("train", annotations=LONG))
+    first = federation.until_state(job, "Running")["placements"][0]
+    down = first["cluster"]
+    federation.sim.make_unreachable(down)
+    assert federation.health.run_once()[down] == "NotReady"
+
+    federation.step()
+    assert "FailedOver" in federation.reasons(job)
+    moved = federation.until_state(job, "Running")
+    assert [(p["cluster"], p["generation"], p["state"]) for p in moved["placements"]] == [
+        (down, 1, "Deleting"), (_other(down), 2, "Running")]
+    assert any("not ready" in e["message"] and "failing over" in e["message"] for e in moved["events"])
+    assert {c["cluster"] for c in federation.copies(job)} == {down, _other(down)}  # the old one is out of reach
+
+    # a job that may only run on the member that is down waits for it
+    region = {"eu-west": "eu", "us-east": "us"}[down]
+    pinned = federation.submit(jobset("pinned", annotations={**LONG, "archipelago.io/cluster-selector": f"region={region}"}))
+    federation.step()
+    assert federation.state(pinned) == "Queued"
+
+    federation.sim.heal(down)
+    assert federation.health.run_once()[down] == "Ready"
+    federation.until_state(pinned, "Running")
+    assert [c["cluster"] for c in federation.copies(job)] == [_other(down)]
+    assert [p["state"] for p in federation.job(job)["placements"]] == ["Deleted", "Running"]
+    with federation.db.sessions() as session:
+        deleted = session.scalar(select(Event.id).where(Event.object_id == str(job), Event.reason == "Deleted"))
+        applied = session.scalar(select(Event.id).where(Event.object_id == str(pinned), Event.reason == "Applied"))
+    assert deleted < applied  # the stale copy went before anything new started on that member
+
+
+def test_a_member_answering_errors_delays_but_loses_nothing(federation):
+    federation.dispatcher.run_once()  # the dispatcher has met (swept) both members
+    for name in federation.sim.cluster_names:
+        federation.sim.make_failing(name, 500)
+    job = federation.submit(jobset("patient"))
+    for _ in range(4):
+        federation.step(10)
+    [placement] = federation.placements(job)
+    assert placement.state == "Applying" and placement.attempts >= 3 and "500" in placement.last_error
+    assert federation.copies(job) == []
+    assert federation.reasons(job).count("MemberRetrying") == 1  # said once, not at every try
+
+    federation.sim.make_failing(placement.cluster_name, 429)
+    federation.step(60)
+    assert "429" in federation.placements(job)[0].last_error
+    for name in federation.sim.cluster_names:
+        federation.sim.heal(name)
+    done = federation.until_state(job, "Succeeded", seconds=60)
+    assert [(p["generation"], p["state"]) for p in done["placements"]] == [(1, "Succeeded")]
+    assert len(federation.copies(job)) == 1
+
+
+def _edit_member(federation, cluster: str, edit) -> None:
+    member = federation.sim.cluster(cluster)
+    with member.lock:
+        edit(member)
+
+
+def test_a_copy_deleted_by_someone_else_is_reported_and_recreated(federation):
+    job = federation.submit(jobset("fragile", annotations=LONG))
+    [placement] = federation.until_state(job, "Running")["placements"]
+    [before] = federation.copies(job)
+    _edit_member(federation, placement["cluster"], lambda m: m.delete_object(JOBSETS, "team-a", "fragile", "Foreground"))
+    federation.step()
+    detail = federation.job(job)
+    drift = [e["message"] for e in detail["events"] if e["reason"] == "Drift"]
+    assert drift == [f"JobSet team-a/fragile was deleted on {placement['cluster']} by someone else; applying it again"]
+    assert "deleted" in detail["status"]["drift"]
+    [after] = federation.copies(job)
+    assert after["metadata"]["uid"] != before["metadata"]["uid"]
+    assert after["metadata"]["labels"] == before["metadata"]["labels"]
+    assert federation.until_state(job, "Running")["placements"][0]["id"] == placement["id"]
+    assert f"recreated team-a/fragile on {placement['cluster']} (placement {placement['id']}, generation 1)" in [
+        e["message"] for e in federation.job(job)["events"]]
+
+
+def test_a_copy_changed_by_someone_else_is_reported_and_applied_again(federation):
+    job = federation.submit(jobset("tampered", annotations=LONG))
+    [placement] = federation.until_state(job, "Running")["placements"]
+    _edit_member(federation, placement["cluster"], lambda m: m.patch(
+        JOBSETS, "team-a", "tampered", "merge", {"spec": {"suspend": True}}, "kubectl"))
+    federation.step()
+    drift = [e["message"] for e in federation.job(job)["events"] if e["reason"] == "Drift"]
+    assert drift == [f"JobSet team-a/tampered was changed on {placement['cluster']} by someone else "
+                     "(generation 1 → 2); applying it again"]
+    [copy] = federation.copies(job)
+    assert {f["manager"] for f in copy["metadata"]["managedFields"]} == {"archipelago", "kubectl"}
+    [again] = federation.placements(job)
+    assert (again.id, again.status["appliedGeneration"]) == (placement["id"], 2)  # the same copy, re-applied
+    federation.step()
+    assert [e["reason"] for e in federation.job(job)["events"]].count("Drift") == 1  # reported once
+
+
+def test_a_copy_deleted_after_the_job_was_cancelled_is_not_recreated(federation):
+    job = federation.submit(jobset("gone", annotations=LONG))
+    [placement] = federation.until_state(job, "Running")["placements"]
+    federation.api.delete(f"/api/v1/jobs/{job}")
+    federation.until_state(job, "Cancelled")
+    federation.step()
+    assert federation.copies(job) == []
+
+
+def _wait(condition, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def watching(federation, settings, db):
+    from broker.services.status import StatusService
+    service = StatusService(db, settings, federation.members, now=federation.now)
+    yield service
+    service.stop()
+
+
+def test_the_status_watch_follows_members_and_relists_after_410(federation, watching):
+    job = federation.submit(jobset("watched", annotations=LONG))
+    federation.scheduler.run_once()
+    federation.dispatcher.run_once()
+    watching.run_once()  # starts one watch per member; no polling from here on
+    _wait(lambda: federation.state(job) == "Running")
+    [placement] = federation.job(job)["placements"]
+    member = placement["cluster"]
+
+    # the member forgets its history and drops the stream: the watch's version is gone, it lists again
+    federation.sim.cluster(member).compact()
+    federation.sim.app.close_streams(member)
+    federation.sim.cluster(member).finish_pods("team-a", "jobset.sigs.k8s.io/jobset-name=watched")
+    _wait(lambda: federation.state(job) == "Succeeded")
+    assert federation.job(job)["status"]["terminalState"] == "Completed"
