@@ -1,0 +1,161 @@
+"""The broker process killed (SIGKILL) at each step of the outbox, then started again: every job still
+ends, with exactly one copy per placement on the members and none lost.
+
+The broker runs as `archipelago serve` in a subprocess against the simulator (in this process, its
+clock moved by the test). The kill point is deterministic: the test hook ARCHIPELAGO_TEST_CRASH_AT
+makes the dispatcher kill its own process right after the named step.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import httpx
+import pytest
+from cryptography.fernet import Fernet
+
+from broker.services.dispatcher import CRASH_AT_ENV
+from clusters.jobsets import JOB_ID_LABEL, PLACEMENT_ID_LABEL
+from clusters.sim.resources import JOBSETS
+from clusters.sim.testing import SimHandle, running_simulator
+from tests.propagation.conftest import SCENARIO, TENANTS, jobset
+
+ADMIN = "crash-test-admin-token"
+DEADLINE = 30.0
+STEPS = ["applying", "applied-on-member", "applied", "deleting", "deleted-on-member", "deleted"]
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimHandle]:
+    with running_simulator(SCENARIO, speed=0) as handle:
+        yield handle
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Broker:
+    """`archipelago serve` in a subprocess on a database of its own."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory, self.port = directory, _free_port()
+        self.env = {**os.environ, "ARCHIPELAGO_DATABASE_URL": f"sqlite:///{directory / 'broker.db'}",
+                    "ARCHIPELAGO_SECRET_KEY": Fernet.generate_key().decode(), "ARCHIPELAGO_ADMIN_TOKEN": ADMIN,
+                    "ARCHIPELAGO_SCHEDULER_INTERVAL": "0.2", "ARCHIPELAGO_DISPATCH_INTERVAL": "0.2",
+                    "ARCHIPELAGO_STATUS_POLL_INTERVAL": "0.5", "ARCHIPELAGO_HEALTH_PROBE_INTERVAL": "1",
+                    "ARCHIPELAGO_MEMBER_TIMEOUT": "2"}
+        self.process: subprocess.Popen | None = None
+        self.api = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", headers={"Authorization": f"Bearer {ADMIN}"},
+                                timeout=10)
+
+    def start(self, crash_at: str | None = None) -> None:
+        env = {k: v for k, v in self.env.items() if k != CRASH_AT_ENV}
+        if crash_at:
+            env[CRASH_AT_ENV] = crash_at
+        log = open(self.directory / "broker.log", "ab")
+        command = str(Path(sys.executable).parent / "archipelago")
+        self.process = subprocess.Popen([command, "serve", "--port", str(self.port)],
+                                        env=env, stdout=log, stderr=subprocess.STDOUT)
+        wait_for(lambda: self._ready(), "the broker to answer")
+
+    def _ready(self) -> bool:
+        assert self.process.poll() is None, f"the broker exited: {self.log()}"
+        try:
+            return self.api.get("/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def log(self) -> str:
+        return (self.directory / "broker.log").read_text()[-3000:]
+
+    def killed(self) -> int:
+        """Wait for the process to die at its crash point; its exit status."""
+        return self.process.wait(DEADLINE)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(DEADLINE)
+        self.api.close()
+
+    def state(self, job_id: int) -> str:
+        return self.api.get(f"/api/v1/jobs/{job_id}").json()["state"]
+
+
+def wait_for(condition: Callable[[], bool], what: str, tick: Callable[[], None] = lambda: None) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        tick()
+        time.sleep(0.05)
+
+
+def copies(sim: SimHandle) -> list[dict]:
+    found = []
+    for name in sim.cluster_names:
+        member = sim.cluster(name)
+        with member.lock:
+            found += member.list(JOBSETS, None, JOB_ID_LABEL, None)[0]
+    return found
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_broker_killed_at_each_outbox_step_resumes_with_one_copy_per_placement(sim, tmp_path, step):
+    for name in sim.cluster_names:  # the previous test's copies must not count here
+        member = sim.cluster(name)
+        with member.lock:
+            for obj in member.list(JOBSETS, None, JOB_ID_LABEL, None)[0]:
+                member.delete_object(JOBSETS, obj["metadata"]["namespace"], obj["metadata"]["name"], "Background")
+    broker = Broker(tmp_path)
+    broker.start(crash_at=step)
+    try:
+        for tenant, queue in TENANTS[:1]:
+            broker.api.post("/api/v1/tenants", json={"name": tenant, "namespaces": [tenant]}).raise_for_status()
+            broker.api.post("/api/v1/queues", json={"name": queue, "tenant": tenant}).raise_for_status()
+        for name in sim.cluster_names:
+            broker.api.post("/api/v1/clusters", json={"name": name, "kubeconfig": sim.kubeconfig(name)}
+                            ).raise_for_status()
+        short = {"sim.archipelago.io/duration": "30s"}
+        manifests = [jobset(f"whole-{step}", annotations=short),
+                     jobset(f"split-{step}", split=True, parts=(("a", 1, 2, 8), ("b", 1, 2, 8)), annotations=short),
+                     jobset(f"cancel-{step}", annotations={"sim.archipelago.io/duration": "1h"})]
+        ids = [broker.api.post("/api/v1/jobs", json=m, params={"tenant": "team-a"}).json()["items"][0]["id"]
+               for m in manifests]
+        whole, split, cancelled = ids
+        if step.startswith("delet"):  # the kill comes with the cancel's deletion
+            wait_for(lambda: broker.state(cancelled) == "Running", "the job to cancel to run")
+            try:
+                broker.api.delete(f"/api/v1/jobs/{cancelled}").raise_for_status()
+            except httpx.TransportError:  # killed before it answered: the cancel was committed before
+                pass
+        assert broker.killed() == -signal.SIGKILL, broker.log()
+
+        broker.start()
+        if not step.startswith("delet"):
+            wait_for(lambda: broker.state(cancelled) == "Running", "the job to cancel to run")
+            broker.api.delete(f"/api/v1/jobs/{cancelled}").raise_for_status()
+        wait_for(lambda: [broker.state(i) for i in ids] == ["Succeeded", "Succeeded", "Cancelled"],
+                 "every job to end", tick=lambda: sim.advance(10))
+
+        placements = broker.api.get("/api/v1/placements", params={"limit": 100}).json()["items"]
+        by_job: dict[int, list[dict]] = {}
+        for placement in placements:
+            by_job.setdefault(placement["job_id"], []).append(placement)
+        assert sorted((p["part"], p["generation"], p["state"]) for p in by_job[whole]) == [("", 1, "Succeeded")]
+        assert sorted((p["part"], p["generation"], p["state"]) for p in by_job[split]) == [
+            ("a", 1, "Succeeded"), ("b", 1, "Succeeded")]
+        assert [p["state"] for p in by_job[cancelled]] == ["Deleted"]
+        on_members = sorted(int(c["metadata"]["labels"][PLACEMENT_ID_LABEL]) for c in copies(sim))
+        assert on_members == sorted(p["id"] for p in by_job[whole] + by_job[split])  # one copy each, no other
+    finally:
+        broker.stop()
