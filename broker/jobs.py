@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping
 
 from sqlalchemy import and_, exists, insert, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from broker import events
@@ -126,18 +127,7 @@ def validate_submission(session: Session, tenant: Tenant, manifest: Any, where: 
         raise Invalid(f"{where}metadata.namespace",
                       f"tenant {tenant.name} may use namespaces {', '.join(tenant.namespaces) or '(none)'}, "
                       f"not {namespace!r}")
-    queue_name = queue_override or spec.queue
-    if queue_name is None:
-        queue = default_queue(session, tenant.id)
-        if queue is None:
-            raise Invalid(f"{where}metadata.labels[{QUEUE_LABEL!r}]",
-                          f"name a queue with this label; tenant {tenant.name} has no default queue")
-    else:
-        try:
-            queue = get_queue(session, queue_name, tenant.id)
-        except NotFound:
-            raise Invalid(f"{where}metadata.labels[{QUEUE_LABEL!r}]",
-                          f"queue {queue_name!r} does not exist or is not open to tenant {tenant.name}") from None
+    queue = _queue_for(session, tenant, queue_override or spec.queue, where)
     priority_class = spec.priority_class or settings.default_priority_class
     if priority_class not in settings.priority_classes:
         raise Invalid(f"{where}metadata.labels[{PRIORITY_CLASS_LABEL!r}]",
@@ -147,6 +137,26 @@ def validate_submission(session: Session, tenant: Tenant, manifest: Any, where: 
     if reason:
         raise Invalid(f"{where}spec.replicatedJobs", reason)
     return spec, queue, namespace, settings.priority_classes[priority_class]
+
+
+def _queue_for(session: Session, tenant: Tenant, name: str | None, where: str) -> Queue:
+    """The named queue if the tenant may use it, else its default; looked up once per name and session."""
+    known = session.info.setdefault("queues_by_name", {})
+    if (tenant.id, name) in known:
+        return known[(tenant.id, name)]
+    if name is None:
+        queue = default_queue(session, tenant.id)
+        if queue is None:
+            raise Invalid(f"{where}metadata.labels[{QUEUE_LABEL!r}]",
+                          f"name a queue with this label; tenant {tenant.name} has no default queue")
+    else:
+        try:
+            queue = get_queue(session, name, tenant.id)
+        except NotFound:
+            raise Invalid(f"{where}metadata.labels[{QUEUE_LABEL!r}]",
+                          f"queue {name!r} does not exist or is not open to tenant {tenant.name}") from None
+    known[(tenant.id, name)] = queue
+    return queue
 
 
 def submit_jobs(session: Session, tenant: Tenant, manifests: list[Any], settings: Settings,
@@ -161,7 +171,8 @@ def submit_jobs(session: Session, tenant: Tenant, manifests: list[Any], settings
         spec, queue, namespace, priority = validate_submission(session, tenant, manifest, where, queue_override,
                                                                settings, capacity)
         accepted.append((where, spec, queue, namespace, priority, manifest))
-    _refuse_duplicate_names(session, [(w, ns, spec.name) for w, spec, _, ns, _, _ in accepted])
+    names = [(w, ns, spec.name) for w, spec, _, ns, _, _ in accepted]
+    _refuse_names_twice_in_batch(names)
     now = utcnow()
     rows = [{"tenant_id": tenant.id, "queue_id": queue.id, "name": spec.name, "namespace": namespace,
              "manifest": manifest, "priority_class": spec.priority_class or settings.default_priority_class,
@@ -169,7 +180,13 @@ def submit_jobs(session: Session, tenant: Tenant, manifests: list[Any], settings
              "waiting_reasons": {}, "status": {}, "restart_count": 0, "submitted_at": now}
             for _, spec, queue, namespace, priority, manifest in accepted]
     # Core inserts: one round trip per table however large the batch, which the ORM's unit of work is not.
-    ids = session.scalars(insert(Job).returning(Job.id, sort_by_parameter_order=True), rows).all()
+    # A live job of the same namespace/name trips the unique index; only then do we look for it, to name it.
+    try:
+        ids = session.scalars(insert(Job).returning(Job.id, sort_by_parameter_order=True), rows).all()
+    except IntegrityError:
+        session.rollback()  # nothing was written before the jobs
+        _refuse_live_names(session, names)
+        raise Conflict("a job of the same namespace/name was submitted at the same moment; retry") from None
     session.execute(insert(Event), [
         {"time": now, "kind": "job", "object_id": str(job_id), "tenant_id": tenant.id, "type": "Normal",
          "reason": "Queued", "message": f"{row['namespace']}/{row['name']} queued in {queue.name}"}
@@ -177,21 +194,23 @@ def submit_jobs(session: Session, tenant: Tenant, manifests: list[Any], settings
     return [(Job(id=job_id, **row), queue.name) for job_id, row, (_, _, queue, _, _, _) in zip(ids, rows, accepted)]
 
 
-def _refuse_duplicate_names(session: Session, names: list[tuple[str, str, str]]) -> None:
-    """Two live jobs with one namespace/name would collide on the member cluster."""
-    seen: dict[tuple[str, str], str] = {}
+def _refuse_names_twice_in_batch(names: list[tuple[str, str, str]]) -> None:
+    seen: set[tuple[str, str]] = set()
     for where, namespace, name in names:
         if (namespace, name) in seen:
             raise Conflict(f"{where}metadata.name: {namespace}/{name} appears twice in this batch")
-        seen[(namespace, name)] = where
-    if not seen:
-        return
-    namespaces = {ns for ns, _ in seen}
+        seen.add((namespace, name))
+
+
+def _refuse_live_names(session: Session, names: list[tuple[str, str, str]]) -> None:
+    """Name the live job that holds one of these namespace/names (they would collide on the member)."""
+    wanted = {(namespace, name): where for where, namespace, name in names}
     candidates = session.execute(select(Job.id, Job.namespace, Job.name, Job.state).where(
-        Job.namespace.in_(namespaces), Job.name.in_({n for _, n in seen}), Job.state.not_in(JOB_FINISHED_STATES)))
+        Job.namespace.in_({ns for ns, _ in wanted}), Job.name.in_({n for _, n in wanted}),
+        Job.state.not_in(JOB_FINISHED_STATES)))
     for job_id, namespace, name, state in candidates:
-        if (namespace, name) in seen:
-            raise Conflict(f"{seen[(namespace, name)]}metadata.name: job {job_id} ({namespace}/{name}) is still "
+        if (namespace, name) in wanted:
+            raise Conflict(f"{wanted[(namespace, name)]}metadata.name: job {job_id} ({namespace}/{name}) is still "
                            f"{state}; pick another name or cancel it first")
 
 

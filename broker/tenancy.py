@@ -244,14 +244,15 @@ def authenticate(session: Session, admin_token: str | None, token: str) -> Princ
     """The principal of a live token; None for an unknown, revoked or expired one."""
     if admin_token and hmac.compare_digest(token.encode(), admin_token.encode()):
         return Principal("admin")
-    row = session.execute(select(Token, Tenant.name).outerjoin(Tenant, Token.tenant_id == Tenant.id)
+    # The Tenant rides along: it lands in the session's identity map, where the request finds it again.
+    row = session.execute(select(Token, Tenant).outerjoin(Tenant, Token.tenant_id == Tenant.id)
                           .where(Token.token_hash == hash_token(token))).first()
     if row is None:
         return None
-    stored, tenant_name = row
+    stored, tenant = row
     if stored.revoked_at is not None or (stored.expires_at is not None and as_utc(stored.expires_at) <= utcnow()):
         return None
-    return Principal(stored.role, stored.tenant_id, tenant_name)
+    return Principal(stored.role, stored.tenant_id, tenant.name if tenant else None)
 
 
 def create_token(session: Session, role: str, tenant_name: str | None, description: str | None = None,

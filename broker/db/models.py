@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (JSON, BigInteger, Boolean, CheckConstraint, DateTime, Float, ForeignKey, Index,
-                        Integer, LargeBinary, MetaData, String, Text, UniqueConstraint)
+                        Integer, LargeBinary, MetaData, String, Text, UniqueConstraint, text)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -175,7 +175,10 @@ class Job(Base):
         # The scheduler's read: pending jobs by queue, then priority and age.
         Index(None, "state", "queue_id", "priority", "submitted_at"),
         Index(None, "tenant_id", "state"),
-        Index(None, "namespace", "name"),  # one live job per namespace/name (they would collide on members)
+        # One live job per namespace/name: two would collide on a member.
+        Index("uq_jobs_live_name", "namespace", "name", unique=True,
+              sqlite_where=text(f"NOT {_in('state', JOB_FINISHED_STATES)}"),
+              postgresql_where=text(f"NOT {_in('state', JOB_FINISHED_STATES)}")),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)

@@ -152,7 +152,9 @@ def upgrade() -> None:
     with op.batch_alter_table('jobs', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_jobs_state_queue_id_priority_submitted_at'), ['state', 'queue_id', 'priority', 'submitted_at'], unique=False)
         batch_op.create_index(batch_op.f('ix_jobs_tenant_id_state'), ['tenant_id', 'state'], unique=False)
-        batch_op.create_index(batch_op.f('ix_jobs_namespace_name'), ['namespace', 'name'], unique=False)
+        batch_op.create_index('uq_jobs_live_name', ['namespace', 'name'], unique=True,
+                              sqlite_where=sa.text("NOT state IN ('Succeeded', 'Failed', 'Cancelled')"),
+                              postgresql_where=sa.text("NOT state IN ('Succeeded', 'Failed', 'Cancelled')"))
 
     op.create_table('placements',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
@@ -195,7 +197,8 @@ def downgrade() -> None:
 
     op.drop_table('placements')
     with op.batch_alter_table('jobs', schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f('ix_jobs_namespace_name'))
+        batch_op.drop_index('uq_jobs_live_name', sqlite_where=sa.text("NOT state IN ('Succeeded', 'Failed', 'Cancelled')"),
+                            postgresql_where=sa.text("NOT state IN ('Succeeded', 'Failed', 'Cancelled')"))
         batch_op.drop_index(batch_op.f('ix_jobs_tenant_id_state'))
         batch_op.drop_index(batch_op.f('ix_jobs_state_queue_id_priority_submitted_at'))
 
