@@ -14,6 +14,7 @@ import time
 from broker.db.runtime import Database
 from broker.db.session import transaction
 from broker.jobset import JobSpec
+from broker.metrics import PLACEMENTS_PER_CYCLE, PLACEMENTS_TOTAL, SCHEDULER_CYCLE_SECONDS
 from broker.placement import schedule
 from broker.scheduling import CommitOutcome, commit_decisions, engine_config, has_pending, read_inventory
 from broker.services.loop import LoopService
@@ -36,11 +37,15 @@ class SchedulerService(LoopService):
         with self.sessions() as session:
             if not has_pending(session):
                 return CommitOutcome()
+        started = time.perf_counter()
         with self.sessions() as session:
             inventory = read_inventory(session, now=time.time(), specs=self.specs)
         result = schedule(inventory.snapshot, inventory.pending, self.config)
         with transaction(self.sessions) as session:
             outcome = commit_decisions(session, inventory, result)
+        SCHEDULER_CYCLE_SECONDS.observe(time.perf_counter() - started)
+        PLACEMENTS_PER_CYCLE.set(0 if outcome.stale else outcome.placements)
+        PLACEMENTS_TOTAL.inc(0 if outcome.stale else outcome.placements)
         if outcome.stale:
             log.info("scheduler: another scheduler committed since this cycle's read; its decisions are dropped")
         elif outcome.admitted or outcome.dropped or outcome.preempted:

@@ -222,3 +222,19 @@ def test_an_unknown_score_plugin_stops_the_start_with_one_line(settings):
 
     with pytest.raises(ConfigError, match="unknown placement plugins"):
         engine_config(settings.model_copy(update={"placement_score_weights": {"Nearest": 1.0}}))
+
+
+def test_a_cycle_is_counted_in_the_metrics(db, setup, scheduler):
+    from broker.metrics import REGISTRY
+
+    with setup() as session:
+        add_cluster(session, "eu-west")
+        queue = add_queue(session)
+        submit(session, queue, "a", gpus=8, pods=1)
+        submit(session, queue, "b", gpus=8, pods=1)
+    cycles_before = REGISTRY.get_sample_value("archipelago_scheduler_cycle_seconds_count") or 0
+    placed_before = REGISTRY.get_sample_value("archipelago_scheduler_placements_total") or 0
+    scheduler.run_once()
+    assert REGISTRY.get_sample_value("archipelago_scheduler_cycle_seconds_count") == cycles_before + 1
+    assert REGISTRY.get_sample_value("archipelago_scheduler_placements_last_cycle") == 2
+    assert REGISTRY.get_sample_value("archipelago_scheduler_placements_total") == placed_before + 2
