@@ -146,6 +146,11 @@ def delete(client: MemberClient, namespace: str, name: str, uid: str) -> None:
         raise
 
 
+def list_in(client: MemberClient, namespace: str) -> list[dict]:
+    """Every JobSet in a namespace, the broker's or not: the names a new copy must not take over."""
+    return client.list(jobset_path(namespace))[0]
+
+
 def list_owned(client: MemberClient) -> tuple[list[dict], str]:
     """Every JobSet of the broker on the member, and the resourceVersion to watch from."""
     return client.list(JOBSETS, {"labelSelector": JOB_ID_LABEL})

@@ -7,8 +7,10 @@ One pass (`run_once`):
 2. Deletions due, on every member that answers (a member still down keeps them for later).
 3. A member seen for the first time by this process, or back from NotReady, is swept first: copies
    labelled by the broker that no placement owns any more are deleted before anything starts there.
-4. Applies due, on members that are swept and whose deletions went through: each placement's step
-   is committed (Decided → Applying) before the member is touched, and its result after.
+4. Applies due, on members that are swept and whose deletions went through: the pass commits every
+   step Decided → Applying before any member is touched, lists each namespace it applies to once
+   (created if missing: a name held by a stale copy is cleared, by a foreign object refused), applies
+   each JobSet, and commits every result in one transaction after.
 Member calls run in a thread pool, each placement in one thread; a failing member backs off per
 placement (retryable errors) or fails the placement with the member's message (permanent ones).
 """
@@ -20,7 +22,7 @@ import os
 import signal
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Callable, Iterator
 
@@ -98,20 +100,40 @@ class DispatcherService(LoopService):
             reachable = {i: row for i, row in members.items() if row.state not in UNAVAILABLE_STATES}
             work = due_work(session, now, reachable)
         self._swept &= set(reachable)  # a member that was away is swept again when it returns
-        blocked: set[int] = set()
+
         deletions = [w for w in work if w.state == "Deleting"]
-        for item, (done, more) in zip(deletions, self._pool.map(lambda w: self._delete(w, reachable), deletions)):
-            changes.add(more)
-            if not done:
-                blocked.add(item.cluster_id)
+        outcomes = list(self._pool.map(lambda w: self._delete(w, reachable[w.cluster_id]), deletions))
+        if any(o.kind == "done" for o in outcomes):
+            crash_point("deleted-on-member")
+        changes.add(self._record(outcomes))
+        if any(o.kind == "done" for o in outcomes):
+            crash_point("deleted")
+        blocked = {o.work.cluster_id for o in outcomes if o.kind != "done"}
+
         unswept = [i for i in reachable if i not in self._swept]
         for cluster_id, swept in zip(unswept, self._pool.map(lambda i: self._sweep(reachable[i]), unswept)):
             if swept:
                 self._swept.add(cluster_id)
+
         applies = [w for w in work if w.state != "Deleting" and w.cluster_id in self._swept
                    and w.cluster_id not in blocked]
-        for more in self._pool.map(lambda w: self._apply(w, reachable), applies):
-            changes.add(more)
+        decided = [w for w in applies if w.state == "Decided"]
+        if decided:
+            with writing(self.database) as session:  # committed before any member is touched
+                started = {w.placement_id for w in decided if start_apply(session, w)}
+            crash_point("applying")
+            applies = [w if w.state == "Applying" else replace(w, state="Applying") for w in applies
+                       if w.state == "Applying" or w.placement_id in started]
+        groups = sorted({(w.cluster_id, w.namespace) for w in applies})
+        found = dict(zip(groups, self._pool.map(lambda g: self._existing(reachable[g[0]], g[1]), groups)))
+        outcomes = list(self._pool.map(lambda w: self._apply(w, reachable[w.cluster_id],
+                                                             found[(w.cluster_id, w.namespace)]), applies))
+        if any(o.kind == "done" for o in outcomes):
+            crash_point("applied-on-member")
+        changes.add(self._record(outcomes))
+        if any(o.kind == "done" for o in outcomes):
+            crash_point("applied")
+
         if changes.requeued or changes.freed:
             self.wake("scheduler")
         if changes.dispatch:
@@ -121,60 +143,79 @@ class DispatcherService(LoopService):
     def stop(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    # one placement ------------------------------------------------------------------------------
+    def _record(self, outcomes: list[Outcome]) -> Changes:
+        """Every outcome of a batch of member calls, in one transaction."""
+        changes = Changes()
+        if not outcomes:
+            return changes
+        now = self.now()
+        with writing(self.database) as session, session.no_autoflush:  # one flush at the commit
+            for o in outcomes:
+                if o.kind == "done" and o.work.state == "Deleting":
+                    changes.add(finish_delete(session, o.work, now))
+                elif o.kind == "done":
+                    changes.add(finish_apply(session, o.work, o.jobset, now, adopted=o.adopted))
+                elif o.kind == "fail":
+                    changes.add(fail_apply(session, o.work, o.error, now))
+                elif o.kind == "retry":
+                    retry_later(session, o.work, o.error, o.delay if o.delay is not None else
+                                backoff(o.work.attempts + 1, RETRY_BASE, RETRY_CAP), now)
+        return changes
+
+    # one placement's member calls (no database writes: the pass records the outcomes) -----------------
     def _client(self, row: Any) -> MemberClient:
         return self.clients.get(row.id, row.kubeconfig_encrypted, row.context)
 
-    def _apply(self, work: Work, members: dict[int, Any]) -> Changes:
-        if work.state == "Decided":
-            with writing(self.database) as session:
-                if not start_apply(session, work):
-                    return Changes()
-            crash_point("applying")
-            work = replace(work, state="Applying")
+    def _existing(self, member: Any, namespace: str) -> dict[str, dict] | MemberError | str:
+        """The JobSets in a namespace of a member, by name (created if missing): one list serves every
+        placement there in this pass. Else the error, for each of them to retry on."""
         try:
-            client = self._client(members[work.cluster_id])
-            if (work.cluster_id, work.namespace) not in self._namespaces:
-                jobsets.ensure_namespace(client, work.namespace)
-                self._namespaces.add((work.cluster_id, work.namespace))
-            existing = jobsets.get(client, work.namespace, work.name)
-            adopted = existing is not None and jobsets.placement_id_of(existing) == str(work.placement_id)
-            if existing is not None and not adopted and not self._clear_the_way(work, client, existing):
-                return Changes()
-            applied = jobsets.apply(client, work.jobset)
+            client = self._client(member)
+            if (member.id, namespace) not in self._namespaces:
+                jobsets.ensure_namespace(client, namespace)
+                self._namespaces.add((member.id, namespace))
+            return {obj["metadata"]["name"]: obj for obj in jobsets.list_in(client, namespace)}
+        except MemberError as exc:
+            return exc
+        except (KubeconfigError, ValueError) as exc:  # a kubeconfig the broker can no longer use
+            return f"cannot connect: {exc}"
+
+    def _apply(self, work: Work, member: Any, existing: dict[str, dict] | MemberError | str) -> Outcome:
+        if isinstance(existing, MemberError):
+            return self._member_error(work, existing)
+        if isinstance(existing, str):
+            return Outcome(work, "retry", existing)
+        try:
+            client = self._client(member)
+            found = existing.get(work.name)
+            adopted = found is not None and jobsets.placement_id_of(found) == str(work.placement_id)
+            if found is not None and not adopted:
+                blocked = self._clear_the_way(work, client, found)
+                if blocked is not None:
+                    return blocked
+            return Outcome(work, "done", jobset=jobsets.apply(client, work.jobset), adopted=adopted)
         except MemberError as exc:
             return self._member_error(work, exc)
-        except (KubeconfigError, ValueError) as exc:  # a kubeconfig the broker can no longer use
-            return self._retry(work, f"cannot connect: {exc}")
-        crash_point("applied-on-member")
-        with writing(self.database) as session:
-            changes = finish_apply(session, work, applied, self.now(), adopted=adopted)
-        crash_point("applied")
-        return changes
 
-    def _clear_the_way(self, work: Work, client: MemberClient, existing: dict) -> bool:
-        """Another object holds the name: delete it if it is a stale copy of the broker's, else wait or fail."""
+    def _clear_the_way(self, work: Work, client: MemberClient, existing: dict) -> Outcome | None:
+        """Another object holds the name: delete it if it is a stale copy of the broker's (None: the way
+        is clear), else wait or fail."""
         owner = jobsets.placement_id_of(existing)
         what = f"{work.namespace}/{work.name}"
         if owner is None or not owner.isdigit():
-            with writing(self.database) as session:
-                fail_apply(session, work, f"a JobSet {what} that Archipelago did not create exists there", self.now())
-            return False
+            return Outcome(work, "fail", f"a JobSet {what} that Archipelago did not create exists there")
         with self.database.sessions() as session:
             found = placement_owner(session, int(owner))
         if found is not None and found[1] in ACTIVE_STATES:
-            self._retry(work, f"{what} is still held by placement {owner} of job {found[0]}")
-            return False
+            return Outcome(work, "retry", f"{what} is still held by placement {owner} of job {found[0]}")
         jobsets.delete(client, work.namespace, work.name, existing["metadata"]["uid"])
         if jobsets.get(client, work.namespace, work.name) is not None:
-            self._retry(work, f"waiting for the stale copy {what} (placement {owner}) to be deleted")
-            return False
-        return True
+            return Outcome(work, "retry", f"waiting for the stale copy {what} (placement {owner}) to be deleted")
+        return None
 
-    def _delete(self, work: Work, members: dict[int, Any]) -> tuple[bool, Changes]:
-        """(whether the copy is gone, what changed)."""
+    def _delete(self, work: Work, member: Any) -> Outcome:
         try:
-            client = self._client(members[work.cluster_id])
+            client = self._client(member)
             uid = work.member_uid
             if uid is None:  # applied, but killed before the broker recorded it: find it by its label
                 found = jobsets.get(client, work.namespace, work.name)
@@ -182,19 +223,14 @@ class DispatcherService(LoopService):
                     uid = found["metadata"]["uid"]
             if uid is not None:
                 jobsets.delete(client, work.namespace, work.name, uid)
-                crash_point("deleted-on-member")
                 found = jobsets.get(client, work.namespace, work.name)
                 if found is not None and found["metadata"]["uid"] == uid:  # foreground: children go first
-                    self._retry(work, "waiting for the member to finish deleting it", RETRY_BASE)
-                    return False, Changes()
+                    return Outcome(work, "retry", "waiting for the member to finish deleting it", RETRY_BASE)
+            return Outcome(work, "done")
         except MemberError as exc:
-            return False, self._member_error(work, exc)
+            return self._member_error(work, exc)
         except (KubeconfigError, ValueError) as exc:
-            return False, self._retry(work, f"cannot connect: {exc}")
-        with writing(self.database) as session:
-            changes = finish_delete(session, work, self.now())
-        crash_point("deleted")
-        return True, changes
+            return Outcome(work, "retry", f"cannot connect: {exc}")
 
     def _sweep(self, row: Any) -> bool:
         """Delete the broker's copies on a member that no placement owns any more; whether it worked."""
@@ -222,17 +258,22 @@ class DispatcherService(LoopService):
         return True
 
     # errors -------------------------------------------------------------------------------------
-    def _member_error(self, work: Work, exc: MemberError) -> Changes:
+    def _member_error(self, work: Work, exc: MemberError) -> Outcome:
         MEMBER_ERRORS.labels(work.cluster).inc()
         if exc.reason == "NotFound":
             self._namespaces.discard((work.cluster_id, work.namespace))  # the namespace may be gone
         if work.state != "Deleting" and jobsets.is_permanent(exc):
-            with writing(self.database) as session:
-                return fail_apply(session, work, str(exc), self.now())
-        return self._retry(work, str(exc))
+            return Outcome(work, "fail", str(exc))
+        return Outcome(work, "retry", str(exc))
 
-    def _retry(self, work: Work, error: str, delay: float | None = None) -> Changes:
-        with writing(self.database) as session:
-            retry_later(session, work, error, delay if delay is not None else
-                        backoff(work.attempts + 1, RETRY_BASE, RETRY_CAP), self.now())
-        return Changes()
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a member call came to: done, retry (after `delay`, else back-off) or fail (for good)."""
+
+    work: Work
+    kind: str
+    error: str = ""
+    delay: float | None = None
+    jobset: dict | None = None
+    adopted: bool = False
