@@ -116,14 +116,20 @@ def placement_owner(session: Session, placement_id: int) -> tuple[int, str] | No
 
 # Apply -------------------------------------------------------------------------------------------
 
-def start_apply(session: Session, work: Work) -> bool:
-    """Decided → Applying (and the job Admitted → Dispatching); False if it moved on meanwhile."""
-    moved = session.execute(update(Placement).where(Placement.id == work.placement_id, Placement.state == "Decided")
-                            .values(state="Applying").execution_options(synchronize_session=False)).rowcount
-    if moved:
-        session.execute(update(Job).where(Job.id == work.job_id, Job.state == "Admitted")
-                        .values(state="Dispatching").execution_options(synchronize_session=False))
-    return bool(moved)
+def start_apply(session: Session, works: list[Work]) -> set[int]:
+    """Decided → Applying (and their jobs Admitted → Dispatching); the placement ids that moved (not
+    those cancelled or failed over meanwhile)."""
+    moved: set[int] = set()
+    ids = [w.placement_id for w in works]
+    for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+        moved.update(session.scalars(update(Placement).where(Placement.id.in_(chunk), Placement.state == "Decided")
+                                     .values(state="Applying").returning(Placement.id)
+                                     .execution_options(synchronize_session=False)))
+    jobs = sorted({w.job_id for w in works if w.placement_id in moved})
+    for chunk in (jobs[i:i + 500] for i in range(0, len(jobs), 500)):
+        session.execute(update(Job).where(Job.id.in_(chunk), Job.state == "Admitted").values(state="Dispatching")
+                        .execution_options(synchronize_session=False))
+    return moved
 
 
 def finish_apply(session: Session, work: Work, jobset: dict[str, Any], now: datetime, *, adopted: bool) -> Changes:

@@ -120,7 +120,7 @@ class DispatcherService(LoopService):
         decided = [w for w in applies if w.state == "Decided"]
         if decided:
             with writing(self.database) as session:  # committed before any member is touched
-                started = {w.placement_id for w in decided if start_apply(session, w)}
+                started = start_apply(session, decided)
             crash_point("applying")
             applies = [w if w.state == "Applying" else replace(w, state="Applying") for w in applies
                        if w.state == "Applying" or w.placement_id in started]
