@@ -9,6 +9,7 @@ off the network for a minute and comes back, so the dashboard shows failover too
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import shutil
 import threading
@@ -111,6 +112,24 @@ def demo_settings(workdir: Path, admin_token: str, port: int) -> Settings:
 
 
 @contextlib.contextmanager
+def _logging_to(path: Path) -> Iterator[None]:
+    """The services' log goes to a file while the demo runs, so the terminal keeps the live table."""
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level, logging.getLogger("httpx").level
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the demo's own API calls
+    try:
+        yield
+    finally:
+        root.handlers[:], root.level = saved[0], saved[1]
+        logging.getLogger("httpx").setLevel(saved[2])
+        handler.close()
+
+
+@contextlib.contextmanager
 def _broker(settings: Settings) -> Iterator[str]:
     from api.app import create_app
     from broker.db.runtime import open_database
@@ -197,12 +216,13 @@ def run_demo(*, port: int = 8000, sim_port: int = 0, workdir: Path = Path("demo-
     settings = demo_settings(workdir, admin_token, port)
     state = DemoState()
     rng = random.Random(seed)
-    with running_simulator(SCENARIO, speed=speed, tls=True) as sim, _broker(settings) as url, \
+    with _logging_to(workdir / "broker.log"), running_simulator(SCENARIO, speed=speed, tls=True) as sim, \
+            _broker(settings) as url, \
             httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin_token}"}, timeout=30) as api:
         sim.write_kubeconfigs(workdir)
         tenants = _setup(api, sim)
         console.print(f"[bold]Dashboard[/bold] {url}/   [bold]admin token[/bold] {admin_token}")
-        console.print(f"Simulated members at {sim.url}; kubeconfigs in {workdir}/")
+        console.print(f"Simulated members at {sim.url}; kubeconfigs and broker.log in {workdir}/")
         started = time.monotonic()
         next_submit = started
         try:

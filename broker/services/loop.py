@@ -48,6 +48,10 @@ class ServiceRunner:
     """Runs loop services in background threads; `wake(name)` runs one now (e.g. a job was queued)."""
 
     def __init__(self, services: list[LoopService]) -> None:
+        # Every pass would log twice at INFO; and a pass still running when its next one is due is
+        # skipped by design (one pass at a time), which APScheduler reports as a warning.
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+        logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
         self.services = {s.name: s for s in services}
         for service in services:
             service.wake = self.wake

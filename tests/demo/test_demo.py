@@ -1,0 +1,34 @@
+"""`archipelago demo` end to end: members registered, work flowing to Succeeded, an outage survived."""
+
+from __future__ import annotations
+
+import socket
+
+from sqlalchemy import create_engine, func, select
+
+from broker.db.models import Cluster, Event, Job
+from broker.demo import SCENARIO, run_demo
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_the_demo_moves_work_through_the_federation(tmp_path):
+    state = run_demo(port=_free_port(), workdir=tmp_path / "demo", speed=60, duration=30, outage_after=6,
+                     outage_for=10)
+    assert state.errors == [] and state.submitted >= 10
+    assert state.outage == "over"
+    engine = create_engine(f"sqlite:///{tmp_path / 'demo' / 'archipelago.db'}")
+    with engine.connect() as connection:
+        clusters = dict(connection.execute(select(Cluster.name, Cluster.state)).all())
+        jobs = dict(connection.execute(select(Job.state, func.count()).group_by(Job.state)).all())
+        not_ready = connection.execute(select(func.count()).select_from(Event).where(
+            Event.reason == "MemberNotReady")).scalar_one()
+    engine.dispose()
+    assert clusters == {c["name"]: "Ready" for c in SCENARIO["clusters"]}  # the lost member came back
+    assert jobs.get("Succeeded", 0) >= 3, jobs
+    assert sum(jobs.values()) == state.submitted
+    assert not_ready >= 1  # the outage was seen
