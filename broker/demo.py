@@ -221,8 +221,10 @@ def run_demo(*, port: int = 8000, sim_port: int = 0, workdir: Path = Path("demo-
             httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin_token}"}, timeout=30) as api:
         sim.write_kubeconfigs(workdir)
         tenants = _setup(api, sim)
-        console.print(f"[bold]Dashboard[/bold] {url}/   [bold]admin token[/bold] {admin_token}")
-        console.print(f"Simulated members at {sim.url}; kubeconfigs and broker.log in {workdir}/")
+        (workdir / "admin-token").write_text(admin_token + "\n")
+        console.print(f"[bold]Dashboard[/bold] {url}/   [bold]admin token[/bold] {admin_token}", soft_wrap=True)
+        console.print(f"Simulated members at {sim.url}; kubeconfigs, admin-token and broker.log in {workdir}/",
+                      soft_wrap=True)
         started = time.monotonic()
         next_submit = started
         try:

@@ -54,5 +54,5 @@ def format_quantity(milli: int, resource: str) -> str:
     if resource in ("memory", "ephemeral-storage"):
         for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
             if whole >= size:
-                return f"{whole / size:g}{unit}"
+                return f"{whole / size:.4g}{unit}"  # three or four figures: 512Gi, 3.953Ti
     return f"{whole:g}"

@@ -38,7 +38,7 @@
       return h("li", { "data-testid": "quota-" + r },
         `${label} ${queue.usage[r] || "0"} / ${nominal}`,
         borrowed > 0 ? h("span", { class: "borrow" }, ` borrowing ${AP.formatAmount(borrowed, r)}`) : null,
-        limit !== undefined ? h("span", { class: "muted" }, ` (may borrow ${limit})`) : null);
+        limit != null ? h("span", { class: "muted" }, ` (may borrow ${limit})`) : null);
     }));
   }
 
