@@ -181,13 +181,15 @@ def submit_jobs(session: Session, tenant: Tenant, manifests: list[Any], settings
             for _, spec, queue, namespace, priority, manifest in accepted]
     # Core inserts: one round trip per table however large the batch, which the ORM's unit of work is not.
     # A live job of the same namespace/name trips the unique index; only then do we look for it, to name it.
+    connection = session.connection()
     try:
-        ids = session.scalars(insert(Job).returning(Job.id, sort_by_parameter_order=True), rows).all()
+        ids = connection.execute(insert(Job.__table__).returning(Job.id, sort_by_parameter_order=True),
+                                 rows).scalars().all()
     except IntegrityError:
         session.rollback()  # nothing was written before the jobs
         _refuse_live_names(session, names)
         raise Conflict("a job of the same namespace/name was submitted at the same moment; retry") from None
-    session.execute(insert(Event), [
+    connection.execute(insert(Event.__table__), [
         {"time": now, "kind": "job", "object_id": str(job_id), "tenant_id": tenant.id, "type": "Normal",
          "reason": "Queued", "message": f"{row['namespace']}/{row['name']} queued in {queue.name}"}
         for job_id, row, (_, _, queue, _, _, _) in zip(ids, rows, accepted)])

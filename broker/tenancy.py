@@ -250,6 +250,7 @@ def authenticate(session: Session, admin_token: str | None, token: str) -> Princ
     if row is None:
         return None
     stored, tenant = row
+    session.info["tenant"] = tenant  # the identity map holds objects weakly; this keeps it for the request
     if stored.revoked_at is not None or (stored.expires_at is not None and as_utc(stored.expires_at) <= utcnow()):
         return None
     return Principal(stored.role, stored.tenant_id, tenant.name if tenant else None)
