@@ -16,7 +16,8 @@ from broker import events
 from broker.db.models import (JOB_FINISHED_STATES, JOB_STATES, PLACEMENT_LIVE_STATES, Cluster, Event, Job, Node,
                               Placement, Queue, Tenant, utcnow)
 from broker.errors import Conflict, Invalid, NotFound
-from broker.jobset import (CLUSTER_SELECTOR_ANNOTATION, HIGHEST_TIER_ANNOTATION, PLACEMENT_ANNOTATION,
+from broker.jobset import (CLUSTER_SELECTOR_ANNOTATION, HIGHEST_TIER_ANNOTATION, MAX_RESTARTS_ANNOTATION,
+                           PLACEMENT_ANNOTATION,
                            PRIORITY_CLASS_LABEL, QUEUE_LABEL, TOPOLOGY_MODE_ANNOTATION, JobSetError, JobSpec,
                            parse_jobset)
 from broker.settings import Settings
@@ -26,7 +27,7 @@ from clusters.quantity import format_quantity
 
 BROKER_PREFIX = "archipelago.io/"
 TENANT_ANNOTATIONS = frozenset({PLACEMENT_ANNOTATION, CLUSTER_SELECTOR_ANNOTATION, TOPOLOGY_MODE_ANNOTATION,
-                                HIGHEST_TIER_ANNOTATION})
+                                HIGHEST_TIER_ANNOTATION, MAX_RESTARTS_ANNOTATION})
 MAX_PAGE = 500
 
 

@@ -23,6 +23,8 @@ PLACEMENT_ANNOTATION = "archipelago.io/placement"
 CLUSTER_SELECTOR_ANNOTATION = "archipelago.io/cluster-selector"
 TOPOLOGY_MODE_ANNOTATION = "archipelago.io/network-topology-mode"
 HIGHEST_TIER_ANNOTATION = "archipelago.io/highest-tier-allowed"
+# How often the broker may restart failed parts of a split job (default: failurePolicy.maxRestarts).
+MAX_RESTARTS_ANNOTATION = "archipelago.io/max-restarts"
 EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 
 PLACEMENT_MODES = ("whole", "split")
@@ -260,6 +262,12 @@ def parse_jobset(manifest: Any) -> JobSpec:
     max_restarts = failure_policy.get("maxRestarts", 0)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise JobSetError("spec.failurePolicy.maxRestarts", f"must be a whole number ≥ 0, got {max_restarts!r}")
+    if MAX_RESTARTS_ANNOTATION in annotations:
+        text = annotations[MAX_RESTARTS_ANNOTATION]
+        if not re.fullmatch(r"\d{1,6}", text.strip()):
+            raise JobSetError(f"metadata.annotations[{MAX_RESTARTS_ANNOTATION!r}]",
+                              f"{text!r} must be a whole number ≥ 0, e.g. \"3\"")
+        max_restarts = int(text)
 
     return JobSpec(
         name=name, namespace=namespace, labels=_frozen(labels), annotations=_frozen(annotations),

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from broker.jobset import MAX_RESTARTS_ANNOTATION
+
 COUNTS = ("ready", "active", "succeeded", "failed", "suspended")
 _TERMINAL = {"Completed": "Succeeded", "Failed": "Failed"}
 _IGNORING_MAX = ("RestartJobSetAndIgnoreMaxRestarts", "RestartJobAndIgnoreMaxRestarts")
@@ -71,9 +73,12 @@ class Policy:
         replicas = {r["name"]: int(r.get("replicas", 1)) for r in spec.get("replicatedJobs") or ()}
         success = spec.get("successPolicy") or {}
         failure = spec.get("failurePolicy")
+        annotations = (manifest.get("metadata") or {}).get("annotations") or {}
+        if MAX_RESTARTS_ANNOTATION in annotations and failure is None:
+            failure = {}  # asking the broker for restarts is a failure policy of default actions
+        max_restarts = annotations.get(MAX_RESTARTS_ANNOTATION, (failure or {}).get("maxRestarts", 0))
         return cls(mode, replicas, success.get("operator", "All"),
-                   tuple(success.get("targetReplicatedJobs") or replicas), failure,
-                   int((failure or {}).get("maxRestarts", 0)))
+                   tuple(success.get("targetReplicatedJobs") or replicas), failure, int(max_restarts))
 
     def succeeded(self, counts: Mapping[str, Mapping[str, int]]) -> bool:
         """The success policy over summed counts: All — every target ReplicatedJob's Jobs succeeded;

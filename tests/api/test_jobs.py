@@ -99,6 +99,8 @@ INVALID = [
     ("non-integer tier", lambda m: with_change(m, "metadata.annotations", {
         "archipelago.io/network-topology-mode": "hard", "archipelago.io/highest-tier-allowed": "two"}),
      "metadata.annotations['archipelago.io/highest-tier-allowed']"),
+    ("negative max restarts", lambda m: with_change(m, "metadata.annotations", {"archipelago.io/max-restarts": "-1"}),
+     "metadata.annotations['archipelago.io/max-restarts']"),
     ("reserved label", lambda m: with_change(m, "metadata.labels", {"archipelago.io/job-id": "7"}),
      "metadata.labels['archipelago.io/job-id']"),
     ("unknown broker annotation", lambda m: with_change(m, "metadata.annotations", {"archipelago.io/owner": "me"}),
