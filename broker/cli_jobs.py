@@ -25,6 +25,8 @@ QUEUE_COLUMNS = [("NAME", lambda q: q["name"]), ("TENANT", lambda q: q["tenant"]
                  ("USAGE", lambda q: ", ".join(f"{k}={v}" for k, v in q["usage"].items())),
                  ("PENDING", lambda q: q["pending"]), ("RUNNING", lambda q: q["running"]),
                  ("FAIR SHARE", lambda q: f"{q['fair_share']:.0%}"), ("SHARE", lambda q: f"{q['dominant_share']:.0%}")]
+PLACEMENT_COLUMNS = [("PART", lambda p: p["part"] or "(whole)"), ("CLUSTER", lambda p: p["cluster"]),
+                     ("HYPERNODE", lambda p: p["hypernode"] or "(several)"), ("TIER", lambda p: p["tier"])]
 EVENT_COLUMNS = [("TIME", lambda e: e["time"][:19]), ("TYPE", lambda e: e["type"]), ("REASON", lambda e: e["reason"]),
                  ("MESSAGE", lambda e: e["message"])]
 
@@ -39,7 +41,8 @@ def _body(path: Path) -> tuple[bytes, str]:
 
 
 def submit(files: list[Path] = typer.Argument(..., help="JobSet YAML or JSON files"),
-           queue: Optional[str] = typer.Option(None, help="queue for all of them (else their label)"),
+           queue: Optional[str] = typer.Option(None, help="queue for all of them (else their label, else the "
+                                                          "tenant's default queue)"),
            tenant: Optional[str] = typer.Option(None, help="the tenant to submit for (admin tokens only)"),
            dry_run: bool = typer.Option(False, "--dry-run", help="say where each would go now; submit nothing"),
            output: Output = OutputOption, server: Optional[str] = ServerOption,
@@ -51,17 +54,17 @@ def submit(files: list[Path] = typer.Argument(..., help="JobSet YAML or JSON fil
         content, content_type = _body(path)
         headers = {"Content-Type": content_type}
         if dry_run:
-            params.pop("queue", None)
             answer = calling(lambda: api.post("/api/v1/jobs:dry-run", content=content, headers=headers,
                                               params=params))
-            emit(answer, output, [("PART", lambda p: p["part"] or "(whole)"), ("CLUSTER", lambda p: p["cluster"]),
-                                  ("HYPERNODE", lambda p: p["hypernode"]), ("TIER", lambda p: p["tier"])]
-                 if answer["fits"] else None, title=f"{path}: fits now" if answer["fits"] else None)
-            if answer["fits"] or output is not Output.table:
-                continue
-            typer.echo(f"{path}: would wait: {answer['reason']}")
-            for cluster, reason in answer["waiting_reasons"].items():
-                typer.echo(f"  {cluster}: {reason}")
+            if output is not Output.table:
+                emit(answer, output)
+            elif answer["fits"]:
+                typer.echo(f"{path}: would run now")
+                emit(answer["placements"], output, PLACEMENT_COLUMNS)
+            else:
+                typer.echo(f"{path}: would wait: {answer['reason']}")
+                for cluster, reason in sorted(answer["waiting_reasons"].items()):
+                    typer.echo(f"  {cluster}: {reason}")
             continue
         answer = calling(lambda: api.post("/api/v1/jobs", content=content, headers=headers, params=params))
         emit(answer["items"], output, JOB_COLUMNS)
@@ -89,8 +92,7 @@ def jobs_get(job_id: int, output: Output = OutputOption, server: Optional[str] =
         return
     emit(job, output, JOB_COLUMNS)
     if job["placements"]:
-        emit(job["placements"], output, [("PART", lambda p: p["part"] or "(whole)"), ("CLUSTER", lambda p: p["cluster"]),
-                                         ("HYPERNODE", lambda p: p["hypernode"]), ("STATE", lambda p: p["state"]),
+        emit(job["placements"], output, [*PLACEMENT_COLUMNS, ("STATE", lambda p: p["state"]),
                                          ("GENERATION", lambda p: p["generation"])], title="placements")
     for cluster, reason in (job["waiting_reasons"] or {}).items():
         typer.echo(f"waits on {cluster}: {reason}")

@@ -160,6 +160,13 @@ def _queue_for(session: Session, tenant: Tenant, name: str | None, where: str) -
     return queue
 
 
+def with_queue_label(manifest: Mapping[str, Any], queue: str) -> dict[str, Any]:
+    """A copy of the manifest naming this queue, the way a JobSet written for Kueue does."""
+    metadata = dict(manifest.get("metadata") or {})
+    metadata["labels"] = {**(metadata.get("labels") or {}), QUEUE_LABEL: queue}
+    return {**manifest, "metadata": metadata}
+
+
 def submit_jobs(session: Session, tenant: Tenant, manifests: list[Any], settings: Settings,
                 capacity: FederationCapacity, *, queue_override: str | None = None,
                 batch: bool = False) -> list[tuple[Job, str]]:

@@ -123,17 +123,19 @@ async def submit(request: Request, session: SessionDep, principal: PrincipalDep,
 @router.post("/jobs:dry-run", tags=["jobs"], response_model=schemas.DryRunOut, openapi_extra=JOBSET_BODY,
              responses=problems(400, 401, 404, 413, 415, 422), summary="Where would this JobSet go now, and why")
 async def dry_run(request: Request, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
-                  tenant: str | None = Query(None, description="the tenant to ask for (admins only)")):
+                  tenant: str | None = Query(None, description="the tenant to ask for (admins only)"),
+                  queue: str | None = Query(None, description="overrides the kueue.x-k8s.io/queue-name label")):
     manifests, batch = _decode_jobsets(request.headers.get("content-type", ""),
                                        await _read_body(request, settings.max_request_bytes))
     if batch:
         raise Invalid("", "a dry run takes one JobSet")
     owner = _submitting_tenant(session, principal, tenant)
-    job_service.validate_submission(session, owner, manifests[0], "", None, settings,
-                                    request.app.state.capacity.get(session))
+    _, chosen, _, _ = job_service.validate_submission(session, owner, manifests[0], "", queue, settings,
+                                                      request.app.state.capacity.get(session))
+    manifest = job_service.with_queue_label(manifests[0], chosen.name)
     try:
         with request.app.state.db.sessions() as snapshot_session:  # its own consistent read
-            answer = dry_run_manifest(snapshot_session, manifests[0], owner.name, settings)
+            answer = dry_run_manifest(snapshot_session, manifest, owner.name, settings)
     except JobSetError as exc:
         raise Invalid(exc.path, exc.message) from None
     waiting = answer.waiting

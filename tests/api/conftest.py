@@ -6,6 +6,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from broker.db.models import Cluster, HyperNode, Node
+from clusters.quantity import to_milli
 
 ADMIN = {"Authorization": "Bearer admin-test-token"}
 
@@ -42,3 +44,18 @@ def research(admin):
 def vision(admin):
     with make_tenant(admin, "vision") as client:
         yield client
+
+
+def add_cluster_with_leaves(session, cipher, name: str, leaves: int, labels: dict) -> None:
+    """A Ready cluster of `leaves` tier-1 HyperNodes of 4 eight-GPU nodes each, under one spine."""
+    cluster = Cluster(name=name, api_server=f"https://{name}", kubeconfig_encrypted=cipher.encrypt("x"),
+                      state="Ready", jobset_crd=True, labels=labels)
+    allocatable = {"nvidia.com/gpu": 8000, "cpu": 64000, "memory": to_milli("512Gi")}
+    nodes, hypernodes = [], []
+    for leaf in range(leaves):
+        members = [f"{name}-l{leaf}-n{i}" for i in range(4)]
+        nodes += [Node(name=n, allocatable=allocatable, used={}) for n in members]
+        hypernodes.append(HyperNode(name=f"leaf-{leaf}", tier=1, parent="spine-0", nodes=members))
+    hypernodes.append(HyperNode(name="spine-0", tier=2, parent=None, nodes=[n.name for n in nodes]))
+    cluster.nodes, cluster.hypernodes = nodes, hypernodes
+    session.add(cluster)

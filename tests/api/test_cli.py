@@ -85,3 +85,27 @@ def test_an_unreachable_server_is_one_line(monkeypatch):
     result = CliRunner().invoke(cli, ["jobs", "list", "--server", "http://127.0.0.1:1"])
     assert result.exit_code == 1
     assert result.output.startswith("archipelago: cannot reach the broker at http://127.0.0.1:1")
+
+
+def test_dry_run_prints_where_or_why(server, admin, db, settings, tmp_path):
+    from broker.db.crypto import KubeconfigCipher
+    from tests.api.conftest import add_cluster_with_leaves, make_tenant
+
+    with db.sessions() as session, session.begin():
+        add_cluster_with_leaves(session, KubeconfigCipher(settings.fernet_key()), "eu-west", 2, {"region": "eu"})
+    token = make_tenant(admin, "research").headers["Authorization"].split()[1]
+    fits, too_big = tmp_path / "fits.yaml", tmp_path / "big.yaml"
+    hard = {"archipelago.io/network-topology-mode": "hard"}
+    fits.write_text(yaml.safe_dump(jobset("small", replicas=2, annotations=hard)))
+    too_big.write_text(yaml.safe_dump(jobset("big", replicas=5, annotations=hard)))
+    env = {"ARCHIPELAGO_TOKEN": token}
+    placed = run("submit", str(fits), "--dry-run", env=env)
+    assert placed.exit_code == 0, placed.output
+    assert "would run now" in placed.output and "eu-west" in placed.output and "leaf-" in placed.output
+    waits = run("submit", str(too_big), "--dry-run", env=env)
+    assert waits.exit_code == 0, waits.output
+    assert f"{too_big}: would wait: no cluster can take it now" in waits.output
+    assert "eu-west: needs 40 GPUs in one tier-1 HyperNode; the largest free one has 32" in waits.output
+    as_json = json.loads(run("submit", str(fits), "--dry-run", "-o", "json", env=env).output)
+    assert as_json["fits"] is True and as_json["placements"][0]["cluster"] == "eu-west"
+    assert json.loads(run("jobs", "list", "-o", "json", env=env).output) == []  # nothing was submitted

@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from broker.db.crypto import KubeconfigCipher
-from broker.db.models import Cluster, HyperNode, Node
+from broker.db.models import Cluster, Node
 from clusters.quantity import to_milli
-from tests.api.conftest import make_tenant
+from tests.api.conftest import add_cluster_with_leaves, make_tenant
 from tests.api.jobsets import jobset, with_change
 from tests.examples import example, jobset_examples
 
@@ -248,26 +248,11 @@ def test_metrics_count_jobs_by_state_and_queue_depth(admin, research):
     assert "archipelago_scheduler_cycle_seconds_bucket" in text
 
 
-def _cluster_with_leaves(session, cipher, name: str, leaves: int, labels: dict) -> None:
-    """A Ready cluster of `leaves` tier-1 HyperNodes of 4 eight-GPU nodes each, under one spine."""
-    cluster = Cluster(name=name, api_server=f"https://{name}", kubeconfig_encrypted=cipher.encrypt("x"),
-                      state="Ready", jobset_crd=True, labels=labels)
-    allocatable = {"nvidia.com/gpu": 8000, "cpu": 64000, "memory": to_milli("512Gi")}
-    nodes, hypernodes = [], []
-    for leaf in range(leaves):
-        members = [f"{name}-l{leaf}-n{i}" for i in range(4)]
-        nodes += [Node(name=n, allocatable=allocatable, used={}) for n in members]
-        hypernodes.append(HyperNode(name=f"leaf-{leaf}", tier=1, parent="spine-0", nodes=members))
-    hypernodes.append(HyperNode(name="spine-0", tier=2, parent=None, nodes=[n.name for n in nodes]))
-    cluster.nodes, cluster.hypernodes = nodes, hypernodes
-    session.add(cluster)
-
-
 def test_dry_run_says_where_a_job_would_go_and_writes_nothing(research, db, settings):
     cipher = KubeconfigCipher(settings.fernet_key())
     with db.sessions() as session, session.begin():
-        _cluster_with_leaves(session, cipher, "eu-west", 2, {"region": "eu"})
-        _cluster_with_leaves(session, cipher, "us-east", 1, {"region": "us"})
+        add_cluster_with_leaves(session, cipher, "eu-west", 2, {"region": "eu"})
+        add_cluster_with_leaves(session, cipher, "us-east", 1, {"region": "us"})
     research.app.state.capacity = type(research.app.state.capacity)()
     hard = {"archipelago.io/network-topology-mode": "hard", "archipelago.io/highest-tier-allowed": "1"}
     answer = research.post("/api/v1/jobs:dry-run", json=jobset("train", replicas=4, gpus=8, annotations=hard))
