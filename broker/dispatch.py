@@ -35,6 +35,7 @@ KEPT_STATES = ("Applying", "Applied", "Running", "Succeeded", "Failed")  # copie
 WORK_STATES = ("Decided", "Applying", "Deleting")
 DISPATCHING_JOB_STATES = ("Admitted", "Dispatching")
 PLACED_JOB_STATES = ("Admitted", "Dispatching", "Running")
+LOCKED = "archipelago.locked"  # session.info key: the rows `lock_jobs` holds for this transaction
 
 
 def begin_write(session: Session) -> None:
@@ -106,6 +107,29 @@ def kept_placements(session: Session, cluster_id: int) -> set[int]:
     """Placement ids on a cluster whose member copy the broker still owns; any other copy is stale."""
     return set(session.scalars(select(Placement.id).where(Placement.cluster_id == cluster_id,
                                                           Placement.state.in_(KEPT_STATES))))
+
+
+def lock_jobs(session: Session, job_ids: Iterable[int]) -> None:
+    """Lock these jobs and all their placements, in two queries a chunk (ids ascending, the order
+    the single steps lock in), and keep them for the rest of the transaction: the steps of a batch
+    then find their rows there instead of querying (and locking) them one placement at a time."""
+    locked = _Locked()
+    ids = sorted(set(job_ids))
+    for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+        locked.jobs.update((job.id, job) for job in session.scalars(
+            select(Job).where(Job.id.in_(chunk)).order_by(Job.id).with_for_update()))
+        for placement in session.scalars(select(Placement).where(Placement.job_id.in_(chunk))
+                                         .order_by(Placement.id).with_for_update()):
+            locked.placements[placement.id] = placement
+            locked.by_job.setdefault(placement.job_id, []).append(placement)
+    session.info[LOCKED] = locked
+
+
+@dataclass
+class _Locked:
+    jobs: dict[int, Job] = field(default_factory=dict)
+    placements: dict[int, Placement] = field(default_factory=dict)
+    by_job: dict[int, list[Placement]] = field(default_factory=dict)  # each in id order
 
 
 def placement_owner(session: Session, placement_id: int) -> tuple[int, str] | None:
@@ -314,8 +338,12 @@ def settle_job(session: Session, job_id: int, now: datetime) -> Changes:
     job = _lock_job(session, job_id)
     if job is None:
         return Changes()
-    placements = list(session.scalars(select(Placement).where(Placement.job_id == job_id)
-                                      .order_by(Placement.id).with_for_update()))
+    locked = session.info.get(LOCKED)
+    if locked is not None and job_id in locked.jobs:
+        placements = list(locked.by_job.get(job_id, ()))
+    else:
+        placements = list(session.scalars(select(Placement).where(Placement.job_id == job_id)
+                                          .order_by(Placement.id).with_for_update()))
     live = [p for p in placements if p.state in PLACEMENT_LIVE_STATES]
     changes = Changes()
     if job.state in JOB_FINISHED_STATES or job.cancel_requested_at is not None:
@@ -420,10 +448,16 @@ def _not_ready_since(session: Session, cluster: Cluster) -> datetime | None:
 # helpers -----------------------------------------------------------------------------------------
 
 def _lock_job(session: Session, job_id: int) -> Job | None:
+    locked = session.info.get(LOCKED)
+    if locked is not None and job_id in locked.jobs:
+        return locked.jobs[job_id]
     return session.scalar(select(Job).where(Job.id == job_id).with_for_update())
 
 
 def _lock_placement(session: Session, placement_id: int) -> Placement | None:
+    locked = session.info.get(LOCKED)
+    if locked is not None and placement_id in locked.placements:
+        return locked.placements[placement_id]
     return session.scalar(select(Placement).where(Placement.id == placement_id).with_for_update())
 
 

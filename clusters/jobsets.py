@@ -8,6 +8,7 @@ Every copy carries the broker's labels, so the broker finds its copies by label,
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any, Iterable, Mapping
 
 from clusters.member import JOBSET_GROUP, JOBSET_VERSION, MemberClient, MemberError, WatchStream
@@ -118,10 +119,11 @@ def ensure_namespace(client: MemberClient, namespace: str) -> None:
 
 
 def apply(client: MemberClient, jobset: Mapping[str, Any]) -> dict:
-    """Server-side apply with force: the broker owns the fields it sets, whoever touched them since."""
+    """Server-side apply with force: the broker owns the fields it sets, whoever touched them since.
+    The body goes as JSON text (JSON is YAML), serialized here: the client would first walk it whole."""
     meta = jobset["metadata"]
     return client.request("PATCH", jobset_path(meta["namespace"], meta["name"]),
-                          {"fieldManager": FIELD_MANAGER, "force": "true"}, jobset,
+                          {"fieldManager": FIELD_MANAGER, "force": "true"}, json.dumps(jobset),
                           content_type="application/apply-patch+yaml")
 
 

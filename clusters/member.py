@@ -56,7 +56,8 @@ class MemberClient:
     def __init__(self, loaded: LoadedKubeconfig, timeout: float = 5.0) -> None:
         self._loaded = loaded
         self.timeout = timeout
-        loaded.configuration.connection_pool_maxsize = 8  # a list, three watches, a probe, propagation
+        # kept connections: a list, three inventory watches, the status watch, a probe, the dispatcher's lane
+        loaded.configuration.connection_pool_maxsize = 16
         self._api = ApiClient(loaded.configuration)
         self._api.user_agent = "archipelago"
 

@@ -9,10 +9,13 @@ One pass (`run_once`):
    labelled by the broker that no placement owns any more are deleted before anything starts there.
 4. Applies due, on members that are swept and whose deletions went through: the pass commits every
    step Decided → Applying before any member is touched, lists each namespace it applies to once
-   (created if missing: a name held by a stale copy is cleared, by a foreign object refused), applies
-   each JobSet, and commits every result in one transaction after.
-Member calls run in a thread pool, each placement in one thread; a failing member backs off per
-placement (retryable errors) or fails the placement with the member's message (permanent ones).
+   (created if missing: a name held by a stale copy is cleared, by a foreign object refused), then
+   applies each JobSet.
+Deletions and applies run in one lane per member (LANE_WIDTH calls in flight to a member, members side
+by side: a slow member delays only its own work); their results are committed in batches as they come
+(what finished while the last batch was committing), each batch one transaction, so the database work
+overlaps the member calls. A failing member backs off per placement (retryable errors) or fails the
+placement with the member's message (permanent ones).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -34,8 +37,8 @@ from broker.db.models import Cluster, utcnow
 from broker.db.runtime import Database
 from broker.db.session import transaction
 from broker.dispatch import (ACTIVE_STATES, Changes, Work, begin_write, due_work, fail_apply, fail_over,
-                             finish_apply, finish_delete, kept_placements, placement_owner, request_deletions,
-                             retry_later, start_apply)
+                             finish_apply, finish_delete, kept_placements, lock_jobs, placement_owner,
+                             request_deletions, retry_later, start_apply)
 from broker.metrics import MEMBER_ERRORS
 from broker.services.inventory import WRITES, MemberClients, backoff
 from broker.services.loop import LoopService
@@ -53,6 +56,7 @@ CRASH_AT_ENV = "ARCHIPELAGO_TEST_CRASH_AT"
 RETRY_BASE = 1.0
 RETRY_CAP = 60.0
 UNAVAILABLE_STATES = ("NotReady", "Pending")  # members the dispatcher does not call
+LANE_WIDTH = 4  # calls in flight to one member at once (its MemberClient pool keeps more connections)
 
 
 def crash_point(step: str) -> None:
@@ -84,6 +88,7 @@ class DispatcherService(LoopService):
         super().__init__(settings.dispatch_interval)
         self.database, self.settings, self.clients, self.now = database, settings, clients, now
         self._pool = ThreadPoolExecutor(settings.member_workers, thread_name_prefix="dispatcher")
+        self._lanes: dict[int, ThreadPoolExecutor] = {}  # cluster id → that member's calls
         self._namespaces: set[tuple[int, str]] = set()  # (cluster id, namespace) known to exist
         self._swept: set[int] = set()  # members swept since this process met them or they came back
 
@@ -101,13 +106,12 @@ class DispatcherService(LoopService):
             work = due_work(session, now, reachable)
         self._swept &= set(reachable)  # a member that was away is swept again when it returns
 
+        for gone in set(self._lanes) - set(members):
+            self._lanes.pop(gone).shutdown(wait=False)
+
         deletions = [w for w in work if w.state == "Deleting"]
-        outcomes = list(self._pool.map(lambda w: self._delete(w, reachable[w.cluster_id]), deletions))
-        if any(o.kind == "done" for o in outcomes):
-            crash_point("deleted-on-member")
-        changes.add(self._record(outcomes))
-        if any(o.kind == "done" for o in outcomes):
-            crash_point("deleted")
+        outcomes, recorded = self._in_lanes(deletions, lambda w: self._delete(w, reachable[w.cluster_id]), "deleted")
+        changes.add(recorded)
         blocked = {o.work.cluster_id for o in outcomes if o.kind != "done"}
 
         unswept = [i for i in reachable if i not in self._swept]
@@ -126,13 +130,8 @@ class DispatcherService(LoopService):
                        if w.state == "Applying" or w.placement_id in started]
         groups = sorted({(w.cluster_id, w.namespace) for w in applies})
         found = dict(zip(groups, self._pool.map(lambda g: self._existing(reachable[g[0]], g[1]), groups)))
-        outcomes = list(self._pool.map(lambda w: self._apply(w, reachable[w.cluster_id],
-                                                             found[(w.cluster_id, w.namespace)]), applies))
-        if any(o.kind == "done" for o in outcomes):
-            crash_point("applied-on-member")
-        changes.add(self._record(outcomes))
-        if any(o.kind == "done" for o in outcomes):
-            crash_point("applied")
+        changes.add(self._in_lanes(applies, lambda w: self._apply(w, reachable[w.cluster_id],
+                                                                  found[(w.cluster_id, w.namespace)]), "applied")[1])
 
         if changes.requeued or changes.freed:
             self.wake("scheduler")
@@ -141,7 +140,32 @@ class DispatcherService(LoopService):
         return changes
 
     def stop(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        for executor in (self._pool, *self._lanes.values()):
+            executor.shutdown(wait=True, cancel_futures=True)
+
+    def _in_lanes(self, works: list[Work], call: Callable[[Work], Outcome],
+                  step: str) -> tuple[list[Outcome], Changes]:
+        """`call` for each work in its member's lane, the outcomes recorded in batches as they come. The
+        test hook's steps: `<step>-on-member` before a batch with a call done is committed, `<step>` after."""
+        pending: set[Future] = {self._lane(w.cluster_id).submit(call, w) for w in works}
+        outcomes: list[Outcome] = []
+        changes = Changes()
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            batch = [future.result() for future in finished]
+            done = any(o.kind == "done" for o in batch)
+            if done:
+                crash_point(f"{step}-on-member")
+            changes.add(self._record(batch))
+            if done:
+                crash_point(step)
+            outcomes += batch
+        return outcomes, changes
+
+    def _lane(self, cluster_id: int) -> ThreadPoolExecutor:
+        if cluster_id not in self._lanes:
+            self._lanes[cluster_id] = ThreadPoolExecutor(LANE_WIDTH, thread_name_prefix=f"dispatcher-{cluster_id}")
+        return self._lanes[cluster_id]
 
     def _record(self, outcomes: list[Outcome]) -> Changes:
         """Every outcome of a batch of member calls, in one transaction."""
@@ -150,6 +174,7 @@ class DispatcherService(LoopService):
             return changes
         now = self.now()
         with writing(self.database) as session, session.no_autoflush:  # one flush at the commit
+            lock_jobs(session, (o.work.job_id for o in outcomes))  # their rows in two queries, not four each
             for o in outcomes:
                 if o.kind == "done" and o.work.state == "Deleting":
                     changes.add(finish_delete(session, o.work, now))
