@@ -81,8 +81,11 @@ def serve(host: str = typer.Option(None, help="Address to listen on [default: AR
     from api.app import create_app
     from broker.db.runtime import open_database
 
+    from broker.scheduling import engine_config
+
     settings = get_settings()
     settings.fernet_key()  # a missing or malformed secret key stops us here, not at the first cluster
+    engine_config(settings)  # so does an unknown placement plugin
     database = open_database(settings, upgrade=settings.is_sqlite)  # fail fast, before binding the port
     host, port = host or settings.host, port or settings.port
     typer.echo(f"Archipelago {broker.__version__} on http://{host}:{port} "

@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from cryptography.fernet import Fernet
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -28,10 +28,10 @@ class Settings(BaseSettings):
     secret_key: str | None = None
     admin_token: str | None = None
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: int = Field(8000, ge=1, le=65535)
 
     # Largest request body the API reads (a batch of JobSets), in bytes.
-    max_request_bytes: int = 16 * 1024 * 1024
+    max_request_bytes: int = Field(16 * 1024 * 1024, ge=1024)
 
     # Priority class name (label kueue.x-k8s.io/priority-class) → priority; higher runs first.
     priority_classes: dict[str, int] = {"low": 100, "normal": 1000, "high": 10000}
@@ -41,24 +41,24 @@ class Settings(BaseSettings):
     run_loops: bool = True
 
     # Loop intervals, in seconds.
-    scheduler_interval: float = 2.0
-    cluster_sync_interval: float = 30.0
-    health_probe_interval: float = 5.0
-    status_poll_interval: float = 5.0
-    dispatch_interval: float = 1.0
+    scheduler_interval: float = Field(2.0, gt=0)
+    cluster_sync_interval: float = Field(30.0, gt=0)
+    health_probe_interval: float = Field(5.0, gt=0)
+    status_poll_interval: float = Field(5.0, gt=0)
+    dispatch_interval: float = Field(1.0, gt=0)
 
     # Placement engine: score weights override the defaults (TightestTier 4, BinPacking 2, Spread 0,
     # Locality 1); a queue's LowerPriority policy applies only while preemption is on; a job waiting
     # longer than starvation_after seconds goes first and may hold a cluster for itself.
     placement_score_weights: dict[str, float] = {}
     placement_preemption: bool = True
-    placement_starvation_after: float = 900.0
+    placement_starvation_after: float = Field(900.0, gt=0)
 
     # Member health and recovery.
-    not_ready_grace: float = 20.0
-    failover_toleration: float = 300.0
-    member_timeout: float = 5.0
-    member_workers: int = 16  # members synced or probed at once
+    not_ready_grace: float = Field(20.0, ge=0)
+    failover_toleration: float = Field(300.0, ge=0)
+    member_timeout: float = Field(5.0, gt=0)
+    member_workers: int = Field(16, ge=1)  # members synced or probed at once
 
     # Topology of members without HyperNode objects, from node labels (Volcano's label discovery):
     # per tier, 1 = closest, the label keys that name a node's domain there; the first present wins.
@@ -143,5 +143,13 @@ def get_settings() -> Settings:
         return Settings()
     except ValueError as exc:  # pydantic's ValidationError: keep only our message
         errors = getattr(exc, "errors", lambda: [])()
-        message = "; ".join(str(e.get("ctx", {}).get("error", e.get("msg"))) for e in errors) or str(exc)
+        message = "; ".join(_setting_error(e) for e in errors) or str(exc)
         raise ConfigError(message) from None
+
+
+def _setting_error(error: dict) -> str:
+    """`ARCHIPELAGO_PORT: Input should be a valid integer …`, or our own message, which names it already."""
+    if "error" in error.get("ctx", {}):
+        return str(error["ctx"]["error"])
+    name = "ARCHIPELAGO_" + str(error["loc"][0]).upper() if error.get("loc") else "a setting"
+    return f"{name}: {error.get('msg')} (got {error.get('input')!r})"

@@ -42,6 +42,19 @@ def test_bad_database_url_is_one_line(tmp_path, url, expected):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("name, value, expected", [
+    ("ARCHIPELAGO_SCHEDULER_INTERVAL", "-1", "ARCHIPELAGO_SCHEDULER_INTERVAL: Input should be greater than 0"),
+    ("ARCHIPELAGO_PORT", "abc", "ARCHIPELAGO_PORT: Input should be a valid integer"),
+    ("ARCHIPELAGO_MEMBER_WORKERS", "0", "ARCHIPELAGO_MEMBER_WORKERS: Input should be greater than or equal to 1"),
+    ("ARCHIPELAGO_PLACEMENT_SCORE_WEIGHTS", '{"Nearest": 1}', "unknown placement plugins ['Nearest']"),
+])
+def test_a_bad_setting_is_named_in_one_line(tmp_path, name, value, expected):
+    result = run_cli("serve", cwd=tmp_path, **{name: value})
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
 def test_a_non_sqlite_database_needs_a_secret_key(tmp_path):
     result = run_cli("serve", cwd=tmp_path, ARCHIPELAGO_DATABASE_URL="postgresql://postgres@127.0.0.1/postgres")
     assert result.returncode == 2
