@@ -50,8 +50,9 @@ from clusters.member import MemberClient, MemberError
 log = logging.getLogger("archipelago.dispatcher")
 
 # Test hook: the process kills itself (SIGKILL) right after this step, e.g. "applying" (committed,
-# member untouched), "applied-on-member" (member has it, not committed), "applied", "deleting",
-# "deleted-on-member", "deleted". Only the crash tests set it.
+# member untouched), "applied-on-member" (member has it, not committed), "applied", "deleting"
+# (committed, by whichever loop settled the job, member untouched), "deleted-on-member", "deleted".
+# Only the crash tests set it.
 CRASH_AT_ENV = "ARCHIPELAGO_TEST_CRASH_AT"
 RETRY_BASE = 1.0
 RETRY_CAP = 60.0
@@ -97,8 +98,6 @@ class DispatcherService(LoopService):
         with writing(self.database) as session:
             changes = request_deletions(session, now).add(
                 fail_over(session, now, self.settings.failover_toleration))
-        if changes.dispatch:
-            crash_point("deleting")
         with self.database.sessions() as session:
             members = {row.id: row for row in session.execute(
                 select(Cluster.id, Cluster.name, Cluster.state, Cluster.kubeconfig_encrypted, Cluster.context))}
@@ -110,6 +109,8 @@ class DispatcherService(LoopService):
             self._lanes.pop(gone).shutdown(wait=False)
 
         deletions = [w for w in work if w.state == "Deleting"]
+        if deletions:
+            crash_point("deleting")
         outcomes, recorded = self._in_lanes(deletions, lambda w: self._delete(w, reachable[w.cluster_id]), "deleted")
         changes.add(recorded)
         blocked = {o.work.cluster_id for o in outcomes if o.kind != "done"}

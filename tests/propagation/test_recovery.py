@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from broker.db.models import Event
+from broker.services import dispatcher
 from clusters.sim.resources import JOBSETS
 from tests.propagation.conftest import jobset
 
@@ -121,6 +122,34 @@ def test_a_copy_deleted_after_the_job_was_cancelled_is_not_recreated(federation)
     federation.until_state(job, "Cancelled")
     federation.step()
     assert federation.copies(job) == []
+
+
+def test_the_deleting_crash_hook_fires_whichever_loop_committed_the_step(federation, monkeypatch):
+    """The crash tests kill the broker at `deleting` (Deleting committed, the member untouched). A status
+    that comes after a cancel makes the status loop settle the job, and so commit Deleting, before the
+    dispatcher's pass does: the hook must fire all the same, before the copy is touched."""
+    job = federation.submit(jobset("cancelled", annotations=LONG))
+    federation.until_state(job, "Running")
+    assert federation.api.delete(f"/api/v1/jobs/{job}").status_code == 202
+    [copy] = federation.copies(job)
+    member = federation.sim.cluster(copy["cluster"])
+    with member.lock:  # the member's status moves on ...
+        member.patch(JOBSETS, "team-a", "cancelled", "merge", {"status": {"conditions": [
+            {"type": "Progressing", "status": "True", "reason": "Test", "message": "moved on",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}, "test", subresource="status")
+    federation.status.run_once()  # ... and the status loop, not the dispatcher, commits the step
+    assert [p.state for p in federation.placements(job)] == ["Deleting"]
+
+    class Killed(Exception):
+        pass
+
+    def crash_point(step: str) -> None:
+        if step == "deleting":
+            raise Killed
+    monkeypatch.setattr(dispatcher, "crash_point", crash_point)
+    with pytest.raises(Killed):
+        federation.dispatcher.run_once()
+    assert len(federation.copies(job)) == 1
 
 
 def _wait(condition, seconds: float = 20.0) -> None:
