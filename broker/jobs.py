@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
-from sqlalchemy import and_, exists, insert, select
+from sqlalchemy import and_, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -293,21 +293,28 @@ def job_events(session: Session, job_id: int, limit: int = 200) -> list[Event]:
 
 
 def request_cancel(session: Session, principal: Principal, job_id: int) -> Job:
-    """Queued jobs are cancelled at once; placed ones once every member copy is gone (propagation does that)."""
+    """Queued jobs are cancelled at once; placed ones once every member copy is gone (propagation does that).
+
+    Both writes are conditional, so a scheduler admitting the job at the same moment either sees the
+    request (and leaves the job alone) or wins, and then the job is cancelled through its placements.
+    """
     job = get_job(session, principal, job_id)
     if job.state in JOB_FINISHED_STATES:
         raise Conflict(f"job {job_id} is already {job.state}; there is nothing to cancel")
-    live = session.scalar(select(exists().where(Placement.job_id == job.id,
-                                                Placement.state.in_(PLACEMENT_LIVE_STATES))))
     now = utcnow()
-    if job.cancel_requested_at is None:
-        job.cancel_requested_at = now
-        if live:
-            events.record(session, "job", job.id, "CancelRequested",
-                          "cancel requested; removing the JobSet from every member", tenant_id=job.tenant_id)
-    if not live:
-        job.state, job.finished_at, job.reason = "Cancelled", now, "cancelled before it was placed"
+    first_request = session.execute(update(Job).where(Job.id == job.id, Job.cancel_requested_at.is_(None))
+                                    .values(cancel_requested_at=now)).rowcount == 1
+    live = exists().where(Placement.job_id == Job.id, Placement.state.in_(PLACEMENT_LIVE_STATES))
+    cancelled_now = session.execute(
+        update(Job).where(Job.id == job.id, Job.state == "Queued", ~live)
+        .values(state="Cancelled", finished_at=now, reason="cancelled before it was placed")).rowcount == 1
+    if cancelled_now:
         events.record(session, "job", job.id, "Cancelled", "cancelled before it was placed", tenant_id=job.tenant_id)
+    elif first_request:
+        events.record(session, "job", job.id, "CancelRequested",
+                      "cancel requested; removing the JobSet from every member", tenant_id=job.tenant_id)
+    session.flush()
+    session.refresh(job)
     return job
 
 

@@ -133,3 +133,34 @@ def test_two_schedulers_running_at_once_never_place_a_job_twice(db, setup, setti
         assert len(jobs) == 16 and {j.state for j in jobs} == {"Admitted"}
         for job in jobs:
             assert len(placements_of(session, job.id)) == 1
+
+
+def test_a_cancel_racing_the_scheduler_never_orphans_a_placement(db, setup, scheduler):
+    """The scheduler commits after the cancel request has read the job and before it writes."""
+    from broker.jobs import request_cancel
+    from broker.tenancy import Principal
+
+    with setup() as session:
+        add_cluster(session, "eu-west")
+        job = submit(session, add_queue(session), "raced", gpus=8)
+    admitted, fired = [], []
+
+    def scheduler_commits_first(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("UPDATE JOBS") and not fired:
+            fired.append(True)  # once: the scheduler's own updates pass through here too
+            admitted.append(scheduler.run_once())
+
+    with db.sessions() as request:
+        event.listen(db.engine, "before_cursor_execute", scheduler_commits_first)
+        try:
+            request_cancel(request, Principal("admin"), job.id)
+            request.commit()
+        finally:
+            event.remove(db.engine, "before_cursor_execute", scheduler_commits_first)
+    assert admitted and admitted[0].admitted == [job.id]
+    with db.sessions() as session:
+        stored = session.get(Job, job.id)
+        assert stored.state == "Admitted" and stored.cancel_requested_at is not None  # the dispatcher finishes it
+        assert [p.state for p in placements_of(session, job.id)] == ["Decided"]
+        assert count(session, Event, Event.reason == "CancelRequested") == 1
+        assert count(session, Event, Event.reason == "Cancelled") == 0
