@@ -483,11 +483,15 @@ class SimApp:
                                                      "metadata": meta}}) + b"\n"
 
 
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when the wheel has it
+
+
 def _decode(body: bytes, headers: dict, force_yaml: bool = False):
     content_type = headers.get("content-type", "")
     try:
-        if force_yaml or "yaml" in content_type:
-            return yaml.safe_load(body.decode())
+        # An apply body is YAML by content type, but clients often send JSON (valid YAML): read it as such.
+        if (force_yaml or "yaml" in content_type) and not body.lstrip().startswith(b"{"):
+            return yaml.load(body.decode(), Loader=_YAML_LOADER)
         return json.loads(body)
     except (ValueError, yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ApiError(400, "BadRequest", f"the object provided is unrecognized (body could not be decoded: "
