@@ -103,10 +103,16 @@ def next_due(session: Session) -> datetime | None:
     return as_utc(moment) if moment else None
 
 
-def kept_placements(session: Session, cluster_id: int) -> set[int]:
-    """Placement ids on a cluster whose member copy the broker still owns; any other copy is stale."""
-    return set(session.scalars(select(Placement.id).where(Placement.cluster_id == cluster_id,
-                                                          Placement.state.in_(KEPT_STATES))))
+def kept_placements(session: Session, placement_ids: Iterable[int]) -> set[int]:
+    """Those of these placements whose member copy the broker still owns; a copy of any other is stale.
+
+    Whatever cluster row a placement names: a copy is never deleted while its placement is kept."""
+    ids = sorted(set(placement_ids))
+    kept: set[int] = set()
+    for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+        kept.update(session.scalars(select(Placement.id).where(Placement.id.in_(chunk),
+                                                               Placement.state.in_(KEPT_STATES))))
+    return kept
 
 
 def lock_jobs(session: Session, job_ids: Iterable[int]) -> None:
@@ -140,13 +146,18 @@ def placement_owner(session: Session, placement_id: int) -> tuple[int, str] | No
 
 # Apply -------------------------------------------------------------------------------------------
 
+# A job cancelled or finished since the pass read its work is not started on a member after all.
+_jobs_meant_to_run = select(Job.id).where(Job.cancel_requested_at.is_(None), Job.state.not_in(JOB_FINISHED_STATES))
+
+
 def start_apply(session: Session, works: list[Work]) -> set[int]:
     """Decided → Applying (and their jobs Admitted → Dispatching); the placement ids that moved (not
     those cancelled or failed over meanwhile)."""
     moved: set[int] = set()
     ids = [w.placement_id for w in works]
     for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
-        moved.update(session.scalars(update(Placement).where(Placement.id.in_(chunk), Placement.state == "Decided")
+        moved.update(session.scalars(update(Placement).where(Placement.id.in_(chunk), Placement.state == "Decided",
+                                                             Placement.job_id.in_(_jobs_meant_to_run))
                                      .values(state="Applying").returning(Placement.id)
                                      .execution_options(synchronize_session=False)))
     jobs = sorted({w.job_id for w in works if w.placement_id in moved})

@@ -22,6 +22,7 @@ from broker.db.models import PLACEMENT_LIVE_STATES, Cluster, HyperNode, Node, Pl
 from broker.errors import Conflict, Invalid, NotFound
 from broker.settings import Settings
 from broker.tenancy import check_name
+from clusters import jobsets
 from clusters.kubeconfig import KubeconfigError, KubeconfigPolicy
 from clusters.labels import check_labels
 from clusters.member import MemberClient, MemberError, MemberFacts
@@ -118,6 +119,11 @@ def register_cluster(session: Session, settings: Settings, *, name: str, kubecon
         client = connect(settings, kubeconfig, context)
     except KubeconfigError as exc:
         raise Invalid("kubeconfig", str(exc)) from None
+    twin = session.scalar(select(Cluster.name).where(Cluster.api_server == client.api_server))
+    if twin is not None:
+        client.close()
+        raise Conflict(f"{client.api_server} is already registered as cluster {twin!r}; one member under two "
+                       "names would get two brokers' worth of work")
     try:
         facts = inspect_member(client)
         cluster = Cluster(name=name, api_server=client.api_server, context=client.context, labels=labels, taints=[],
@@ -326,16 +332,40 @@ def live_placements(session: Session, cluster_id: int) -> int:
         Placement.cluster_id == cluster_id, Placement.state.in_(PLACEMENT_LIVE_STATES))) or 0
 
 
-def remove_cluster(session: Session, name: str, *, force: bool = False) -> None:
-    """Forget a cluster and its inventory; refused while placements live there, unless forced
-    (their rows stay, detached, for the placement layer to account for)."""
+def remove_cluster(session: Session, name: str, *, force: bool = False, settings: Settings | None = None) -> None:
+    """Forget a cluster and its inventory; refused while placements live there, unless forced.
+
+    Forced, the broker first deletes its copies on the member if it still answers (the jobs are placed
+    elsewhere, and two live copies must never run); if it does not, the event says what may be left."""
     cluster = get_cluster(session, name)
     live = live_placements(session, cluster.id)
     if live and not force:
         raise Conflict(f"cluster {name!r} has {live} live placement(s); drain it and wait, or remove it with force")
+    left_behind = ""
+    if live and settings is not None:
+        left_behind = _delete_copies(settings, cluster)
     session.delete(cluster)
-    events.record(session, "cluster", name, "Removed",
-                  f"removed{f' with {live} live placement(s) (forced)' if live else ''}", warning=bool(live))
+    message = f"removed{f' with {live} live placement(s) (forced)' if live else ''}{left_behind}"
+    events.record(session, "cluster", name, "Removed", message, warning=bool(live))
+
+
+def _delete_copies(settings: Settings, cluster: Cluster) -> str:
+    """Delete every copy of the broker's on the member; what the event should add if that failed."""
+    try:
+        client = connect(settings, KubeconfigCipher(settings.fernet_key()).decrypt(cluster.kubeconfig_encrypted),
+                         cluster.context)
+    except (KubeconfigError, MemberError, ValueError) as exc:
+        return f"; its copies could not be deleted ({exc}): delete JobSets labelled {jobsets.JOB_ID_LABEL} there"
+    try:
+        items, _ = jobsets.list_owned(client)
+        for obj in items:
+            meta = obj["metadata"]
+            jobsets.delete(client, meta["namespace"], meta["name"], meta["uid"])
+    except MemberError as exc:
+        return f"; its copies could not be deleted ({exc}): delete JobSets labelled {jobsets.JOB_ID_LABEL} there"
+    finally:
+        client.close()
+    return f"; its {len(items)} cop{'y' if len(items) == 1 else 'ies'} on the member deleted"
 
 
 def update_cluster(session: Session, name: str, *, labels: Mapping[str, str | None] | None = None,

@@ -105,7 +105,7 @@ def drain(name: str, request: Request, session: SessionDep, _: AdminDep) -> dict
 @router.delete("/clusters/{name}", status_code=204, responses=problems(*ADMIN_ERRORS, 409),
                summary="Forget a cluster (refused while placements live there, unless force=true)")
 def remove(name: str, request: Request, session: SessionDep, _: AdminDep, force: bool = False) -> Response:
-    inventory.remove_cluster(session, name, force=force)
+    inventory.remove_cluster(session, name, force=force, settings=request.app.state.settings)
     session.commit()
     request.app.state.services.wake("inventory-sync")
     return Response(status_code=204)

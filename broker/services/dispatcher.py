@@ -263,8 +263,9 @@ class DispatcherService(LoopService):
         try:
             client = self._client(row)
             items, _ = jobsets.list_owned(client)  # listed BEFORE reading what is owned: nothing new is missed
+            ids = {int(pid) for pid in map(jobsets.placement_id_of, items) if (pid or "").isdigit()}
             with self.database.sessions() as session:
-                kept = kept_placements(session, row.id)
+                kept = kept_placements(session, ids)
             stale = [obj for obj in items if not (jobsets.placement_id_of(obj) or "").isdigit()
                      or int(jobsets.placement_id_of(obj)) not in kept]
             for obj in stale:

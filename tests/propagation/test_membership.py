@@ -1,0 +1,29 @@
+"""Members leaving or registered twice never leave two live copies of one placement."""
+
+from __future__ import annotations
+
+from tests.propagation.conftest import jobset
+
+LONG = {"sim.archipelago.io/duration": "1h"}
+
+
+def test_a_forced_removal_deletes_the_copies_on_a_member_that_still_answers(federation):
+    job = federation.submit(jobset("train", annotations=LONG))
+    gone = federation.until_state(job, "Running")["placements"][0]["cluster"]
+    assert federation.api.delete(f"/api/v1/clusters/{gone}").status_code == 409  # live placements: not unforced
+    assert federation.api.delete(f"/api/v1/clusters/{gone}", params={"force": "true"}).status_code == 204
+    assert federation.copies(job, cluster=gone) == []  # deleted before the row went
+    federation.run_until(lambda: len(federation.job(job)["placements"]) == 2 and federation.state(job) == "Running")
+    old, new = federation.job(job)["placements"]
+    assert (old["cluster"], old["state"]) == (gone, "Deleted")
+    assert new["cluster"] != gone and new["state"] == "Running"
+    assert [c["cluster"] for c in federation.copies(job)] == [new["cluster"]]
+    removed = federation.api.get("/api/v1/events", params={"kind": "cluster", "object": gone}).json()["items"][-1]
+    assert removed["reason"] == "Removed" and "its 1 copy on the member deleted" in removed["message"]
+
+
+def test_one_member_cannot_be_registered_under_two_names(federation):
+    again = federation.api.post("/api/v1/clusters", json={"name": "eu-west-twin",
+                                                         "kubeconfig": federation.sim.kubeconfig("eu-west")})
+    assert again.status_code == 409
+    assert "is already registered as cluster 'eu-west'" in again.json()["detail"]
