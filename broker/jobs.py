@@ -46,7 +46,7 @@ class FederationCapacity:
             return None  # nothing registered yet: the job waits and says so
         groups = [spec.parts] if spec.placement == "whole" else [(part,) for part in spec.parts]
         for parts in groups:
-            demand: dict[str, int] = {}
+            demand: dict[str, int] = {"pods": 1000 * sum(part.pods for part in parts)}
             for part in parts:
                 for resource, amount in part.requests.items():
                     demand[resource] = demand.get(resource, 0) + amount
@@ -60,7 +60,9 @@ class FederationCapacity:
 
 
 def _covers(available: Mapping[str, int], demand: Mapping[str, int]) -> bool:
-    return all(available.get(resource, 0) >= amount for resource, amount in demand.items() if amount)
+    """Pod slots count only where the nodes report them; every other resource a node lacks, it has none of."""
+    return all(available.get(resource, 0) >= amount for resource, amount in demand.items()
+               if amount and (resource != "pods" or resource in available))
 
 
 def _shortfall(where: str, demand: Mapping[str, int], offers: Iterable[Mapping[str, int]]) -> str:

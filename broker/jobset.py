@@ -137,6 +137,8 @@ def _positive_int(value: Any, path: str, default: int | None) -> int | None:
         raise JobSetError(path, f"must be a whole number, got {value!r}")
     if value < 1:
         raise JobSetError(path, f"must be at least 1, got {value}")
+    if value > 2**31 - 1:
+        raise JobSetError(path, f"must be at most 2147483647 (Kubernetes counts in int32), got {value}")
     return value
 
 

@@ -68,16 +68,16 @@ def _decode_jobsets(content_type: str, body: bytes) -> tuple[list[Any], bool]:
             raise Problem(400, f"the body is not valid YAML: {str(exc).splitlines()[0]}") from None
     else:
         raise Problem(415, f"send the JobSet as application/json or application/yaml, not {media_type or 'nothing'}")
+    batch = len(documents) > 1
     if len(documents) == 1 and isinstance(documents[0], list):
-        return documents[0], True
-    if len(documents) == 1 and isinstance(documents[0], dict) and documents[0].get("kind") == "List":
-        items = documents[0].get("items")
-        if not isinstance(items, list):
+        documents, batch = documents[0], True
+    elif len(documents) == 1 and isinstance(documents[0], dict) and documents[0].get("kind") == "List":
+        documents, batch = documents[0].get("items"), True
+        if not isinstance(documents, list):
             raise Invalid("items", "a List needs `items`, a list of JobSets")
-        return items, True
     if not documents:
         raise Invalid("", "the body holds no JobSet")
-    return documents, len(documents) > 1
+    return documents, batch
 
 
 def _submitting_tenant(session, principal: Principal, tenant: str | None) -> Tenant:

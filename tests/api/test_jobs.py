@@ -70,6 +70,14 @@ def test_batches_in_every_shape(research):
     assert len(submit(research, kind_list).json()["items"]) == 1
 
 
+@pytest.mark.parametrize("body", [[], {"apiVersion": "v1", "kind": "List", "items": []}, None])
+def test_an_empty_body_holds_no_jobset(research, body):
+    answer = submit(research, "" if body is None else body,
+                    content_type="application/yaml" if body is None else "application/json")
+    assert answer.status_code == 422
+    assert answer.json()["detail"] == "the body holds no JobSet"
+
+
 def test_a_batch_is_all_or_nothing(research):
     answer = submit(research, [jobset("good"), with_change(jobset("bad"), "spec.replicatedJobs.0.replicas", 0)])
     assert answer.status_code == 422
@@ -84,6 +92,8 @@ INVALID = [
     ("duplicate replicated job", lambda m: with_change(m, "spec.replicatedJobs",
                                                        m["spec"]["replicatedJobs"] * 2), "spec.replicatedJobs[1].name"),
     ("zero replicas", lambda m: with_change(m, "spec.replicatedJobs.0.replicas", 0),
+     "spec.replicatedJobs[0].replicas"),
+    ("replicas beyond int32", lambda m: with_change(m, "spec.replicatedJobs.0.replicas", 2**31),
      "spec.replicatedJobs[0].replicas"),
     ("negative parallelism", lambda m: with_change(m, "spec.replicatedJobs.0.template.spec.parallelism", -1),
      "spec.replicatedJobs[0].template.spec.parallelism"),
@@ -165,6 +175,13 @@ def test_a_job_no_cluster_could_ever_hold_is_refused_at_once(research, db, setti
     assert answer.status_code == 422
     assert answer.json()["detail"] == ("spec.replicatedJobs: needs 72 nvidia.com/gpu in one cluster, but the largest "
                                        "registered cluster has 64; no cluster could ever run it")
+    with db.sessions() as session, session.begin():  # nodes that report their pod slots: 110 each
+        for node in session.query(Node):
+            node.allocatable = {**node.allocatable, "pods": 110_000}
+    research.app.state.capacity = type(research.app.state.capacity)()
+    too_many_pods = submit(research, jobset("swarm", replicas=881, gpus=0))
+    assert too_many_pods.status_code == 422
+    assert too_many_pods.json()["detail"].startswith("spec.replicatedJobs: needs 881 pods in one cluster")
     pod_too_big = submit(research, jobset("fat-pod", replicas=1, gpus=16))
     assert pod_too_big.status_code == 422
     assert "on one node for each pod of workers" in pod_too_big.json()["detail"]
