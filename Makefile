@@ -7,6 +7,10 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: demo test bench clean chromium
 
 $(STAMP): pyproject.toml
+	@# Debian's python3 has no venv module until python3-venv is installed; as root, install it.
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; }; } || \
+		{ echo "$(PYTHON) cannot make a virtual environment: install python3-venv"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[test]"

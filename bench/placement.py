@@ -191,10 +191,10 @@ def gang_decision(hypernodes: int, seed: int) -> float:
     busy = {i: {GPU: 8000 * rnd.choice([0, 0, 1])} for i in range(len(index.nodes))}
     index.apply({i: u for i, u in busy.items() if u[GPU]}, {}, [], +1)
     worst = 0.0
-    for pods, annotations in ((16, {"archipelago.io/network-topology-mode": "hard",
-                                    "archipelago.io/highest-tier-allowed": "2"}), (96, {}), (512, {})):
+    for pods, gang_annotations in ((16, {"archipelago.io/network-topology-mode": "hard",
+                                         "archipelago.io/highest-tier-allowed": "2"}), (96, {}), (512, {})):
         spec = parse_jobset({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-                             "metadata": {"name": "gang", "annotations": annotations},
+                             "metadata": {"name": "gang", "annotations": gang_annotations},
                              "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {
                                  "parallelism": pods, "template": {"spec": {"containers": [{
                                      "name": "m", "image": "x", "resources": {"requests": {GPU: "8"}}}]}}}}}]}})

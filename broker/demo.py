@@ -111,6 +111,20 @@ def demo_settings(workdir: Path, admin_token: str, port: int) -> Settings:
                     failover_toleration=30.0, _env_file=None)
 
 
+DEMO_MARKER = ".archipelago-demo"
+
+
+def _fresh_workdir(workdir: Path) -> None:
+    """Start from nothing, but only ever wipe a folder an earlier demo made."""
+    if workdir.exists() and any(workdir.iterdir()):
+        if not (workdir / DEMO_MARKER).exists():
+            raise SystemExit(f"archipelago: {workdir} is not empty and was not made by the demo; "
+                             "pick another --workdir")
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / DEMO_MARKER).write_text("made by `archipelago demo`; the next demo deletes this folder\n")
+
+
 @contextlib.contextmanager
 def _logging_to(path: Path) -> Iterator[None]:
     """The services' log goes to a file while the demo runs, so the terminal keeps the live table."""
@@ -210,8 +224,7 @@ def run_demo(*, port: int = 8000, sim_port: int = 0, workdir: Path = Path("demo-
     from clusters.sim.testing import running_simulator
 
     console = Console()
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    _fresh_workdir(workdir)
     admin_token = new_token()
     settings = demo_settings(workdir, admin_token, port)
     state = DemoState()

@@ -260,6 +260,12 @@ def parse_jobset(manifest: Any) -> JobSpec:
                               f"{part.name!r} is used twice; ReplicatedJob names must be unique")
         seen.add(part.name)
         parts.append(part)
+    if placement == "split":  # each part runs as its own JobSet named <name>-<part> on its member
+        for i, part in enumerate(parts):
+            if len(name) + 1 + len(part.name) > 63:
+                raise JobSetError(f"spec.replicatedJobs[{i}].name",
+                                  f"in split mode this part runs as the JobSet {name}-{part.name}, "
+                                  f"{len(name) + 1 + len(part.name)} characters; shorten the names to 63 in all")
     failure_policy = _mapping(spec.get("failurePolicy"), "spec.failurePolicy")
     max_restarts = failure_policy.get("maxRestarts", 0)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:

@@ -116,6 +116,7 @@ class QueueChanges:
     borrowing_limit: Mapping[str, Any] | None = None
     preemption_policy: str | None = None
     default: bool | None = None
+    clear_borrowing_limit: bool = False  # back to no limit (None above means "unchanged")
 
 
 def get_queue(session: Session, name: str, tenant_id: int | None = None) -> Queue:
@@ -137,6 +138,8 @@ def _apply_queue_changes(session: Session, queue: Queue, changes: QueueChanges) 
         queue.nominal_quota = parse_resources(changes.nominal_quota, "nominal_quota")
     if changes.borrowing_limit is not None:
         queue.borrowing_limit = parse_resources(changes.borrowing_limit, "borrowing_limit")
+    elif changes.clear_borrowing_limit:
+        queue.borrowing_limit = None
     if changes.preemption_policy is not None:
         if changes.preemption_policy not in PREEMPTION_POLICIES:
             raise Invalid("preemption_policy", f"must be one of {', '.join(PREEMPTION_POLICIES)}")

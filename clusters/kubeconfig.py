@@ -135,10 +135,10 @@ def _server(cluster: dict, policy: KubeconfigPolicy) -> str:
     if not isinstance(server, str) or not server:
         raise KubeconfigError("the cluster entry has no `server` URL")
     parts = urlsplit(server)
+    if parts.username or parts.password:  # checked first: no message may quote them
+        raise KubeconfigError("the server URL must not carry credentials")
     if parts.scheme not in ("https", "http") or not parts.hostname:
         raise KubeconfigError(f"server {server!r} is not an http(s) URL")
-    if parts.username or parts.password:
-        raise KubeconfigError("the server URL must not carry credentials")
     if parts.scheme == "http" and not policy.allow_insecure_tls:
         raise KubeconfigError(f"server {server} is plain HTTP, which would send credentials unencrypted; "
                               "use https (or set ARCHIPELAGO_ALLOW_INSECURE_TLS=true)")

@@ -109,7 +109,9 @@ def get_queue(name: str, session: SessionDep, principal: PrincipalDep):
 @router.patch("/queues/{name}", tags=["queues"], response_model=schemas.QueueOut,
               responses=problems(*AUTH_ERRORS, 404, 422))
 def update_queue(name: str, body: schemas.QueueSettings, session: SessionDep, _: AdminDep):
-    queue = tenancy.update_queue(session, name, tenancy.QueueChanges(**body.model_dump()))
+    clear = "borrowing_limit" in body.model_fields_set and body.borrowing_limit is None
+    queue = tenancy.update_queue(session, name, tenancy.QueueChanges(**body.model_dump(),
+                                                                      clear_borrowing_limit=clear))
     session.commit()
     return _queues_out(session, [queue])[0]
 

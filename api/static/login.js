@@ -16,7 +16,7 @@
       return;
     }
     sessionStorage.setItem("archipelago.token", input.value.trim());
-    const next = new URLSearchParams(location.search).get("next");
-    location.assign(next && next.startsWith("/") && !next.startsWith("//") ? next : "/");
+    const next = new URL(new URLSearchParams(location.search).get("next") || "/", location.origin);
+    location.assign(next.origin === location.origin ? next.pathname + next.search : "/");  // never off-site
   });
 })();

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (JSON, BigInteger, Boolean, CheckConstraint, DateTime, Float, ForeignKey, Index,
-                        Integer, LargeBinary, MetaData, String, Text, UniqueConstraint, text)
+                        Integer, LargeBinary, MetaData, String, Text, TypeDecorator, UniqueConstraint, text)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -36,6 +36,22 @@ def utcnow() -> datetime:
 def as_utc(moment: datetime) -> datetime:
     """SQLite hands back naive datetimes; everything we store is UTC."""
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+class UtcDateTime(TypeDecorator):
+    """Aware UTC datetimes in and out on both databases (SQLite keeps naive text; we attach UTC back)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = as_utc(value).astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        return None if value is None else as_utc(value)
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -69,12 +85,12 @@ class Cluster(Base):
     kubernetes_version: Mapped[str | None] = mapped_column(String(64))
     jobset_crd: Mapped[bool] = mapped_column(Boolean, default=False)
     hypernode_source: Mapped[str | None] = mapped_column(String(16))  # crd, labels, none
-    last_heartbeat: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    unreachable_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_heartbeat: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    unreachable_since: Mapped[datetime | None] = mapped_column(UtcDateTime())
     last_error: Mapped[str | None] = mapped_column(Text)
     warnings: Mapped[list[str]] = mapped_column(Json, default=list)
-    synced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    synced_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
     nodes: Mapped[list[Node]] = relationship(back_populates="cluster", cascade="all, delete-orphan",
                                              passive_deletes=True)
@@ -121,7 +137,7 @@ class Tenant(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(63), unique=True)
     namespaces: Mapped[list[str]] = mapped_column(Json, default=list)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
     queues: Mapped[list[Queue]] = relationship(back_populates="tenant")
 
@@ -144,7 +160,7 @@ class Queue(Base):
     borrowing_limit: Mapped[dict[str, int] | None] = mapped_column(Json)
     preemption_policy: Mapped[str] = mapped_column(String(16), default="Never")
     is_default: Mapped[bool] = mapped_column(Boolean, default=False)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
     tenant: Mapped[Tenant] = relationship(back_populates="queues")
 
@@ -160,9 +176,9 @@ class Token(Base):
     role: Mapped[str] = mapped_column(String(8))
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
     description: Mapped[str | None] = mapped_column(String(255))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
 
 class Job(Base):
@@ -196,11 +212,11 @@ class Job(Base):
     waiting_reasons: Mapped[dict[str, str]] = mapped_column(Json, default=dict)
     status: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     restart_count: Mapped[int] = mapped_column(Integer, default=0)
-    cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    submitted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    admitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    submitted_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    admitted_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
     tenant: Mapped[Tenant] = relationship()
     queue: Mapped[Queue] = relationship()
@@ -240,11 +256,11 @@ class Placement(Base):
     status: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     member_uid: Mapped[str | None] = mapped_column(String(64))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
-    next_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     last_error: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
     job: Mapped[Job] = relationship(back_populates="placements")
 
@@ -262,7 +278,7 @@ class Event(Base):
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    time: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    time: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     kind: Mapped[str] = mapped_column(String(16))
     object_id: Mapped[str] = mapped_column(String(253))
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))

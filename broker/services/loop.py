@@ -22,6 +22,7 @@ class LoopService(ABC):
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self._lock = threading.Lock()
+        self.woken = False  # set by the runner's wake(); read between passes
         # Runs another service now (e.g. the dispatcher wakes the scheduler); the runner sets it.
         self.wake: Callable[[str], None] = lambda name: None
 
@@ -33,13 +34,22 @@ class LoopService(ABC):
         """Release what the service holds beyond one pass (threads, connections); called once at shutdown."""
 
     def run_guarded(self) -> None:
-        """What the scheduler calls: one pass at a time, and a failed pass never stops the loop."""
+        """What the scheduler calls: one pass at a time, and a failed pass never stops the loop.
+
+        A wake-up that arrives during a pass runs one more pass right after it (APScheduler would skip
+        it, the pass being under way), since what woke us may have been committed after this pass read."""
         if not self._lock.acquire(blocking=False):
             return
         try:
-            self.run_once()
-        except Exception:
-            log.exception("%s: pass failed; retrying on the next interval", self.name)
+            while True:
+                self.woken = False
+                try:
+                    self.run_once()
+                except Exception:
+                    log.exception("%s: pass failed; retrying on the next interval", self.name)
+                    return
+                if not self.woken:
+                    return
         finally:
             self._lock.release()
 
@@ -66,6 +76,7 @@ class ServiceRunner:
 
     def wake(self, name: str) -> None:
         if self._scheduler.running and name in self.services:
+            self.services[name].woken = True  # a pass under way runs once more
             self._scheduler.modify_job(name, next_run_time=datetime.now(timezone.utc))
 
     def stop(self) -> None:

@@ -93,6 +93,9 @@ INVALID = [
                                                        m["spec"]["replicatedJobs"] * 2), "spec.replicatedJobs[1].name"),
     ("zero replicas", lambda m: with_change(m, "spec.replicatedJobs.0.replicas", 0),
      "spec.replicatedJobs[0].replicas"),
+    ("split part name too long", lambda m: with_change(with_change(m, "metadata.annotations", {
+        "archipelago.io/placement": "split"}), "spec.replicatedJobs.0.name", "w" * 60),
+     "spec.replicatedJobs[0].name"),
     ("replicas beyond int32", lambda m: with_change(m, "spec.replicatedJobs.0.replicas", 2**31),
      "spec.replicatedJobs[0].replicas"),
     ("negative parallelism", lambda m: with_change(m, "spec.replicatedJobs.0.template.spec.parallelism", -1),
@@ -179,7 +182,10 @@ def test_a_job_no_cluster_could_ever_hold_is_refused_at_once(research, db, setti
         for node in session.query(Node):
             node.allocatable = {**node.allocatable, "pods": 110_000}
     research.app.state.capacity = type(research.app.state.capacity)()
-    too_many_pods = submit(research, jobset("swarm", replicas=881, gpus=0))
+    swarm = with_change(jobset("swarm", replicas=881, gpus=0),
+                        "spec.replicatedJobs.0.template.spec.template.spec.containers.0.resources",
+                        {"requests": {"cpu": "10m"}})
+    too_many_pods = submit(research, swarm)
     assert too_many_pods.status_code == 422
     assert too_many_pods.json()["detail"].startswith("spec.replicatedJobs: needs 881 pods in one cluster")
     pod_too_big = submit(research, jobset("fat-pod", replicas=1, gpus=16))
@@ -234,10 +240,21 @@ def test_events_follow_a_cursor(research):
                                                                        "research/b queued in training"]
 
 
-def test_tenant_isolation_on_every_endpoint(admin, research):
+def test_tenant_isolation_on_every_endpoint(admin, research, db, settings):
     """Another tenant's ids answer exactly as ids that do not exist: 404, never 403."""
+    from broker.services.scheduler import SchedulerService
+
+    with db.sessions() as session, session.begin():
+        add_cluster_with_leaves(session, KubeconfigCipher(settings.fernet_key()), "eu-west", 2, {"region": "eu"})
     job_id = submit(research, jobset("secret")).json()["items"][0]["id"]
+    SchedulerService(db, settings).run_once()  # placed: it has placements and more events to leak
+    assert research.get("/api/v1/placements", params={"job": job_id}).json()["items"]
     with make_tenant(admin, "intruder") as intruder:
+        assert intruder.get("/api/v1/placements", params={"cluster": "eu-west"}).json()["items"] == []
+        assert intruder.get("/api/v1/events", params={"kind": "job", "object": str(job_id)}).json()["items"] == []
+        assert intruder.post("/api/v1/jobs:dry-run", json=jobset("x", queue="training")).status_code == 422
+        history = intruder.get("/api/v1/queue-history").json()
+        assert "training" not in str(history) and "research" not in str(history)
         for method, path in [("GET", f"/api/v1/jobs/{job_id}"), ("DELETE", f"/api/v1/jobs/{job_id}"),
                              ("GET", "/api/v1/queues/training"), ("GET", "/api/v1/tenants/research")]:
             answer = intruder.request(method, path)

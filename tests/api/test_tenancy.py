@@ -118,3 +118,10 @@ def test_tenants_cannot_manage(admin):
                                    ("GET", "/api/v1/tokens", None)]:
             answer = tenant.request(method, path, json=body)
             assert answer.status_code == 403, (method, path)
+
+
+def test_a_borrowing_limit_can_be_lifted_again(admin):
+    admin.post("/api/v1/tenants", json={"name": "research"})
+    admin.post("/api/v1/queues", json={"name": "q", "tenant": "research", "borrowing_limit": {"nvidia.com/gpu": 8}})
+    assert admin.patch("/api/v1/queues/q", json={"weight": 2}).json()["borrowing_limit"] == {"nvidia.com/gpu": "8"}
+    assert admin.patch("/api/v1/queues/q", json={"borrowing_limit": None}).json()["borrowing_limit"] is None

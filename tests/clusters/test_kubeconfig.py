@@ -49,3 +49,11 @@ def test_half_a_client_certificate_and_basic_auth_are_refused():
     insecure = load_kubeconfig(_config({"token": "t"}, {"insecure-skip-tls-verify": True}),
                                policy=KubeconfigPolicy(allow_insecure_tls=True))
     assert insecure.configuration.verify_ssl is False
+
+
+@pytest.mark.parametrize("server", ["ftp://admin:hunter2@10.0.0.1", "https://admin:hunter2@10.0.0.1:6443",
+                                    "http://admin:hunter2@10.0.0.1"])
+def test_credentials_in_the_server_url_are_never_quoted(server):
+    with pytest.raises(KubeconfigError) as error:
+        load_kubeconfig(_config({"token": "t"}, {"server": server}))
+    assert str(error.value) == "the server URL must not carry credentials"

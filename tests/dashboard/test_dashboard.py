@@ -63,6 +63,17 @@ def test_sign_in_then_overview_matches_the_api(browser, federation):
     context.close()
 
 
+def test_sign_in_never_sends_the_user_off_site(browser, federation):
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.goto(federation.url + "/login?next=/%5Cevil.example/steal")
+    page.get_by_label("API token").fill(ADMIN_TOKEN)
+    page.keyboard.press("Enter")
+    expect(page.get_by_test_id("whoami")).to_have_text("admin")
+    assert page.url.startswith(federation.url + "/")
+    context.close()
+
+
 def test_clusters_and_a_cluster_with_its_hypernode_tree(page, federation):
     clusters = federation.get("/clusters")
     page.goto(federation.url + "/clusters")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
 from broker.db.models import Job, Placement, Queue, utcnow
 from broker.queue_history import queue_history, sample_times
 from tests.api.conftest import admin, app, make_tenant  # noqa: F401  (fixtures)

@@ -32,3 +32,21 @@ def test_the_demo_moves_work_through_the_federation(tmp_path):
     assert jobs.get("Succeeded", 0) >= 3, jobs
     assert sum(jobs.values()) == state.submitted
     assert not_ready >= 1  # the outage was seen
+
+
+def test_the_demo_only_ever_wipes_its_own_folder(tmp_path):
+    import pytest
+
+    from broker.demo import DEMO_MARKER, _fresh_workdir
+
+    precious = tmp_path / "home"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    with pytest.raises(SystemExit, match="is not empty and was not made by the demo"):
+        _fresh_workdir(precious)
+    assert (precious / "thesis.tex").exists()
+    earlier = tmp_path / "demo"
+    _fresh_workdir(earlier)
+    (earlier / "archipelago.db").write_text("old run")
+    _fresh_workdir(earlier)
+    assert sorted(p.name for p in earlier.iterdir()) == [DEMO_MARKER]

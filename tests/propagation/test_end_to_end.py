@@ -12,7 +12,7 @@ from tests.propagation.conftest import example, example_files, jobset
 def test_every_example_runs_to_succeeded(federation, filename):
     manifest = example(filename)
     job = federation.submit(manifest)
-    running = federation.until_state(job, "Running")
+    federation.until_state(job, "Running")
     placements = federation.placements(job)
     copies = federation.copies(job)
     assert len(copies) == len(placements) >= 1
@@ -150,9 +150,11 @@ def test_cancel_removes_every_copy(federation):
 
 
 def test_a_member_refusing_the_jobset_fails_the_job_with_its_message(federation):
-    name = "a-jobset-name-that-is-long-enough-to-overflow"
-    job = federation.submit(jobset(name, split=True, parts=(("shard-with-a-long-name", 1, 1, 8),)))
+    manifest = jobset("refused")
+    manifest["spec"]["coordinator"] = {"replicatedJob": "nobody"}  # the broker lets the member judge this
+    job = federation.submit(manifest)
     failed = federation.until_state(job, "Failed")
-    assert "too long" in failed["reason"] and failed["placements"][0]["cluster"] in failed["reason"]
+    assert "spec.coordinator.replicatedJob: Invalid value" in failed["reason"]
+    assert failed["placements"][0]["cluster"] in failed["reason"]
     assert [p["state"] for p in failed["placements"]] == ["Failed"]
     assert federation.copies(job) == []
