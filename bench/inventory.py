@@ -11,7 +11,6 @@ the last line is one JSON object of the figures.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -26,6 +25,8 @@ from cryptography.fernet import Fernet
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from table import print_table  # noqa: E402
 
 from broker.db.models import Cluster, Node  # noqa: E402
 from broker.db.runtime import open_database  # noqa: E402
@@ -146,11 +147,7 @@ def main() -> None:
             ("node change on a member -> inventory, median", f"{figures['change_p50_ms']} ms", ""),
             (f"node change on a member -> inventory, max of {args.changes}", f"{figures['change_max_ms']} ms",
              "<= 1000 ms")]
-    width = max(len(r[0]) for r in rows)
-    print(f"{'measure'.ljust(width)}  {'value':>10}  target")
-    for name, value, target in rows:
-        print(f"{name.ljust(width)}  {value:>10}  {target}")
-    print(json.dumps(figures))
+    print_table(rows, figures)
 
 
 if __name__ == "__main__":

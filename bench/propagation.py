@@ -19,7 +19,6 @@ Prints a table; the last line is one JSON object of the figures.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -35,6 +34,8 @@ from sqlalchemy import func, select
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from table import print_table  # noqa: E402
 
 from broker.db.models import Job, Placement, Queue, Tenant  # noqa: E402
 from broker.db.runtime import open_database  # noqa: E402
@@ -230,11 +231,7 @@ def main() -> None:
              f"{figures['status_lag_p50_ms']} ms", ""),
             (f"status change on a member -> broker, p99 of {args.changes}", f"{figures['status_lag_p99_ms']} ms",
              "<= 1000 ms")]
-    width = max(len(r[0]) for r in rows)
-    print(f"{'measure'.ljust(width)}  {'value':>10}  target")
-    for name, value, target in rows:
-        print(f"{name.ljust(width)}  {value:>10}  {target}")
-    print(json.dumps(figures))
+    print_table(rows, figures)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ to completion at --speed 1000. Prints a table; the last line is one JSON object 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -24,6 +23,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from table import print_table  # noqa: E402
 
 
 def _rss_mb(pid: int) -> float:
@@ -142,11 +143,7 @@ def main() -> None:
         ("JobSet submissions (sequential POST)", f"{args.jobsets / submitted:.1f} /s", ""),
         ("RSS after the JobSets", f"{rss_after:.0f} MB", ""),
     ]
-    width = max(len(r[0]) for r in rows)
-    print(f"{'measure'.ljust(width)}  {'value':>12}  target")
-    for name, value, target in rows:
-        print(f"{name.ljust(width)}  {value:>12}  {target}")
-    print(json.dumps(figures))
+    print_table(rows, figures)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ class Settings(BaseSettings):
 
     # Loop intervals, in seconds.
     scheduler_interval: float = Field(2.0, gt=0)
-    cluster_sync_interval: float = Field(30.0, gt=0)
+    cluster_sync_interval: float = Field(30.0, ge=0)  # 0: every member is resynced on every pass
     health_probe_interval: float = Field(5.0, gt=0)
     status_poll_interval: float = Field(5.0, gt=0)
     dispatch_interval: float = Field(1.0, gt=0)

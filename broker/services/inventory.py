@@ -29,11 +29,11 @@ from broker.db.runtime import Database
 from broker.db.session import transaction
 from broker.inventory import (WriteResult, connect, member_inventory, node_row, pod_usage, record_probe,
                               record_sync_error, resolve_topology, write_inventory)
-from broker.services.loop import LoopService
+from broker.services.loop import LoopService, WatchThread
 from broker.settings import Settings
 from clusters.kubeconfig import KubeconfigError
 from clusters.member import (ACTIVE_PODS, HYPERNODE_GROUP, HYPERNODE_VERSION, HYPERNODES, NODES, PODS, MemberClient,
-                             MemberError, WatchStream)
+                             MemberError)
 from clusters.topology import Topology
 
 log = logging.getLogger("archipelago.inventory")
@@ -324,23 +324,15 @@ class InventorySyncService(LoopService):
         self.clients.close()
 
 
-class _Watch(threading.Thread):
+class _Watch(WatchThread):
     """Watches one kind on one member: resumes where it left off, relists when the server says the
     version is gone, and backs off with jitter while the member fails."""
 
     def __init__(self, service: InventorySyncService, cluster_id: int, cluster: str, client: MemberClient,
                  mirror: MemberMirror, kind: str) -> None:
-        super().__init__(name=f"watch-{cluster}-{kind}", daemon=True)
+        super().__init__(f"watch-{cluster}-{kind}")
         self.service, self.cluster_id, self.cluster, self.client = service, cluster_id, cluster, client
         self.mirror, self.kind = mirror, kind
-        self._stop_event = threading.Event()
-        self._stream: WatchStream | None = None
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        stream = self._stream
-        if stream is not None:
-            stream.close()
 
     def run(self) -> None:
         failures = 0

@@ -84,3 +84,19 @@ class ServiceRunner:
             self._scheduler.shutdown(wait=True)
         for service in self.services.values():
             service.stop()
+
+
+class WatchThread(threading.Thread):
+    """A daemon thread that follows watch streams of a member until stopped; stopping also breaks
+    the stream it is reading, so shutdown never waits for a watch to time out."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self._stop_event = threading.Event()
+        self._stream = None  # the clusters.member.WatchStream being read
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        stream = self._stream
+        if stream is not None:
+            stream.close()

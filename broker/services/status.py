@@ -13,7 +13,6 @@ is how the tests drive it one deterministic step at a time.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -26,11 +25,11 @@ from broker.dispatch import Changes, record_missing, record_status
 from broker.metrics import MEMBER_ERRORS, STATUS_LAG_SECONDS
 from broker.services.dispatcher import UNAVAILABLE_STATES, writing
 from broker.services.inventory import MemberClients, backoff
-from broker.services.loop import LoopService
+from broker.services.loop import LoopService, WatchThread
 from broker.settings import Settings
 from clusters import jobsets
 from clusters.kubeconfig import KubeconfigError
-from clusters.member import MemberClient, MemberError, WatchStream
+from clusters.member import MemberClient, MemberError
 
 log = logging.getLogger("archipelago.status")
 
@@ -113,20 +112,12 @@ class StatusService(LoopService):
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-class _StatusWatch(threading.Thread):
+class _StatusWatch(WatchThread):
     """List, then watch, one member's copies; relist after 410 Gone or any break, backing off while it fails."""
 
     def __init__(self, service: StatusService, row: Any) -> None:
-        super().__init__(name=f"status-{row.name}", daemon=True)
+        super().__init__(f"status-{row.name}")
         self.service, self.row = service, row
-        self._stop_event = threading.Event()
-        self._stream: WatchStream | None = None
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        stream = self._stream
-        if stream is not None:
-            stream.close()
 
     def run(self) -> None:
         failures, version = 0, None
