@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from clusters.labels import Selector, parse_selector
-from clusters.pods import PodSpecError, effective_requests
+from clusters.pods import PodSpecError, as_list, as_mapping, effective_requests
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND = "JobSet"
@@ -106,19 +106,11 @@ class JobSpec:
 
 
 def _mapping(value: Any, path: str) -> Mapping:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise JobSetError(path, f"must be an object, got {type(value).__name__}")
-    return value
+    return as_mapping(value, path, JobSetError)
 
 
 def _list(value: Any, path: str) -> list:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise JobSetError(path, f"must be a list, got {type(value).__name__}")
-    return value
+    return as_list(value, path, JobSetError)
 
 
 def _dns_label(value: Any, path: str, what: str) -> str:

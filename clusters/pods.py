@@ -20,27 +20,29 @@ class PodSpecError(ValueError):
         self.message = message
 
 
-def _mapping(value: Any, path: str) -> Mapping:
+def as_mapping(value: Any, path: str, error: type[ValueError] = PodSpecError) -> Mapping:
+    """An object field of a manifest (absent is empty); `error(path, message)` names a wrong one."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise PodSpecError(path, f"must be an object, got {type(value).__name__}")
+        raise error(path, f"must be an object, got {type(value).__name__}")
     return value
 
 
-def _list(value: Any, path: str) -> list:
+def as_list(value: Any, path: str, error: type[ValueError] = PodSpecError) -> list:
+    """A list field of a manifest (absent is empty); `error(path, message)` names a wrong one."""
     if value is None:
         return []
     if not isinstance(value, list):
-        raise PodSpecError(path, f"must be a list, got {type(value).__name__}")
+        raise error(path, f"must be a list, got {type(value).__name__}")
     return value
 
 
 def container_requests(container: Any, path: str) -> dict[str, int]:
     """A container's requests in milli-units; as in Kubernetes, a limit without a request is the request."""
-    resources = _mapping(_mapping(container, path).get("resources"), f"{path}.resources")
-    merged = {**_mapping(resources.get("limits"), f"{path}.resources.limits"),
-              **_mapping(resources.get("requests"), f"{path}.resources.requests")}
+    resources = as_mapping(as_mapping(container, path).get("resources"), f"{path}.resources")
+    merged = {**as_mapping(resources.get("limits"), f"{path}.resources.limits"),
+              **as_mapping(resources.get("requests"), f"{path}.resources.requests")}
     source = "requests" if resources.get("requests") else "limits"
     parsed = {}
     for resource, quantity in merged.items():
@@ -60,7 +62,7 @@ def effective_requests(pod_spec: Mapping) -> dict[str, int]:
     sidecars started before it) + the pod overhead. Raises PodSpecError naming the bad field."""
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
-    for i, container in enumerate(_list(pod_spec.get("initContainers"), "initContainers")):
+    for i, container in enumerate(as_list(pod_spec.get("initContainers"), "initContainers")):
         requests = container_requests(container, f"initContainers[{i}]")
         if container.get("restartPolicy") == "Always":
             for resource, amount in requests.items():
@@ -71,11 +73,11 @@ def effective_requests(pod_spec: Mapping) -> dict[str, int]:
         for resource, amount in requests.items():
             init_peak[resource] = max(init_peak.get(resource, 0), amount)
     running = dict(sidecars)
-    for i, container in enumerate(_list(pod_spec.get("containers"), "containers")):
+    for i, container in enumerate(as_list(pod_spec.get("containers"), "containers")):
         for resource, amount in container_requests(container, f"containers[{i}]").items():
             running[resource] = running.get(resource, 0) + amount
     effective = {r: max(running.get(r, 0), init_peak.get(r, 0)) for r in running.keys() | init_peak.keys()}
-    for resource, quantity in _mapping(pod_spec.get("overhead"), "overhead").items():
+    for resource, quantity in as_mapping(pod_spec.get("overhead"), "overhead").items():
         try:
             effective[resource] = effective.get(resource, 0) + to_milli(quantity)
         except (ValueError, TypeError):
