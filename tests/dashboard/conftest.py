@@ -1,10 +1,9 @@
 """Browser fixtures: a real broker on a socket, simulated member clusters, and Debian's Chromium.
 
-The federation is built through the real pipeline where it exists: clusters are registered through
-the API against the simulator (registration, first inventory sync, health probe), tenants, queues,
-tokens and jobs through the API, placements by the real scheduler (`SchedulerService.run_once`).
-What propagation and status will later do (a placement running on its member, then succeeding) is
-written through the ORM by `Federation.run` and `Federation.finish` until those services exist.
+The federation is built through the real pipeline: clusters registered through the API against the
+simulator, tenants, queues, tokens and jobs through the API, placements by the scheduler, copies
+applied on the members by the dispatcher and followed by the status loop, node usage synced back —
+each loop one `run_once()` at a time, with the simulator's clock moving only when a test says so.
 """
 
 from __future__ import annotations
@@ -18,14 +17,12 @@ from typing import Iterator
 import httpx
 import pytest
 from cryptography.fernet import Fernet
-from sqlalchemy import select
 
 from api.app import create_app
-from broker import events
-from broker.db.models import Job, Node, Placement, utcnow
 from broker.db.runtime import Database, open_database
-from broker.db.session import transaction
-from broker.services.inventory import ClusterHealthService, MemberClients
+from broker.services.dispatcher import DispatcherService
+from broker.services.inventory import ClusterHealthService, InventorySyncService, MemberClients
+from broker.services.status import StatusService
 from broker.services.scheduler import SchedulerService
 from broker.settings import Settings
 from clusters.sim.testing import SimHandle, running_simulator
@@ -39,8 +36,9 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
 VIEWPORT = {"width": 1366, "height": 768}
 ADMIN_TOKEN = "admin-test-token"
 NODE = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"}
+SHORT = {"sim.archipelago.io/duration": "1m"}  # the others run for the default 10h of simulated time
 SCENARIO = {
-    "defaults": {"node": NODE, "topology": {"leaf": 4, "spine": 2}},
+    "defaults": {"node": NODE, "topology": {"leaf": 4, "spine": 2}, "duration": "10h"},
     "clusters": [
         {"name": "eu-west", "nodes": 16, "hypernodes": "crd", "labels": {"region": "eu", "gpu": "h100"}},
         {"name": "us-east", "nodes": 8, "hypernodes": "labels", "labels": {"region": "us", "gpu": "a100"},
@@ -74,6 +72,9 @@ class Federation:
     sim: SimHandle
     db: Database
     scheduler: SchedulerService
+    dispatcher: DispatcherService
+    status: StatusService
+    inventory: InventorySyncService
     tokens: dict[str, str] = field(default_factory=dict)
 
     def client(self, who: str = "admin") -> httpx.Client:
@@ -95,43 +96,24 @@ class Federation:
     def schedule(self) -> None:
         self.scheduler.run_once()
 
-    # Stand-ins for propagation and status (not built yet): the rows those services will write, and the
-    # node usage the inventory sync will read from the member once the placement's pods run there.
-    @staticmethod
-    def _hold(session, placement: Placement, sign: int) -> None:
-        for name, usage in (placement.node_usage or {}).items():
-            node = session.scalar(select(Node).where(Node.cluster_id == placement.cluster_id, Node.name == name))
-            node.used = {r: max(0, node.used.get(r, 0) + sign * usage.get(r, 0)) for r in {*node.used, *usage}}
-
     def run(self, job_id: int) -> None:
-        self._step(job_id, "Decided", "Running", "all pods are running")
+        """The real pipeline: the dispatcher applies the job on its member, the status loop sees it run."""
+        self._settle(job_id, "Running")
 
     def finish(self, job_id: int) -> None:
-        self._step(job_id, "Running", "Succeeded", "the JobSet completed")
+        """Simulated time past the job's run (SHORT), and the status loop sees it complete."""
+        self.sim.advance(120)
+        self._settle(job_id, "Succeeded")
 
-    def _step(self, job_id: int, before: str, after: str, message: str) -> None:
-        done = after == "Succeeded"
-        with transaction(self.db.sessions) as session:
-            job, now, pods = session.get(Job, job_id), utcnow(), 0
-            for placement in session.scalars(select(Placement).where(Placement.job_id == job_id,
-                                                                     Placement.state == before)):
-                count = sum(a.get("pods", 1) for a in placement.assignments or [])
-                pods += count
-                placement.state, placement.status = after, self._status(count, done)
-                placement.started_at = placement.started_at or now
-                placement.finished_at = now if done else None
-                self._hold(session, placement, -1 if done else +1)
-            job.state, job.status = after, {**self._status(pods, done), "restarts": 0}
-            job.started_at = job.started_at or now
-            job.finished_at = now if done else None
-            events.record(session, "job", job.id, after, message, tenant_id=job.tenant_id)
-
-    @staticmethod
-    def _status(pods: int, done: bool) -> dict:
-        counts = {"ready": 0 if done else pods, "active": 0 if done else pods, "succeeded": pods if done else 0,
-                  "failed": 0}
-        return {"replicatedJobsStatus": [{"name": "workers", **counts}], **({"terminalState": "Completed"}
-                                                                            if done else {})}
+    def _settle(self, job_id: int, state: str) -> None:
+        for _ in range(20):
+            self.dispatcher.run_once()
+            self.sim.settle()
+            self.status.run_once()
+            if self.get(f"/jobs/{job_id}")["state"] == state:
+                break
+        assert self.get(f"/jobs/{job_id}")["state"] == state
+        self.inventory.run_once()  # the nodes' usage, as the member now reports it
 
 
 @pytest.fixture(scope="module")
@@ -141,14 +123,16 @@ def federation(migrated_sqlite_template, tmp_path_factory) -> Iterator[Federatio
     path = tmp_path_factory.mktemp("dashboard") / "archipelago.db"
     shutil.copy(migrated_sqlite_template, path)
     settings = Settings(database_url=f"sqlite:///{path}", secret_key=Fernet.generate_key().decode(),
-                        admin_token=ADMIN_TOKEN, member_timeout=5.0, _env_file=None)
+                        admin_token=ADMIN_TOKEN, member_timeout=5.0, cluster_sync_interval=0, _env_file=None)
     database = open_database(settings, upgrade=False)
     members = MemberClients(settings)
     health = ClusterHealthService(database, settings, members)
+    loops = [DispatcherService(database, settings, members), StatusService(database, settings, members, watch=False),
+             InventorySyncService(database, settings, members, watch=False)]
     try:
         with running_simulator(SCENARIO, speed=0, tls=True) as sim, \
                 serving(create_app(settings, database, run_loops=False)) as url:
-            fed = Federation(url, sim, database, SchedulerService(database, settings))
+            fed = Federation(url, sim, database, SchedulerService(database, settings), *loops)
             with fed.client() as admin:
                 for name in sim.cluster_names:
                     spec = next(c for c in SCENARIO["clusters"] if c["name"] == name)
@@ -168,7 +152,7 @@ def federation(migrated_sqlite_template, tmp_path_factory) -> Iterator[Federatio
             jobs = {
                 "pretrain": fed.submit("research", jobset("pretrain", queue="training", replicas=4)),
                 "finetune": fed.submit("research", jobset("finetune", queue="training", replicas=2)),
-                "eval-suite": fed.submit("research", jobset("eval-suite", queue="eval", replicas=1)),
+                "eval-suite": fed.submit("research", jobset("eval-suite", queue="eval", replicas=1, annotations=SHORT)),
                 "segmenter": fed.submit("vision", jobset("segmenter", queue="vision-batch", replicas=2)),
             }
             fed.schedule()
@@ -182,7 +166,8 @@ def federation(migrated_sqlite_template, tmp_path_factory) -> Iterator[Federatio
             fed.schedule()
             yield fed
     finally:
-        health.stop()
+        for service in (health, *loops):
+            service.stop()
         members.close()
         database.dispose()
 

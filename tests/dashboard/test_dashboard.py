@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.api.jobsets import jobset
-from tests.dashboard.conftest import ADMIN_TOKEN, VIEWPORT, shot
+from tests.dashboard.conftest import ADMIN_TOKEN, SHORT, VIEWPORT, shot
 
 pytestmark = pytest.mark.browser
 GPU = "nvidia.com/gpu"
@@ -192,7 +192,7 @@ def test_a_waiting_job_says_why_per_cluster(page, federation):
 
 
 def test_follow_a_job_from_queued_to_succeeded_live(page, federation):
-    job = federation.submit("research", jobset("live-probe", queue="eval", replicas=1))
+    job = federation.submit("research", jobset("live-probe", queue="eval", replicas=1, annotations=SHORT))
     page.goto(federation.url + f"/jobs/{job['id']}")
     state = page.get_by_test_id("job-state")
     expect(state).to_contain_text("Queued")
