@@ -28,8 +28,8 @@ from broker.db.models import (PLACEMENT_LIVE_STATES, Cluster as ClusterRow, Even
                               Job, Node as NodeRow, Placement as PlacementRow, Queue as QueueRow,
                               Tenant as TenantRow, as_utc)
 from broker.jobset import JobSetError, JobSpec, parse_jobset
-from broker.placement import (DEFAULT_SCORE_WEIGHTS, Cluster, Config, CycleResult, DryRun, HyperNode, Node,
-                              PendingJob, Placement, Queue, RunningPlacement, Snapshot, Tenant, Waiting, dry_run)
+from broker.placement import (DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Cluster, Config, CycleResult, DryRun, HyperNode,
+                              Node, PendingJob, Placement, Queue, RunningPlacement, Snapshot, Tenant, Waiting, dry_run)
 from broker.settings import ConfigError, Settings
 
 # PostgreSQL advisory lock key held by a scheduler while it commits ("arch" in ASCII).
@@ -43,8 +43,13 @@ _CHUNK = 1000  # ids per IN (...) list, well inside both backends' bind-paramete
 
 def engine_config(settings: Settings) -> Config:
     """The engine's plugin weights and switches from the settings; an unknown plugin name stops the start."""
+    unknown = sorted(set(settings.placement_disabled_filters) - set(DEFAULT_FILTERS))
+    if unknown:
+        raise ConfigError(f"ARCHIPELAGO_PLACEMENT_DISABLED_FILTERS: unknown filters {unknown}; "
+                          f"known: {list(DEFAULT_FILTERS)}")
     try:
-        return Config(score_weights=MappingProxyType({**DEFAULT_SCORE_WEIGHTS, **settings.placement_score_weights}),
+        return Config(filters=tuple(f for f in DEFAULT_FILTERS if f not in settings.placement_disabled_filters),
+                      score_weights=MappingProxyType({**DEFAULT_SCORE_WEIGHTS, **settings.placement_score_weights}),
                       starvation_after_s=settings.placement_starvation_after,
                       preemption=settings.placement_preemption)
     except ValueError as exc:

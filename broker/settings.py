@@ -51,6 +51,7 @@ class Settings(BaseSettings):
     # Locality 1); a queue's LowerPriority policy applies only while preemption is on; a job waiting
     # longer than starvation_after seconds goes first and may hold a cluster for itself.
     placement_score_weights: dict[str, float] = {}
+    placement_disabled_filters: list[str] = []  # e.g. ["TaintToleration"]; the gang's fit is always checked
     placement_preemption: bool = True
     placement_starvation_after: float = Field(900.0, gt=0)
 

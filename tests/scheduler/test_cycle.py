@@ -224,6 +224,22 @@ def test_an_unknown_score_plugin_stops_the_start_with_one_line(settings):
         engine_config(settings.model_copy(update={"placement_score_weights": {"Nearest": 1.0}}))
 
 
+def test_filters_can_be_turned_off_by_name_and_a_wrong_name_stops_the_start(db, setup, settings):
+    from broker.scheduling import engine_config
+    from broker.services.scheduler import SchedulerService
+    from broker.settings import ConfigError
+
+    assert "TaintToleration" not in engine_config(settings.model_copy(
+        update={"placement_disabled_filters": ["TaintToleration"]})).filters
+    with pytest.raises(ConfigError, match="unknown filters \\['Nearness'\\]"):
+        engine_config(settings.model_copy(update={"placement_disabled_filters": ["Nearness"]}))
+    with setup() as session:
+        add_cluster(session, "eu-west", state="Cordoned")
+        job = submit(session, add_queue(session), "anywhere", gpus=8)
+    permissive = settings.model_copy(update={"placement_disabled_filters": ["ClusterState"]})
+    assert SchedulerService(db, permissive).run_once().admitted == [job.id]  # cordon no longer filters
+
+
 def test_a_cycle_is_counted_in_the_metrics(db, setup, scheduler):
     from broker.metrics import REGISTRY
 
