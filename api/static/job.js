@@ -12,9 +12,14 @@
       h("dt", {}, k), h("dd", {}, typeof v === "object" && v !== null ? statusValue(v) : String(v))]));
   }
 
-  // A list of uniform objects (e.g. replicatedJobsStatus) reads best as a table; anything else as JSON.
+  // A list of uniform objects (e.g. replicatedJobsStatus) reads best as a table, and so does a map of them
+  // (a member's counts per ReplicatedJob); anything else as JSON.
   function statusValue(value) {
-    if (Array.isArray(value) && value.length && value.every((v) => v && typeof v === "object" && !Array.isArray(v))) {
+    const isObject = (v) => v && typeof v === "object" && !Array.isArray(v);
+    if (isObject(value) && Object.keys(value).length && Object.values(value).every(isObject)) {
+      value = Object.entries(value).map(([name, fields]) => ({ name, ...fields }));
+    }
+    if (Array.isArray(value) && value.length && value.every(isObject)) {
       const keys = [...new Set(value.flatMap(Object.keys))];
       return AP.table({ rows: value, columns: keys.map((k) => ({ key: k, label: k,
         cell: (row) => typeof row[k] === "object" && row[k] !== null ? JSON.stringify(row[k]) : String(row[k] ?? "") })) });
