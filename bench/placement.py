@@ -34,7 +34,7 @@ from broker.db.session import make_engine, make_sessionmaker, transaction  # noq
 from broker.jobset import parse_jobset  # noqa: E402
 from broker.placement import (GPU, Cluster, HyperNode, Node, PendingJob, Queue, Snapshot, Tenant,  # noqa: E402
                               schedule)
-from broker.placement.quality import first_fit, fits_one_hypernode, placed_in_one_hypernode  # noqa: E402
+from broker.placement.quality import first_fit, replay  # noqa: E402
 from broker.scheduling import commit_decisions, read_inventory  # noqa: E402
 
 GiB = 2**30 * 1000
@@ -212,20 +212,7 @@ def topology_quality(clusters: int, hypernodes: int, steps: int, seed: int) -> t
     trace = [(job, rnd.randint(20, 200)) for job in workload(steps, seed)]
     shares = []
     for place in (lambda s, j: list(schedule(s, [j]).placements), first_fit):
-        s = snapshot(clusters, hypernodes)
-        active, eligible, in_one = [], 0, 0
-        for step, (job, lifetime) in enumerate(trace):
-            for _, placements, queue in [a for a in active if a[0] <= step]:
-                for p in placements:
-                    s.occupy(p.cluster, queue, p.node_usage, p.node_pods, None, -1)
-            active = [a for a in active if a[0] > step]
-            could = fits_one_hypernode(s, job, tier=1)
-            placements = place(s, job)
-            if could:
-                eligible += 1
-                in_one += placed_in_one_hypernode(s, placements, tier=1)
-            if placements:
-                active.append((step + lifetime, placements, job.queue))
+        eligible, in_one = replay(snapshot(clusters, hypernodes), trace, place)
         shares.append(in_one / max(1, eligible))
     return shares[0], shares[1], eligible
 

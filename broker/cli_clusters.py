@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from broker.cli_output import Output, OutputOption, ServerOption, TokenOption, calling, client, emit
+from broker.cli_output import (Output, OutputOption, ServerOption, TokenOption, calling, client, emit, key_values,
+                                read_file)
 
 clusters_app = typer.Typer(no_args_is_help=True, help="Member clusters: register, inspect, cordon, drain, remove.")
 
@@ -24,17 +25,6 @@ CLUSTER_COLUMNS = [
     ("LABELS", lambda c: ",".join(f"{k}={v}" for k, v in c["labels"].items())),
     ("ERROR", lambda c: (c["last_error"] or "")[:60]),
 ]
-
-
-def _labels(pairs: list[str]) -> dict[str, str]:
-    labels = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            typer.echo(f"archipelago: --label {pair!r} must be key=value", err=True)
-            raise typer.Exit(2)
-        labels[key] = value
-    return labels
 
 
 def _tree_lines(hypernodes: list[dict], depth: int = 0) -> list[str]:
@@ -55,12 +45,8 @@ def add(name: str = typer.Argument(..., help="the cluster's name in the broker")
         output: Output = OutputOption, server: Optional[str] = ServerOption,
         token: Optional[str] = TokenOption) -> None:
     """Register a member cluster; the broker checks it can reach it and that JobSet is installed."""
-    try:
-        text = kubeconfig.read_text()
-    except OSError as exc:
-        typer.echo(f"archipelago: cannot read {kubeconfig}: {exc.strerror}", err=True)
-        raise typer.Exit(2) from None
-    body = {"name": name, "kubeconfig": text, "context": context, "labels": _labels(label)}
+    body = {"name": name, "kubeconfig": read_file(kubeconfig).decode(), "context": context,
+            "labels": key_values(label, "--label", "key=value")}
     emit(calling(lambda: client(server, token).post("/api/v1/clusters", json=body)), output, CLUSTER_COLUMNS)
 
 

@@ -8,7 +8,8 @@ from typing import Optional
 
 import typer
 
-from broker.cli_output import Output, OutputOption, ServerOption, TokenOption, calling, client, emit
+from broker.cli_output import (Output, OutputOption, ServerOption, TokenOption, calling, client, emit, key_values,
+                                read_file)
 
 jobs_app = typer.Typer(no_args_is_help=True, help="Follow and cancel jobs.")
 queues_app = typer.Typer(no_args_is_help=True, help="Queues: weights, quotas, borrowing, preemption.")
@@ -31,15 +32,6 @@ EVENT_COLUMNS = [("TIME", lambda e: e["time"][:19]), ("TYPE", lambda e: e["type"
                  ("MESSAGE", lambda e: e["message"])]
 
 
-def _body(path: Path) -> tuple[bytes, str]:
-    try:
-        content = path.read_bytes()
-    except OSError as exc:
-        typer.echo(f"archipelago: cannot read {path}: {exc.strerror}", err=True)
-        raise typer.Exit(2) from None
-    return content, "application/json" if path.suffix == ".json" else "application/yaml"
-
-
 def submit(files: list[Path] = typer.Argument(..., help="JobSet YAML or JSON files"),
            queue: Optional[str] = typer.Option(None, help="queue for all of them (else their label, else the "
                                                           "tenant's default queue)"),
@@ -51,7 +43,8 @@ def submit(files: list[Path] = typer.Argument(..., help="JobSet YAML or JSON fil
     api = client(server, token)
     params = {k: v for k, v in {"queue": queue, "tenant": tenant}.items() if v}
     for path in files:
-        content, content_type = _body(path)
+        content = read_file(path)
+        content_type = "application/json" if path.suffix == ".json" else "application/yaml"
         headers = {"Content-Type": content_type}
         if dry_run:
             answer = calling(lambda: api.post("/api/v1/jobs:dry-run", content=content, headers=headers,
@@ -114,23 +107,18 @@ def jobs_events(job_id: int, output: Output = OutputOption, server: Optional[str
     emit(events["items"], output, EVENT_COLUMNS)
 
 
-def _quota(entries: list[str], option: str) -> dict[str, str] | None:
-    if not entries:
-        return None
-    quota = {}
-    for entry in entries:
-        resource, sep, amount = entry.partition("=")
-        if not sep:
-            typer.echo(f"archipelago: {option} takes RESOURCE=AMOUNT (e.g. nvidia.com/gpu=64), not {entry!r}",
-                       err=True)
-            raise typer.Exit(2)
-        quota[resource] = amount
-    return quota
+RESOURCE_AMOUNT = "RESOURCE=AMOUNT (e.g. nvidia.com/gpu=64)"
+QuotaOption = typer.Option([], "--quota", help="RESOURCE=AMOUNT, repeatable")
+BorrowingOption = typer.Option([], "--borrowing-limit", help="RESOURCE=AMOUNT, repeatable")
+PreemptionOption = typer.Option(None, "--preemption", help="Never or LowerPriority")
+DefaultQueueOption = typer.Option(None, "--default/--no-default", help="the tenant's queue for unlabelled JobSets")
 
 
 def _queue_fields(weight, priority, quota, borrow, preemption, default) -> dict:
-    fields = {"weight": weight, "priority": priority, "nominal_quota": _quota(quota, "--quota"),
-              "borrowing_limit": _quota(borrow, "--borrowing-limit"), "preemption_policy": preemption,
+    fields = {"weight": weight, "priority": priority,
+              "nominal_quota": key_values(quota, "--quota", RESOURCE_AMOUNT) or None,
+              "borrowing_limit": key_values(borrow, "--borrowing-limit", RESOURCE_AMOUNT) or None,
+              "preemption_policy": preemption,
               "default": default}
     return {k: v for k, v in fields.items() if v is not None}
 
@@ -146,10 +134,8 @@ def queues_list(tenant: Optional[str] = None, output: Output = OutputOption, ser
 @queues_app.command("create")
 def queues_create(name: str, tenant: str = typer.Option(..., help="the tenant that owns it"),
                   weight: Optional[float] = None, priority: Optional[int] = None,
-                  quota: list[str] = typer.Option([], help="RESOURCE=AMOUNT, repeatable"),
-                  borrowing_limit: list[str] = typer.Option([], help="RESOURCE=AMOUNT, repeatable"),
-                  preemption: Optional[str] = typer.Option(None, help="Never or LowerPriority"),
-                  default: Optional[bool] = typer.Option(None, "--default/--no-default"),
+                  quota: list[str] = QuotaOption, borrowing_limit: list[str] = BorrowingOption,
+                  preemption: Optional[str] = PreemptionOption, default: Optional[bool] = DefaultQueueOption,
                   output: Output = OutputOption, server: Optional[str] = ServerOption,
                   token: Optional[str] = TokenOption) -> None:
     """Create a queue."""
@@ -160,10 +146,8 @@ def queues_create(name: str, tenant: str = typer.Option(..., help="the tenant th
 
 @queues_app.command("update")
 def queues_update(name: str, weight: Optional[float] = None, priority: Optional[int] = None,
-                  quota: list[str] = typer.Option([], help="RESOURCE=AMOUNT, repeatable"),
-                  borrowing_limit: list[str] = typer.Option([], help="RESOURCE=AMOUNT, repeatable"),
-                  preemption: Optional[str] = typer.Option(None, help="Never or LowerPriority"),
-                  default: Optional[bool] = typer.Option(None, "--default/--no-default"),
+                  quota: list[str] = QuotaOption, borrowing_limit: list[str] = BorrowingOption,
+                  preemption: Optional[str] = PreemptionOption, default: Optional[bool] = DefaultQueueOption,
                   output: Output = OutputOption, server: Optional[str] = ServerOption,
                   token: Optional[str] = TokenOption) -> None:
     """Change a queue's settings."""

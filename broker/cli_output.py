@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 from enum import Enum
-from typing import Any, Callable, Sequence
+from pathlib import Path
+from typing import Any, Callable, NoReturn, Sequence
 
 import typer
 import yaml
@@ -30,9 +31,7 @@ Column = tuple[str, Callable[[dict], Any]]
 def emit(data: Any, output: Output, columns: Sequence[Column] | None = None, title: str | None = None) -> None:
     if output is Output.json:
         typer.echo(json.dumps(data, indent=2, default=str))
-    elif output is Output.yaml:
-        typer.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
-    elif columns is None:
+    elif output is Output.yaml or columns is None:  # a table needs columns; anything else reads as YAML
         typer.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
     else:
         rows = data if isinstance(data, list) else [data]
@@ -55,3 +54,27 @@ def calling(action: Callable[[], Any]) -> Any:
 
 def client(server: str | None, token: str | None) -> ApiClient:
     return ApiClient(server, token)
+
+
+def usage_error(message: str) -> NoReturn:
+    """A mistake in the command line itself: one line, exit code 2."""
+    typer.echo(f"archipelago: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def read_file(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        usage_error(f"cannot read {path}: {exc.strerror}")
+
+
+def key_values(pairs: list[str], option: str, example: str) -> dict[str, str]:
+    """Repeatable `--option key=value` flags as a mapping."""
+    parsed = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            usage_error(f"{option} takes {example}, not {pair!r}")
+        parsed[key] = value
+    return parsed

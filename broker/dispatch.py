@@ -18,18 +18,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from broker import events
-from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_LIVE_STATES, Cluster, Event, Job, Placement, as_utc)
+from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES,
+                              PLACEMENT_UNSTARTED_STATES, Cluster, Event, Job, Placement, as_utc)
+from broker.db.session import in_chunks
 from broker.status import (Aggregate, PartView, Policy, aggregate, failure_message, member_status, newer,
                            part_failure, placement_state)
 from clusters.jobsets import member_name, render
 
-ACTIVE_STATES = tuple(s for s in PLACEMENT_LIVE_STATES if s != "Deleting")  # live and meant to stay
 ON_MEMBER_STATES = ("Applied", "Running")  # a copy the status watch follows
 KEPT_STATES = ("Applying", "Applied", "Running", "Succeeded", "Failed")  # copies the broker still owns
 WORK_STATES = ("Decided", "Applying", "Deleting")
@@ -76,6 +77,13 @@ class Changes:
         self.dispatch |= other.dispatch
         return self
 
+    def wake(self, wake: Callable[[str], None]) -> None:
+        """Run at once the loops these changes give work to."""
+        if self.requeued or self.freed:
+            wake("scheduler")
+        if self.dispatch:
+            wake("dispatcher")
+
 
 def due_work(session: Session, now: datetime, cluster_ids: Iterable[int], limit: int = 1000) -> list[Work]:
     """Placements with member work due on the given clusters, oldest first."""
@@ -97,19 +105,13 @@ def due_work(session: Session, now: datetime, cluster_ids: Iterable[int], limit:
     return work
 
 
-def next_due(session: Session) -> datetime | None:
-    """When the earliest retry falls due (None: nothing waits)."""
-    moment = session.scalar(select(func.min(Placement.next_attempt_at)).where(Placement.state.in_(WORK_STATES)))
-    return as_utc(moment) if moment else None
-
-
 def kept_placements(session: Session, placement_ids: Iterable[int]) -> set[int]:
     """Those of these placements whose member copy the broker still owns; a copy of any other is stale.
 
     Whatever cluster row a placement names: a copy is never deleted while its placement is kept."""
     ids = sorted(set(placement_ids))
     kept: set[int] = set()
-    for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+    for chunk in in_chunks(ids):
         kept.update(session.scalars(select(Placement.id).where(Placement.id.in_(chunk),
                                                                Placement.state.in_(KEPT_STATES))))
     return kept
@@ -121,7 +123,7 @@ def lock_jobs(session: Session, job_ids: Iterable[int]) -> None:
     then find their rows there instead of querying (and locking) them one placement at a time."""
     locked = _Locked()
     ids = sorted(set(job_ids))
-    for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+    for chunk in in_chunks(ids):
         locked.jobs.update((job.id, job) for job in session.scalars(
             select(Job).where(Job.id.in_(chunk)).order_by(Job.id).with_for_update()))
         for placement in session.scalars(select(Placement).where(Placement.job_id.in_(chunk))
@@ -155,13 +157,13 @@ def start_apply(session: Session, works: list[Work]) -> set[int]:
     those cancelled or failed over meanwhile)."""
     moved: set[int] = set()
     ids = [w.placement_id for w in works]
-    for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+    for chunk in in_chunks(ids):
         moved.update(session.scalars(update(Placement).where(Placement.id.in_(chunk), Placement.state == "Decided",
                                                              Placement.job_id.in_(_jobs_meant_to_run))
                                      .values(state="Applying").returning(Placement.id)
                                      .execution_options(synchronize_session=False)))
     jobs = sorted({w.job_id for w in works if w.placement_id in moved})
-    for chunk in (jobs[i:i + 500] for i in range(0, len(jobs), 500)):
+    for chunk in in_chunks(jobs):
         session.execute(update(Job).where(Job.id.in_(chunk), Job.state == "Admitted").values(state="Dispatching")
                         .execution_options(synchronize_session=False))
     return moved
@@ -177,7 +179,7 @@ def finish_apply(session: Session, work: Work, jobset: dict[str, Any], now: date
     seen = placement.status or {}
     if seen.get("uid") == status["uid"] and newer(seen, status):
         status = dict(seen)  # the status watch saw the copy further along than the apply's answer
-    status["appliedGeneration"] = member_status(jobset)["generation"]
+    status["appliedGeneration"] = jobset["metadata"].get("generation")
     redone = placement.member_uid is None and placement.started_at is not None
     placement.member_uid, placement.status = status["uid"], status
     placement.attempts, placement.last_error, placement.next_attempt_at = 0, None, None
@@ -231,8 +233,15 @@ def finish_delete(session: Session, work: Work, now: datetime) -> Changes:
 def request_deletions(session: Session, now: datetime) -> Changes:
     """Cancelled jobs: every live placement to Deleting (or the job Cancelled when none is left)."""
     changes = Changes()
-    for job_id in session.scalars(select(Job.id).where(Job.cancel_requested_at.is_not(None),
-                                                       Job.state.not_in(JOB_FINISHED_STATES))):
+    live = Placement.job_id == Job.id
+    job_ids = list(session.scalars(select(Job.id).where(
+        Job.cancel_requested_at.is_not(None), Job.state.not_in(JOB_FINISHED_STATES),
+        # something to do: a copy not yet being deleted, or none left at all (Cancelled); a job whose
+        # copies are all Deleting waits for the member, not for this pass
+        or_(exists().where(live, Placement.state.in_(PLACEMENT_ACTIVE_STATES)),
+            ~exists().where(live, Placement.state.in_(PLACEMENT_LIVE_STATES))))))
+    lock_jobs(session, job_ids)
+    for job_id in job_ids:
         changes.add(settle_job(session, job_id, now))
     return changes
 
@@ -422,14 +431,14 @@ def fail_over(session: Session, now: datetime, toleration: float) -> Changes:
             if since is None or (now - since).total_seconds() < toleration:
                 continue
             message = f"member {cluster.name} not ready for {(now - since).total_seconds():.0f}s: failing over"
-            states = ACTIVE_STATES
+            states = PLACEMENT_ACTIVE_STATES
         else:
-            message, states = f"member {cluster.name} is draining: placing it elsewhere", ("Decided", "Applying",
-                                                                                          "Applied")
+            message, states = f"member {cluster.name} is draining: placing it elsewhere", PLACEMENT_UNSTARTED_STATES
         targets += [(p, message) for p in session.scalars(
             select(Placement).where(Placement.cluster_id == cluster.id, Placement.state.in_(states)))]
     targets += [(p, f"member {p.cluster_name} was removed: failing over") for p in session.scalars(
         select(Placement).where(Placement.cluster_id.is_(None), Placement.state.in_(PLACEMENT_LIVE_STATES)))]
+    lock_jobs(session, {p.job_id for p, _ in targets})
     for placement, message in targets:
         job = _lock_job(session, placement.job_id)
         placement = _lock_placement(session, placement.id)

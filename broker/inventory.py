@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session
 
 from broker import events
 from broker.db.crypto import KubeconfigCipher
-from broker.db.models import PLACEMENT_LIVE_STATES, Cluster, HyperNode, Node, Placement, as_utc
+from broker.db.models import (PLACEMENT_LIVE_STATES, PLACEMENT_UNSTARTED_STATES, Cluster, HyperNode, Node, Placement,
+                              as_utc)
 from broker.errors import Conflict, Invalid, NotFound
 from broker.settings import Settings
 from broker.tenancy import check_name
@@ -27,11 +28,10 @@ from clusters.kubeconfig import KubeconfigError, KubeconfigPolicy
 from clusters.labels import check_labels
 from clusters.member import MemberClient, MemberError, MemberFacts
 from clusters.pods import effective_requests
-from clusters.quantity import format_quantity, to_milli
+from clusters.quantity import add_into, format_quantity, to_milli
 from clusters.topology import Topology, derive_from_labels, resolve_hypernodes
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-NOT_STARTED_STATES = ("Decided", "Applying", "Applied")  # what a drain moves elsewhere
 
 
 class RegistrationError(Exception):
@@ -192,9 +192,7 @@ def member_inventory(nodes: Mapping[str, dict[str, Any]], holds: Iterable[tuple[
     rows = {name: {**row, "used": {}} for name, row in nodes.items()}
     for node, requests in holds:
         if node in rows:
-            used = rows[node]["used"]
-            for resource, amount in requests.items():
-                used[resource] = used.get(resource, 0) + amount
+            add_into(rows[node]["used"], requests)
     return MemberInventory(rows, topology, source)
 
 
@@ -318,10 +316,10 @@ def uncordon_cluster(session: Session, name: str) -> Cluster:
 
 def drain_cluster(session: Session, name: str) -> tuple[Cluster, int]:
     """Cordon, and ask the placement layer to move what has not started: while a cluster is
-    Draining, its placements in NOT_STARTED_STATES are to be placed elsewhere. Returns their count."""
+    Draining, its placements in PLACEMENT_UNSTARTED_STATES are to be placed elsewhere. Returns their count."""
     cluster = get_cluster(session, name)
     waiting = session.scalar(select(func.count()).select_from(Placement).where(
-        Placement.cluster_id == cluster.id, Placement.state.in_(NOT_STARTED_STATES))) or 0
+        Placement.cluster_id == cluster.id, Placement.state.in_(PLACEMENT_UNSTARTED_STATES))) or 0
     _set_admin_state(session, cluster, "Draining", "Draining",
                      f"no new placements; {waiting} placement(s) not yet started to be moved elsewhere")
     return cluster, waiting
@@ -357,10 +355,7 @@ def _delete_copies(settings: Settings, cluster: Cluster) -> str:
     except (KubeconfigError, MemberError, ValueError) as exc:
         return f"; its copies could not be deleted ({exc}): delete JobSets labelled {jobsets.JOB_ID_LABEL} there"
     try:
-        items, _ = jobsets.list_owned(client)
-        for obj in items:
-            meta = obj["metadata"]
-            jobsets.delete(client, meta["namespace"], meta["name"], meta["uid"])
+        items = jobsets.delete_owned(client, kept=lambda placement_ids: set())
     except MemberError as exc:
         return f"; its copies could not be deleted ({exc}): delete JobSets labelled {jobsets.JOB_ID_LABEL} there"
     finally:
@@ -471,11 +466,6 @@ def _amounts(allocatable: Mapping[str, int], used: Mapping[str, int], free: Mapp
     return out
 
 
-def _sum_into(total: dict[str, int], amounts: Mapping[str, int]) -> None:
-    for resource, amount in amounts.items():
-        total[resource] = total.get(resource, 0) + amount
-
-
 def cluster_view(session: Session, cluster: Cluster, *, tree: bool = True,
                  capacity: list[Capacity] | None = None) -> dict[str, Any]:
     """What the API answers about a cluster: state, errors, capacity totals, the HyperNode tree.
@@ -486,9 +476,9 @@ def cluster_view(session: Session, cluster: Cluster, *, tree: bool = True,
     used: dict[str, int] = {}
     free: dict[str, int] = {}
     for entry in nodes:
-        _sum_into(allocatable, entry.allocatable)
-        _sum_into(used, entry.used)
-        _sum_into(free, entry.free)
+        add_into(allocatable, entry.allocatable)
+        add_into(used, entry.used)
+        add_into(free, entry.free)
     view = {
         "name": cluster.name, "api_server": cluster.api_server, "context": cluster.context,
         "labels": cluster.labels, "taints": cluster.taints, "state": cluster.state,

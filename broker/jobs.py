@@ -23,7 +23,7 @@ from broker.jobset import (CLUSTER_SELECTOR_ANNOTATION, HIGHEST_TIER_ANNOTATION,
 from broker.settings import Settings
 from broker.tenancy import Principal, default_queue, get_queue
 from clusters.labels import parse_selector
-from clusters.quantity import format_quantity
+from clusters.quantity import add_into, format_quantity
 
 BROKER_PREFIX = "archipelago.io/"
 TENANT_ANNOTATIONS = frozenset({PLACEMENT_ANNOTATION, CLUSTER_SELECTOR_ANNOTATION, TOPOLOGY_MODE_ANNOTATION,
@@ -35,11 +35,19 @@ MAX_PAGE = 500
 
 @dataclass(frozen=True)
 class FederationCapacity:
-    """Per registered cluster, its total allocatable and its largest node: enough to refuse a job at once
+    """Per registered cluster its total allocatable, and every node shape: enough to refuse a job at once
     that no cluster could ever run, instead of leaving it queued forever."""
 
     cluster_totals: Mapping[str, Mapping[str, int]]
-    largest_nodes: Mapping[str, Mapping[str, int]]
+    node_shapes: tuple[Mapping[str, int], ...]  # each distinct allocatable a node has
+
+    @property
+    def totals(self) -> dict[str, int]:
+        """The whole federation's allocatable, per resource."""
+        total: dict[str, int] = {}
+        for cluster_total in self.cluster_totals.values():
+            add_into(total, cluster_total)
+        return total
 
     def unfit_reason(self, spec: JobSpec) -> str | None:
         if not self.cluster_totals:
@@ -48,14 +56,13 @@ class FederationCapacity:
         for parts in groups:
             demand: dict[str, int] = {"pods": 1000 * sum(part.pods for part in parts)}
             for part in parts:
-                for resource, amount in part.requests.items():
-                    demand[resource] = demand.get(resource, 0) + amount
+                add_into(demand, part.requests)
             if not any(_covers(totals, demand) for totals in self.cluster_totals.values()):
                 return _shortfall("in one cluster", demand, self.cluster_totals.values())
             for part in parts:
-                if not any(_covers(node, part.pod_requests) for node in self.largest_nodes.values()):
+                if not any(_covers(node, part.pod_requests) for node in self.node_shapes):
                     return _shortfall(f"on one node for each pod of {part.name}", part.pod_requests,
-                                      self.largest_nodes.values())
+                                      self.node_shapes)
         return None
 
 
@@ -77,15 +84,12 @@ def _shortfall(where: str, demand: Mapping[str, int], offers: Iterable[Mapping[s
 
 def federation_capacity(session: Session) -> FederationCapacity:
     totals: dict[str, dict[str, int]] = {}
-    largest: dict[str, dict[str, int]] = {}
+    shapes: set[tuple[tuple[str, int], ...]] = set()
     for cluster_name, allocatable in session.execute(select(Cluster.name, Node.allocatable)
                                                      .join(Node, Node.cluster_id == Cluster.id)):
-        cluster_total = totals.setdefault(cluster_name, {})
-        for resource, amount in (allocatable or {}).items():
-            cluster_total[resource] = cluster_total.get(resource, 0) + amount
-        node_key = f"{cluster_name}/{len(largest)}"
-        largest[node_key] = allocatable or {}
-    return FederationCapacity(totals, largest)
+        add_into(totals.setdefault(cluster_name, {}), allocatable or {})
+        shapes.add(tuple(sorted((allocatable or {}).items())))
+    return FederationCapacity(totals, tuple(dict(shape) for shape in sorted(shapes)))
 
 
 class CapacityCache:

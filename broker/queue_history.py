@@ -19,6 +19,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from broker.db.models import PLACEMENT_LIVE_STATES, Job, Placement, as_utc
+from broker.placement.fairness import dominant_share
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,7 @@ def queue_history(session: Session, queue_ids: Iterable[int], totals: Mapping[st
     history = {}
     for queue_id in queue_ids:
         used = {r: _prefix_sums(deltas) for r, deltas in usage[queue_id].items()}
-        shares = [max((used[r][k] / total for r, total in totals.items() if total), default=0.0)
-                  for k in range(size)]
+        shares = [dominant_share({r: sums[k] for r, sums in used.items()}, totals) for k in range(size)]
         history[queue_id] = QueueHistory(pending=[round(v) for v in _prefix_sums(pending[queue_id])],
                                          running=[round(v) for v in _prefix_sums(running[queue_id])],
                                          dominant_share=[round(s, 4) for s in shares])

@@ -19,26 +19,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from types import MappingProxyType
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from broker.db.models import (PLACEMENT_LIVE_STATES, Cluster as ClusterRow, Event, HyperNode as HyperNodeRow,
-                              Job, Node as NodeRow, Placement as PlacementRow, Queue as QueueRow,
+from broker.db.models import (PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES, Cluster as ClusterRow, Event,
+                              HyperNode as HyperNodeRow, Job, Node as NodeRow, Placement as PlacementRow, Queue as QueueRow,
                               Tenant as TenantRow, as_utc)
+from broker.db.session import in_chunks
 from broker.jobset import JobSetError, JobSpec, parse_jobset
 from broker.placement import (DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Cluster, Config, CycleResult, DryRun, HyperNode,
                               Node, PendingJob, Placement, Queue, RunningPlacement, Snapshot, Tenant, Waiting, dry_run)
 from broker.settings import ConfigError, Settings
+from clusters.quantity import add_into
 
 # PostgreSQL advisory lock key held by a scheduler while it commits ("arch" in ASCII).
 SCHEDULER_LOCK_KEY = 0x61726368
 # Placements that may still be preempted; a Deleting one is already on its way out.
-PREEMPTIBLE_STATES = tuple(s for s in PLACEMENT_LIVE_STATES if s != "Deleting")
 # A part whose newest placement is in one of these needs no new one.
-HELD_STATES = (*PREEMPTIBLE_STATES, "Succeeded")
-_CHUNK = 1000  # ids per IN (...) list, well inside both backends' bind-parameter limits
+HELD_STATES = (*PLACEMENT_ACTIVE_STATES, "Succeeded")
 
 
 def engine_config(settings: Settings) -> Config:
@@ -121,9 +121,7 @@ def read_inventory(session: Session, *, now: float, specs: dict[str, JobSpec] | 
     live_usage: dict[tuple[str, str], dict[str, int]] = {}
     for placement in running:
         for node, usage in placement.node_usage.items():
-            held = live_usage.setdefault((placement.cluster, node), {})
-            for resource, amount in usage.items():
-                held[resource] = held.get(resource, 0) + amount
+            add_into(live_usage.setdefault((placement.cluster, node), {}), usage)
     clusters, cluster_ids = _clusters(session, live_usage)
     tenants = [Tenant(name) for name in session.scalars(select(TenantRow.name))]
     queues = [Queue(name=q.name, tenant=tenant, weight=q.weight, priority=q.priority,
@@ -192,7 +190,7 @@ def _read_pending(session: Session, inventory: Inventory, specs: dict[str, JobSp
     for stale in specs.keys() - ids:
         del specs[stale]
     missing = [int(i) for i in ids - specs.keys()]
-    for chunk in _chunks(missing):
+    for chunk in in_chunks(missing):
         for job_id, manifest in session.execute(select(Job.id, Job.manifest).where(Job.id.in_(chunk))):
             try:
                 specs[str(job_id)] = parse_jobset(manifest)
@@ -280,7 +278,7 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
         marked = session.execute(
             update(PlacementRow)
             .where(PlacementRow.job_id == int(preemption.job_id), PlacementRow.part == (preemption.part or ""),
-                   PlacementRow.cluster_name == preemption.cluster, PlacementRow.state.in_(PREEMPTIBLE_STATES))
+                   PlacementRow.cluster_name == preemption.cluster, PlacementRow.state.in_(PLACEMENT_ACTIVE_STATES))
             .values(state="Deleting", last_error=preemption.message)
             .execution_options(synchronize_session=False)).rowcount
         outcome.preempted += marked
@@ -312,7 +310,7 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
 def _admit(session: Session, job_ids: Sequence[int], now: datetime) -> set[int]:
     """Queued → Admitted for the jobs still Queued and not cancelled; returns those it moved."""
     admitted: set[int] = set()
-    for chunk in _chunks(job_ids):
+    for chunk in in_chunks(job_ids):
         admitted.update(session.scalars(
             update(Job).where(Job.id.in_(chunk), Job.state == "Queued", Job.cancel_requested_at.is_(None))
             .values(state="Admitted", admitted_at=now, reason=None, waiting_reasons={})
@@ -351,11 +349,6 @@ def _event(job_id: str, reason: str, message: str, tenant_id: int | None, now: d
            warning: bool = False) -> dict[str, Any]:
     return {"kind": "job", "object_id": job_id, "reason": reason, "message": message, "tenant_id": tenant_id,
             "type": "Warning" if warning else "Normal", "time": now}
-
-
-def _chunks(values: Sequence[int]) -> Iterator[Sequence[int]]:
-    for start in range(0, len(values), _CHUNK):
-        yield values[start:start + _CHUNK]
 
 
 # -- dry run -------------------------------------------------------------------------------------------

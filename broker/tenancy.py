@@ -18,7 +18,7 @@ from broker import events
 from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_LIVE_STATES, Job, Placement, Queue, Tenant, Token,
                               as_utc, utcnow)
 from broker.errors import Conflict, Invalid, NotFound
-from clusters.quantity import to_milli
+from clusters.quantity import add_into, to_milli
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -206,8 +206,7 @@ def queue_stats(session: Session, queue_ids: list[int]) -> dict[int, QueueStats]
     rows = session.execute(select(Job.queue_id, Placement.resources).join(Placement, Placement.job_id == Job.id)
                            .where(Job.queue_id.in_(queue_ids), Placement.state.in_(PLACEMENT_LIVE_STATES)))
     for queue_id, resources in rows:
-        for resource, amount in (resources or {}).items():
-            usage[queue_id][resource] = usage[queue_id].get(resource, 0) + amount
+        add_into(usage[queue_id], resources or {})
     counts = {q: [0, 0, None] for q in queue_ids}
     rows = session.execute(select(Job.queue_id, Job.state, func.count(), func.min(Job.submitted_at))
                            .where(Job.queue_id.in_(queue_ids), Job.state.not_in(JOB_FINISHED_STATES))

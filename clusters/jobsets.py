@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from clusters.member import JOBSET_GROUP, JOBSET_VERSION, MemberClient, MemberError, WatchStream
 
@@ -156,6 +156,19 @@ def list_in(client: MemberClient, namespace: str) -> list[dict]:
 def list_owned(client: MemberClient) -> tuple[list[dict], str]:
     """Every JobSet of the broker on the member, and the resourceVersion to watch from."""
     return client.list(JOBSETS, {"labelSelector": JOB_ID_LABEL})
+
+
+def delete_owned(client: MemberClient, kept: Callable[[set[int]], set[int]]) -> list[dict]:
+    """Delete the broker's copies on the member except those whose placement ids `kept` keeps (asked
+    after the list, so a copy applied meanwhile is never missed); returns the copies deleted."""
+    items, _ = list_owned(client)
+    owner = {id(obj): int(pid) if (pid := placement_id_of(obj) or "").isdigit() else None for obj in items}
+    keep = kept({pid for pid in owner.values() if pid is not None})
+    stale = [obj for obj in items if owner[id(obj)] not in keep]
+    for obj in stale:
+        meta = obj["metadata"]
+        delete(client, meta["namespace"], meta["name"], meta["uid"])
+    return stale
 
 
 def watch_owned(client: MemberClient, resource_version: str) -> WatchStream:

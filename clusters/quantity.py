@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
+from typing import Mapping
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
@@ -56,3 +57,9 @@ def format_quantity(milli: int, resource: str) -> str:
             if whole >= size:
                 return f"{whole / size:.4g}{unit}"  # three or four figures: 512Gi, 3.953Ti
     return f"{whole:g}"
+
+
+def add_into(total: dict[str, int], amounts: Mapping[str, int], sign: int = 1) -> None:
+    """Add (or, with sign -1, take away) per-resource amounts into a running total."""
+    for resource, amount in amounts.items():
+        total[resource] = total.get(resource, 0) + sign * amount

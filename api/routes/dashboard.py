@@ -20,7 +20,6 @@ from api.problems import Problem
 from api.schemas import problems
 from broker import inventory
 from broker.db.models import HyperNode, Node, Queue, Tenant, utcnow
-from broker.jobs import federation_capacity
 from broker.queue_history import queue_history, sample_times
 
 HERE = Path(__file__).resolve().parent.parent
@@ -83,16 +82,13 @@ def whoami(principal: PrincipalDep) -> dict[str, str | None]:
 
 @router.get("/api/v1/queue-history", tags=["dashboard"], responses=problems(401, 422),
             summary="Pending, running and dominant share of each visible queue over a recent window")
-def queue_history_route(session: SessionDep, principal: PrincipalDep,
+def queue_history_route(request: Request, session: SessionDep, principal: PrincipalDep,
                         minutes: int = Query(60, ge=1, le=24 * 60), points: int = Query(60, ge=2, le=240)):
     query = select(Queue.id, Queue.name, Tenant.name).join(Tenant).order_by(Tenant.name, Queue.name)
     if not principal.is_admin:
         query = query.where(Queue.tenant_id == principal.tenant_id)
     queues = session.execute(query).all()
-    totals: dict[str, int] = {}
-    for cluster_total in federation_capacity(session).cluster_totals.values():
-        for resource, amount in cluster_total.items():
-            totals[resource] = totals.get(resource, 0) + amount
+    totals = request.app.state.capacity.get(session).totals
     window = timedelta(minutes=minutes)
     times = sample_times(utcnow(), window, window / points)
     history = queue_history(session, [q for q, _, _ in queues], totals, times)

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from fastapi import APIRouter, Response
-from sqlalchemy import select
+from fastapi import APIRouter, Request, Response
+from sqlalchemy import exists, select
 
 from api import schemas
 from api.deps import AdminDep, PrincipalDep, SessionDep
 from api.schemas import problems
 from api.views import queue_out
 from broker import tenancy
-from broker.db.models import Queue, Tenant
+from broker.db.models import JOB_FINISHED_STATES, Job, Queue, Tenant
 from broker.errors import NotFound
-from broker.jobs import federation_capacity
+from broker.placement.fairness import dominant_share
 
 router = APIRouter(prefix="/api/v1")
 AUTH_ERRORS = (401, 403)
@@ -62,58 +62,53 @@ def delete_tenant(name: str, session: SessionDep, _: AdminDep):
     return Response(status_code=204)
 
 
-def _queues_out(session, queues: list[Queue]) -> list[schemas.QueueOut]:
+def _queues_out(request: Request, session, queues: list[Queue]) -> list[schemas.QueueOut]:
+    """Each queue with its usage and depth, its fair share among the queues that have work, and its
+    dominant share of the federation."""
+    totals = request.app.state.capacity.get(session).totals
+    active = session.execute(select(Queue.id, Queue.weight).where(
+        exists().where(Job.queue_id == Queue.id, Job.state.not_in(JOB_FINISHED_STATES)))).all()
+    active_weight = sum(weight for _, weight in active)
+    working = {queue_id for queue_id, _ in active}
     stats = tenancy.queue_stats(session, [q.id for q in queues])
-    totals: dict[str, int] = {}
-    for cluster_total in federation_capacity(session).cluster_totals.values():
-        for resource, amount in cluster_total.items():
-            totals[resource] = totals.get(resource, 0) + amount
-    all_queues = list(session.scalars(select(Queue)))
-    all_stats = tenancy.queue_stats(session, [q.id for q in all_queues])
-    active_weight = sum(q.weight for q in all_queues if all_stats[q.id].pending or all_stats[q.id].running)
-    out = []
-    for queue in queues:
-        has_work = stats[queue.id].pending or stats[queue.id].running
-        fair_share = queue.weight / active_weight if has_work and active_weight else 0.0
-        dominant = max((amount / totals[r] for r, amount in stats[queue.id].usage.items() if totals.get(r)),
-                       default=0.0)
-        out.append(queue_out(queue, stats[queue.id], fair_share, dominant))
-    return out
+    return [queue_out(queue, stats[queue.id],
+                      queue.weight / active_weight if queue.id in working else 0.0,
+                      dominant_share(stats[queue.id].usage, totals)) for queue in queues]
 
 
 @router.get("/queues", tags=["queues"], response_model=list[schemas.QueueOut], responses=problems(401))
-def list_queues(session: SessionDep, principal: PrincipalDep, tenant: str | None = None):
+def list_queues(request: Request, session: SessionDep, principal: PrincipalDep, tenant: str | None = None):
     query = select(Queue).join(Tenant).order_by(Tenant.name, Queue.name)
     if not principal.is_admin:
         query = query.where(Queue.tenant_id == principal.tenant_id)
     if tenant:
         query = query.where(Tenant.name == tenant)
-    return _queues_out(session, list(session.scalars(query)))
+    return _queues_out(request, session, list(session.scalars(query)))
 
 
 @router.post("/queues", tags=["queues"], status_code=201, response_model=schemas.QueueOut,
              responses=problems(*AUTH_ERRORS, 404, 409, 422))
-def create_queue(body: schemas.QueueIn, session: SessionDep, _: AdminDep):
+def create_queue(body: schemas.QueueIn, request: Request, session: SessionDep, _: AdminDep):
     changes = tenancy.QueueChanges(**body.model_dump(exclude={"name", "tenant"}))
     queue = tenancy.create_queue(session, body.name, body.tenant, changes)
     session.commit()
-    return _queues_out(session, [queue])[0]
+    return _queues_out(request, session, [queue])[0]
 
 
 @router.get("/queues/{name}", tags=["queues"], response_model=schemas.QueueOut, responses=problems(401, 404))
-def get_queue(name: str, session: SessionDep, principal: PrincipalDep):
+def get_queue(name: str, request: Request, session: SessionDep, principal: PrincipalDep):
     queue = tenancy.get_queue(session, name, None if principal.is_admin else principal.tenant_id)
-    return _queues_out(session, [queue])[0]
+    return _queues_out(request, session, [queue])[0]
 
 
 @router.patch("/queues/{name}", tags=["queues"], response_model=schemas.QueueOut,
               responses=problems(*AUTH_ERRORS, 404, 422))
-def update_queue(name: str, body: schemas.QueueSettings, session: SessionDep, _: AdminDep):
+def update_queue(name: str, body: schemas.QueueSettings, request: Request, session: SessionDep, _: AdminDep):
     clear = "borrowing_limit" in body.model_fields_set and body.borrowing_limit is None
     queue = tenancy.update_queue(session, name, tenancy.QueueChanges(**body.model_dump(),
                                                                       clear_borrowing_limit=clear))
     session.commit()
-    return _queues_out(session, [queue])[0]
+    return _queues_out(request, session, [queue])[0]
 
 
 @router.delete("/queues/{name}", tags=["queues"], status_code=204, responses=problems(*AUTH_ERRORS, 404, 409))

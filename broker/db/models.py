@@ -19,6 +19,8 @@ JOB_STATES = ("Queued", "Admitted", "Dispatching", "Running", "Succeeded", "Fail
 JOB_FINISHED_STATES = ("Succeeded", "Failed", "Cancelled")
 PLACEMENT_STATES = ("Decided", "Applying", "Applied", "Running", "Succeeded", "Failed", "Deleting", "Deleted")
 PLACEMENT_LIVE_STATES = ("Decided", "Applying", "Applied", "Running", "Deleting")
+PLACEMENT_ACTIVE_STATES = tuple(s for s in PLACEMENT_LIVE_STATES if s != "Deleting")  # live and meant to stay
+PLACEMENT_UNSTARTED_STATES = ("Decided", "Applying", "Applied")  # what a drain moves elsewhere
 PREEMPTION_POLICIES = ("Never", "LowerPriority")
 TOKEN_ROLES = ("admin", "tenant")
 EVENT_KINDS = ("cluster", "job", "queue", "tenant", "placement")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Sequence, TypeVar
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine, make_url
@@ -11,6 +11,8 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from broker.settings import ConfigError
+
+T = TypeVar("T")
 
 
 def make_engine(database_url: str) -> Engine:
@@ -46,6 +48,15 @@ def check_connection(engine: Engine) -> None:
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
+
+
+IN_CHUNK = 1000  # ids per IN (...) list, well inside both backends' bind-parameter limits
+
+
+def in_chunks(values: Sequence[T]) -> Iterator[Sequence[T]]:
+    """Long id lists in slices an IN (...) clause takes on SQLite and PostgreSQL alike."""
+    for start in range(0, len(values), IN_CHUNK):
+        yield values[start:start + IN_CHUNK]
 
 
 @contextmanager

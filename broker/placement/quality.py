@@ -8,6 +8,7 @@ the share of jobs that could fit in one tier-1 HyperNode and were placed in one.
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import Callable, Iterable
 
 from broker.placement.decisions import NodeAssignment, Placement
 from broker.placement.model import PendingJob
@@ -67,3 +68,25 @@ def first_fit(snapshot: Snapshot, job: PendingJob) -> list[Placement]:
             snapshot.occupy(cluster.name, job.queue, placement.node_usage, placement.node_pods, None, +1)
             return [placement]
     return []
+
+
+def replay(snapshot: Snapshot, trace: Iterable[tuple[PendingJob, int]],
+           place: Callable[[Snapshot, PendingJob], list[Placement]]) -> tuple[int, int]:
+    """Online replay of (job, lifetime in steps), one job a step, each releasing its nodes when its
+    lifetime ends. Returns how many jobs could fit one tier-1 HyperNode when they came, and how many of
+    those `place` put in one."""
+    active: list[tuple[int, list[Placement], str]] = []
+    eligible = in_one = 0
+    for step, (job, lifetime) in enumerate(trace):
+        for _, placements, queue in [a for a in active if a[0] <= step]:
+            for p in placements:
+                snapshot.occupy(p.cluster, queue, p.node_usage, p.node_pods, None, -1)
+        active = [a for a in active if a[0] > step]
+        could = fits_one_hypernode(snapshot, job, tier=1)
+        placements = place(snapshot, job)
+        if could:
+            eligible += 1
+            in_one += placed_in_one_hypernode(snapshot, placements, tier=1)
+        if placements:
+            active.append((step + lifetime, placements, job.queue))
+    return eligible, in_one

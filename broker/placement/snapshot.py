@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from broker.jobset import PartSpec
+from clusters.quantity import add_into
 from broker.placement.model import GPU, Cluster, Queue, Resources, RunningPlacement, Tenant
 from clusters.taints import untolerated
 
@@ -28,11 +29,6 @@ def primary_resource(demand: Resources) -> str:
 
 def fits(free: Mapping[str, int], demand: Resources) -> bool:
     return all(free.get(r, 0) >= q for r, q in demand.items())
-
-
-def add_into(total: dict[str, int], amounts: Resources, sign: int = 1) -> None:
-    for resource, amount in amounts.items():
-        total[resource] = total.get(resource, 0) + sign * amount
 
 
 class HyperNodeState:

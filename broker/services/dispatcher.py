@@ -33,10 +33,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from broker import events
-from broker.db.models import Cluster, utcnow
+from broker.db.models import PLACEMENT_ACTIVE_STATES, Cluster, utcnow
 from broker.db.runtime import Database
 from broker.db.session import transaction
-from broker.dispatch import (ACTIVE_STATES, Changes, Work, begin_write, due_work, fail_apply, fail_over,
+from broker.dispatch import (Changes, Work, begin_write, due_work, fail_apply, fail_over,
                              finish_apply, finish_delete, kept_placements, lock_jobs, placement_owner,
                              request_deletions, retry_later, start_apply)
 from broker.metrics import MEMBER_ERRORS
@@ -134,10 +134,7 @@ class DispatcherService(LoopService):
         changes.add(self._in_lanes(applies, lambda w: self._apply(w, reachable[w.cluster_id],
                                                                   found[(w.cluster_id, w.namespace)]), "applied")[1])
 
-        if changes.requeued or changes.freed:
-            self.wake("scheduler")
-        if changes.dispatch:
-            self.wake("dispatcher")
+        changes.wake(self.wake)
         return changes
 
     def stop(self) -> None:
@@ -232,7 +229,7 @@ class DispatcherService(LoopService):
             return Outcome(work, "fail", f"a JobSet {what} that Archipelago did not create exists there")
         with self.database.sessions() as session:
             found = placement_owner(session, int(owner))
-        if found is not None and found[1] in ACTIVE_STATES:
+        if found is not None and found[1] in PLACEMENT_ACTIVE_STATES:
             return Outcome(work, "retry", f"{what} is still held by placement {owner} of job {found[0]}")
         jobsets.delete(client, work.namespace, work.name, existing["metadata"]["uid"])
         if jobsets.get(client, work.namespace, work.name) is not None:
@@ -261,16 +258,7 @@ class DispatcherService(LoopService):
     def _sweep(self, row: Any) -> bool:
         """Delete the broker's copies on a member that no placement owns any more; whether it worked."""
         try:
-            client = self._client(row)
-            items, _ = jobsets.list_owned(client)  # listed BEFORE reading what is owned: nothing new is missed
-            ids = {int(pid) for pid in map(jobsets.placement_id_of, items) if (pid or "").isdigit()}
-            with self.database.sessions() as session:
-                kept = kept_placements(session, ids)
-            stale = [obj for obj in items if not (jobsets.placement_id_of(obj) or "").isdigit()
-                     or int(jobsets.placement_id_of(obj)) not in kept]
-            for obj in stale:
-                meta = obj["metadata"]
-                jobsets.delete(client, meta["namespace"], meta["name"], meta["uid"])
+            stale = jobsets.delete_owned(self._client(row), self._kept)
         except (MemberError, KubeconfigError, ValueError) as exc:
             log.info("dispatcher: sweep of %s failed: %s", row.name, exc)
             return False
@@ -283,6 +271,10 @@ class DispatcherService(LoopService):
                                   f"{jobsets.placement_id_of(obj)}), a copy the broker no longer owns",
                                   warning=True)
         return True
+
+    def _kept(self, placement_ids: set[int]) -> set[int]:
+        with self.database.sessions() as session:
+            return kept_placements(session, placement_ids)
 
     # errors -------------------------------------------------------------------------------------
     def _member_error(self, work: Work, exc: MemberError) -> Outcome:

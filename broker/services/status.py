@@ -84,7 +84,7 @@ class StatusService(LoopService):
             for obj in items:
                 changes.add(record_status(session, cluster_id, obj, now))
             changes.add(record_missing(session, cluster_id, {o["metadata"]["uid"] for o in items}, version, now))
-        self._wake_for(changes)
+        changes.wake(self.wake)
         return len(items), version
 
     def record(self, cluster_id: int, event: dict, received: float) -> None:
@@ -95,16 +95,10 @@ class StatusService(LoopService):
             changes = record_status(session, cluster_id, event["object"], self.now(),
                                     deleted=event["type"] == "DELETED")
         STATUS_LAG_SECONDS.observe(time.monotonic() - received)
-        self._wake_for(changes)
+        changes.wake(self.wake)
 
     def cannot_watch(self, cluster_id: int) -> None:
         self._polled.add(cluster_id)
-
-    def _wake_for(self, changes: Changes) -> None:
-        if changes.requeued or changes.freed:
-            self.wake("scheduler")
-        if changes.dispatch:
-            self.wake("dispatcher")
 
     def stop(self) -> None:
         for watch in self._watches.values():

@@ -50,17 +50,30 @@ def queues():
     return [queue("a", weight=1, preemption="LowerPriority"), queue("b", weight=2, quota=48)]
 
 
-def check_no_overcommit(s, inventory, result, running=()):
-    """Recompute every node's usage from the inputs and the decisions, independently of the indexes."""
+def assigned_usage(jobs, placement):
+    """A placement's usage per node rebuilt from its pods and their spec, not from what it reports."""
+    pod_requests = {part.name: part.pod_requests for j in jobs if j.id == placement.job_id for part in j.spec.parts}
+    usage = {}
+    for a in placement.assignments:
+        node = usage.setdefault(a.node, {})
+        for r, q in pod_requests[a.replicated_job].items():
+            node[r] = node.get(r, 0) + q * a.pods
+    return usage
+
+
+def check_no_overcommit(s, inventory, jobs, result, running=()):
+    """Recompute every node's usage from the inputs and the decisions, independently of the indexes:
+    running placements by the usage they came with, new ones from their pods' requests."""
     used = {}
     for c in inventory:
         for n in c.nodes:
             used[(c.name, n.name)] = dict(n.used)
     preempted = {(p.job_id, p.cluster) for p in result.preemptions}
-    for p in list(running) + list(result.placements):
+    holds = [(p, p.node_usage) for p in running] + [(p, assigned_usage(jobs, p)) for p in result.placements]
+    for p, node_usage in holds:
         if (p.job_id, p.cluster) in preempted:
             continue
-        for name, usage in p.node_usage.items():
+        for name, usage in node_usage.items():
             for r, q in usage.items():
                 used[(p.cluster, name)][r] = used[(p.cluster, name)].get(r, 0) + q
     for c in inventory:
@@ -102,7 +115,8 @@ def check_hard_bounds(s, jobs, result):
             continue
         assert p.tier is not None and p.tier <= bound
         members = {s.clusters[p.cluster].nodes[i].name for i in s.clusters[p.cluster].hypernodes[p.hypernode].nodes}
-        assert set(p.node_usage) <= members
+        assert {a.node for a in p.assignments} <= members
+        assert set(p.node_usage) == {a.node for a in p.assignments}
 
 
 def check_exclusive(jobs, result):
@@ -120,7 +134,7 @@ def check_exclusive(jobs, result):
 def test_decisions_never_overcommit_split_gangs_or_break_hard_bounds(inventory, jobs):
     s = snapshot(inventory, queues())
     result = schedule(s, jobs)
-    check_no_overcommit(s, inventory, result)
+    check_no_overcommit(s, inventory, jobs, result)
     check_gangs_whole(jobs, result)
     check_hard_bounds(s, jobs, result)
     check_exclusive(jobs, result)
@@ -132,17 +146,21 @@ def test_preemption_never_overcommits_and_stays_within_the_tenant(inventory, fir
     s = snapshot(inventory, queues())
     placed = schedule(s, first).placements
     spec = {j.id: j for j in first}
-    running = [p.as_running(tenant="t", queue=spec[p.job_id].queue, priority=spec[p.job_id].priority,
+    # Running work of two tenants, at priorities on both sides of the urgent jobs': a victim must be of
+    # the preemptor's tenant and of lower priority, whatever else would make room.
+    owner = {p.job_id: rnd.choice([("t", spec[p.job_id].queue), ("u", "c")]) for p in placed}
+    running = [p.as_running(tenant=owner[p.job_id][0], queue=owner[p.job_id][1], priority=rnd.randint(0, 10),
                             started_at=rnd.random()) for p in placed]
     urgent = [PendingJob(f"u-{j.id}", "t", "a", j.priority + 5, j.submitted_at, j.spec) for j in second]
-    s2 = snapshot(inventory, queues(), running=running)
+    s2 = snapshot(inventory, queues() + [queue("c", tenant="u", preemption="LowerPriority")], running=running)
     result = schedule(s2, urgent)
-    check_no_overcommit(s2, inventory, result, running)
+    check_no_overcommit(s2, inventory, urgent, result, running)
     check_gangs_whole(urgent, result)
-    priority_of = {r.job_id: r.priority for r in running}
-    preemptor_priority = {j.id: j.priority for j in urgent}
+    victim_of = {r.job_id: r for r in running}
+    preemptor = {j.id: j for j in urgent}
     for victim in result.preemptions:
-        assert priority_of[victim.job_id] < preemptor_priority[victim.preemptor]
+        assert victim_of[victim.job_id].tenant == preemptor[victim.preemptor].tenant
+        assert victim_of[victim.job_id].priority < preemptor[victim.preemptor].priority
 
 
 @PROPERTY

@@ -6,7 +6,7 @@ import pulp
 import pytest
 
 from broker.placement import schedule
-from broker.placement.quality import first_fit, fits_one_hypernode, placed_in_one_hypernode
+from broker.placement.quality import first_fit, replay
 
 from .fixtures import GPU, cluster, fabric, hard, job, queue, snapshot
 
@@ -19,23 +19,10 @@ def trace(seed, length=300):
                  job_id=f"t{seed}-{i}"), rnd.randint(3, 25)) for i in range(length)]
 
 
-def replay(events, place):
-    """Online replay: one job per step, jobs finish after their lifetime; returns (could fit one leaf, did)."""
+def replay_on_two_fabrics(events, place):
+    """Online replay over two clusters of four leaves each: (could fit one leaf, did)."""
     s = snapshot([cluster("eu", fabric("eu-", leaves=4)), cluster("us", fabric("us-", leaves=4))], [queue("q")])
-    active, eligible, in_one = [], 0, 0
-    for step, (pending, lifetime) in enumerate(events):
-        for end, placements in [a for a in active if a[0] <= step]:
-            for p in placements:
-                s.occupy(p.cluster, "q", p.node_usage, p.node_pods, None, -1)
-        active = [a for a in active if a[0] > step]
-        could = fits_one_hypernode(s, pending, tier=1)
-        placements = place(s, pending)
-        if could:
-            eligible += 1
-            in_one += placed_in_one_hypernode(s, placements, tier=1)
-        if placements:
-            active.append((step + lifetime, placements))
-    return eligible, in_one
+    return replay(s, events, place)
 
 
 def engine(s, pending):
@@ -44,8 +31,8 @@ def engine(s, pending):
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_engine_keeps_gangs_in_one_leaf_far_more_often_than_first_fit(seed):
-    eligible, in_one = replay(trace(seed), engine)
-    ff_eligible, ff_in_one = replay(trace(seed), first_fit)
+    eligible, in_one = replay_on_two_fabrics(trace(seed), engine)
+    ff_eligible, ff_in_one = replay_on_two_fabrics(trace(seed), first_fit)
     share, baseline = in_one / eligible, ff_in_one / ff_eligible
     print(f"seed {seed}: engine {share:.1%} of {eligible}, first fit {baseline:.1%} of {ff_eligible}")
     assert eligible >= 50
