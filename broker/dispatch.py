@@ -32,7 +32,8 @@ from broker.status import (Aggregate, PartView, Policy, aggregate, failure_messa
 from clusters.jobsets import member_name, render
 
 ON_MEMBER_STATES = ("Applied", "Running")  # a copy the status watch follows
-KEPT_STATES = ("Applying", "Applied", "Running", "Succeeded", "Failed")  # copies the broker still owns
+VERDICT_STATES = ("Succeeded", "Failed")  # the member judged the copy: it is never judged again
+KEPT_STATES = ("Applying", *ON_MEMBER_STATES, *VERDICT_STATES)  # copies the broker still owns
 WORK_STATES = ("Decided", "Applying", "Deleting")
 DISPATCHING_JOB_STATES = ("Admitted", "Dispatching")
 PLACED_JOB_STATES = ("Admitted", "Dispatching", "Running")
@@ -265,10 +266,14 @@ def record_status(session: Session, cluster_id: int, jobset: dict[str, Any], now
         if newer(status, placement.status):  # seen before the dispatcher records the apply: kept for it
             placement.status = status
         return Changes()
-    if placement.state not in ON_MEMBER_STATES:
-        return Changes()  # finished or being deleted: nothing to learn
-    if status["uid"] != placement.member_uid:
-        return Changes()
+    if placement.state not in ON_MEMBER_STATES + VERDICT_STATES or status["uid"] != placement.member_uid:
+        return Changes()  # being deleted, or another copy: nothing to learn
+    if placement.state in VERDICT_STATES:
+        if deleted or not newer(status, placement.status):
+            return Changes()
+        # the verdict stands; counts that lagged it refine what the placement and its job show
+        placement.status = {**status, "appliedGeneration": placement.status.get("appliedGeneration")}
+        return settle_job(session, job.id, now)
     if deleted:
         return _drifted(session, job, placement, f"{_where(job, placement)} was deleted on "
                                                  f"{placement.cluster_name} by someone else", now)
@@ -300,6 +305,11 @@ def record_missing(session: Session, cluster_id: int, present: set[str], listed_
     return changes
 
 
+def _part_where(placement: Placement) -> str:
+    """`shard-a on eu-west`, or `on eu-west` for a whole JobSet."""
+    return f"{placement.part + ' ' if placement.part else ''}on {placement.cluster_name}"
+
+
 def _where(job: Job, placement: Placement) -> str:
     return f"JobSet {job.namespace}/{member_name(job.name, placement.part)}"
 
@@ -329,10 +339,10 @@ def _follow_status(session: Session, job: Job, placement: Placement, status: dic
         placement.started_at = now
     if state != placement.state:
         placement.state = state
-        if state in ("Succeeded", "Failed"):
+        if state in VERDICT_STATES:
             placement.finished_at = now
             changes.freed = True
-            where = f"{placement.part + ' ' if placement.part else ''}on {placement.cluster_name}"
+            where = _part_where(placement)
             if state == "Succeeded":
                 _job_event(session, job, "PartSucceeded" if placement.part else "MemberSucceeded",
                            f"{where} completed")
@@ -365,17 +375,6 @@ def settle_job(session: Session, job_id: int, now: datetime) -> Changes:
         placements = list(session.scalars(select(Placement).where(Placement.job_id == job_id)
                                           .order_by(Placement.id).with_for_update()))
     live = [p for p in placements if p.state in PLACEMENT_LIVE_STATES]
-    changes = Changes()
-    if job.state in JOB_FINISHED_STATES or job.cancel_requested_at is not None:
-        why = "cancelled" if job.cancel_requested_at is not None else f"job {job.state.lower()}"
-        for placement in live:
-            if placement.state != "Deleting":
-                placement.state, placement.last_error, placement.next_attempt_at = "Deleting", why, None
-                changes.dispatch = True
-        if job.cancel_requested_at is not None and job.state not in JOB_FINISHED_STATES and not live:
-            _finish_job(session, job, "Cancelled", "cancelled; removed from every member", now)
-        return changes
-
     current: dict[str, Placement] = {}
     for placement in placements:
         if placement.part not in current or placement.generation > current[placement.part].generation:
@@ -386,15 +385,27 @@ def settle_job(session: Session, job_id: int, now: datetime) -> Changes:
                                   job.restart_count if job.placement_mode == "split" else 0)
     status = {**result.status, **({"drift": job.status["drift"]} if (job.status or {}).get("drift") else {})}
     if status != job.status:
-        job.status = status
+        job.status = status  # a finished job's too: counts that come after the verdict refine what it shows
+    changes = Changes()
+    if job.state in JOB_FINISHED_STATES or job.cancel_requested_at is not None:
+        why = "cancelled" if job.cancel_requested_at is not None else f"job {job.state.lower()}"
+        for placement in live:
+            if placement.state != "Deleting":
+                placement.state, placement.last_error, placement.next_attempt_at = "Deleting", why, None
+                changes.dispatch = True
+        if job.cancel_requested_at is not None and job.state not in JOB_FINISHED_STATES and not live:
+            _finish_job(session, job, "Cancelled", "cancelled; removed from every member", now)
+        return changes
     if job.placement_mode == "whole":
         job.restart_count = result.status["restarts"]
     if result.state is not None:
         _finish_job(session, job, result.state, result.message, now)
         return changes.add(settle_job(session, job_id, now))
     if job.state in PLACED_JOB_STATES and not live:
-        reasons = [p.last_error for p in placements if p.state == "Deleted" and p.last_error]
-        _requeue(session, job, reasons[-1] if reasons else "its placements are gone")
+        # every part with a verdict was settled above: what is left ended without one (deleted, lost
+        # with its member), and only those parts are placed again
+        lost = [p for p in current.values() if p.state not in VERDICT_STATES]
+        _requeue(session, job, "; ".join(f"{_part_where(p)}: {p.last_error or 'deleted'}" for p in lost))
         changes.requeued.add(job.id)
     elif job.state in DISPATCHING_JOB_STATES and current and \
             all(p.state in ("Applied", "Running", "Succeeded") for p in current.values()):
@@ -452,7 +463,7 @@ def fail_over(session: Session, now: datetime, toleration: float) -> Changes:
             continue
         changes.freed = True
         if job.state not in JOB_FINISHED_STATES and job.cancel_requested_at is None and job.state != "Queued":
-            _requeue(session, job, message, "FailedOver")
+            _requeue(session, job, f"{_part_where(placement)}: {message}", "FailedOver")
             changes.requeued.add(job.id)
         changes.add(settle_job(session, job.id, now))
     return changes

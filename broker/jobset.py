@@ -205,6 +205,19 @@ def _choice(annotations: Mapping, key: str, allowed: tuple[str, ...], default: s
     return value
 
 
+def _success_policy(raw: Any, names: set[str]) -> None:
+    """As the JobSet webhook checks it: a known operator over ReplicatedJobs the JobSet has (the
+    broker judges a split job by it, so a target it cannot meet would leave the job running for ever)."""
+    policy = _mapping(raw, "spec.successPolicy")
+    operator = policy.get("operator", "All")
+    if operator not in ("All", "Any"):
+        raise JobSetError("spec.successPolicy.operator", f"{operator!r} is not one of All, Any")
+    for i, target in enumerate(_list(policy.get("targetReplicatedJobs"), "spec.successPolicy.targetReplicatedJobs")):
+        if target not in names:
+            raise JobSetError(f"spec.successPolicy.targetReplicatedJobs[{i}]",
+                              f"{target!r} is not a ReplicatedJob of this JobSet; name one of {', '.join(sorted(names))}")
+
+
 def parse_jobset(manifest: Any) -> JobSpec:
     """Validate a JobSet manifest and return what placement needs; raise JobSetError on the first problem."""
     manifest = _mapping(manifest, "$")
@@ -258,6 +271,7 @@ def parse_jobset(manifest: Any) -> JobSpec:
                 raise JobSetError(f"spec.replicatedJobs[{i}].name",
                                   f"in split mode this part runs as the JobSet {name}-{part.name}, "
                                   f"{len(name) + 1 + len(part.name)} characters; shorten the names to 63 in all")
+    _success_policy(spec.get("successPolicy"), seen)
     failure_policy = _mapping(spec.get("failurePolicy"), "spec.failurePolicy")
     max_restarts = failure_policy.get("maxRestarts", 0)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:

@@ -4,7 +4,8 @@
   restarts, terminal state, and the object's uid, generation and resourceVersion).
 - `placement_state`: Applied (created, nothing started), Running, Succeeded or Failed.
 - `aggregate`: `whole` — the one placement's status is the job's; `split` — counts summed over the
-  current placement of each part, Succeeded once the JobSet's success policy holds over them.
+  current placement of each part for display, Succeeded once the JobSet's success policy holds over
+  the parts' verdicts (a part succeeded when its member's JobSet did).
 - `part_failure`: whether a failed part of a split JobSet is restarted (re-placed), per the JobSet's
   failure policy and a federation-level maxRestarts.
 """
@@ -12,7 +13,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Collection, Iterable, Mapping
 
 from broker.jobset import MAX_RESTARTS_ANNOTATION
 
@@ -80,13 +81,14 @@ class Policy:
         return cls(mode, replicas, success.get("operator", "All"),
                    tuple(success.get("targetReplicatedJobs") or replicas), failure, int(max_restarts))
 
-    def succeeded(self, counts: Mapping[str, Mapping[str, int]]) -> bool:
-        """The success policy over summed counts: All — every target ReplicatedJob's Jobs succeeded;
-        Any — one Job of a target ReplicatedJob did."""
-        done = {name: counts.get(name, {}).get("succeeded", 0) for name in self.success_targets}
+    def succeeded(self, finished: Collection[str]) -> bool:
+        """The success policy over the parts that succeeded: All — every target part; Any — one of them.
+
+        A part's verdict is its member's: the member's JobSet controller judged the policy narrowed to
+        that part (`clusters.jobsets`), so counts, which may be missing or one update behind, never decide."""
         if self.success_operator == "Any":
-            return any(n >= 1 for n in done.values())
-        return all(done[name] >= self.replicas.get(name, 1) for name in self.success_targets)
+            return any(name in finished for name in self.success_targets)
+        return all(name in finished for name in self.success_targets)
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,7 @@ def aggregate(policy: Policy, parts: Iterable[PartView], federation_restarts: in
                        else f"failed on {view.cluster}: {failure_message(view.status)}")
             return Aggregate(view.state, status, message)
         return Aggregate(None, status)
-    if policy.succeeded(summed):
+    if policy.succeeded({v.part for v in parts if v.state == "Succeeded"}):
         status["terminalState"] = "Completed"
         where = ", ".join(sorted({v.cluster for v in parts}))
         return Aggregate("Succeeded", status, f"success policy ({policy.success_operator}) holds over its parts on "

@@ -130,6 +130,7 @@ class Controller:
         self.alloc: dict[str, dict[str, int]] = {}
         self.exclusive_active = 0  # running pods that hold an exclusive topology domain
         self._usable: list[dict] | None = None  # ready, schedulable nodes in name order
+        self.held_counts: dict[str, tuple[float, list]] = {}  # JobSet uid -> (until, counts it shows)
         self.store.listeners.append(self.on_event)
 
     # bookkeeping from store events -----------------------------------------------------------
@@ -162,6 +163,8 @@ class Controller:
         elif key == JOBSETS.key:
             if event.type != "DELETED":
                 self.dirty_jobsets.add(ident)
+            else:
+                self.held_counts.pop(meta["uid"], None)
         elif key == NODES.key:
             self.schedule_needed = True
             self._usable = None
@@ -208,6 +211,8 @@ class Controller:
                 pod = self.store.get(PODS.key, ns, name)
                 if pod and pod["metadata"]["uid"] == uid and pod["status"].get("phase") == "Running":
                     self._finish_pod(pod, not self._should_fail(pod), now)
+            elif what == "recount":
+                self.dirty_jobsets.add((ns, name))
             elif what == "ttl":
                 js = self.store.get(JOBSETS.key, ns, name)
                 if js and js["metadata"]["uid"] == uid:
@@ -531,7 +536,7 @@ class Controller:
         if _finished_conditions(conditions):
             for job in active:
                 self.cluster.delete_object(JOBS, ns, job["metadata"]["name"], "Background")
-            self._save_status(js, new, conditions)
+            self._save_status(js, new, conditions, now)
             return
         for job in previous:
             self.cluster.delete_object(JOBS, ns, job["metadata"]["name"], "Background")
@@ -550,13 +555,29 @@ class Controller:
                 self._timer(now + ttl, "ttl", js)
             for job in active:
                 self.cluster.delete_object(JOBS, ns, job["metadata"]["name"], "Background")
-        self._save_status(js, new, conditions)
+        self._save_status(js, new, conditions, now)
 
-    def _save_status(self, js: dict, status: dict, conditions: list[dict]) -> None:
+    def _save_status(self, js: dict, status: dict, conditions: list[dict], now: float) -> None:
         if conditions:
             status["conditions"] = conditions
+        if self.cluster.jobset_counts == "omitted":
+            del status["replicatedJobsStatus"]
+        elif self.cluster.jobset_counts == "lagging":
+            self._lag_counts(js, status, now)
         if status != (js.get("status") or {}):
             self.cluster.write(JOBSETS, {**js, "status": status})
+
+    def _lag_counts(self, js: dict, status: dict, now: float) -> None:
+        """A new condition goes out with the counts shown before it; the counts follow a second later."""
+        uid, before = js["metadata"]["uid"], js.get("status") or {}
+        held = self.held_counts.get(uid)
+        if held is None and status.get("conditions") != before.get("conditions"):
+            held = self.held_counts[uid] = (now + 1, before.get("replicatedJobsStatus") or [])
+            self._timer(held[0], "recount", js)
+        if held is not None and now < held[0]:
+            status["replicatedJobsStatus"] = held[1]
+        else:
+            self.held_counts.pop(uid, None)
 
     @staticmethod
     def _rjob_statuses(spec: dict, active: list, succeeded: list, failed: list) -> list[dict]:

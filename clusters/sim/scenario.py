@@ -19,6 +19,9 @@ clusters:
   duration: 60s                  # default simulated run time of a pod
   token: secret                  # bearer token (default: random)
   watch_history: 2000            # events kept per resource for watches; older ones give 410 Gone
+  jobset_counts: current         # current | omitted (a JobSet controller that writes no per-ReplicatedJob
+                                 # counts) | lagging (a new condition goes out with the previous counts,
+                                 # the counts follow one simulated second later)
 ```
 Explicit nodes: `nodes: [{name, resources, labels, taints, zone, leaf, spine, unschedulable}]`;
 a missing `leaf`/`spine`/`zone` is derived from the node's position as for generated nodes.
@@ -40,8 +43,9 @@ REGION = "topology.kubernetes.io/region"
 LEAF = "network.archipelago.io/leaf"
 SPINE = "network.archipelago.io/spine"
 _MODES = ("crd", "labels", "none")
+JOBSET_COUNTS = ("current", "omitted", "lagging")
 _KEYS = {"name", "labels", "nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology",
-         "hypernodes", "pools", "jobset", "version", "duration", "token", "watch_history"}
+         "hypernodes", "pools", "jobset", "version", "duration", "token", "watch_history", "jobset_counts"}
 _POOL_KEYS = {"nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology"}
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -58,6 +62,7 @@ class ClusterSpec:
     duration: float = 60.0
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     watch_history: int = 2000
+    jobset_counts: str = "current"
 
 
 def load(source: dict | str | Path) -> list[ClusterSpec]:
@@ -90,6 +95,8 @@ def build_cluster(entry: dict[str, Any]) -> ClusterSpec:
     mode = entry.get("hypernodes", "crd")
     if mode not in _MODES:
         raise ValueError(f"cluster {name}: hypernodes must be one of {_MODES}")
+    if entry.get("jobset_counts", "current") not in JOBSET_COUNTS:
+        raise ValueError(f"cluster {name}: jobset_counts must be one of {JOBSET_COUNTS}")
     labels = {str(k): str(v) for k, v in (entry.get("labels") or {}).items()}
     version = str(entry.get("version", "v1.31.4"))
     builder = _NodeBuilder(name, labels, mode != "none", version)
@@ -106,7 +113,8 @@ def build_cluster(entry: dict[str, Any]) -> ClusterSpec:
                        hypernodes=hypernode_tree(nodes) if mode == "crd" else [], hypernode_mode=mode,
                        jobset=bool(entry.get("jobset", True)), version=version,
                        duration=parse_duration(entry.get("duration", 60)),
-                       watch_history=int(entry.get("watch_history", 2000)))
+                       watch_history=int(entry.get("watch_history", 2000)),
+                       jobset_counts=entry.get("jobset_counts", "current"))
     if entry.get("token"):
         spec.token = str(entry["token"])
     return spec

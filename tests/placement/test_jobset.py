@@ -112,6 +112,10 @@ ERRORS = {
     "bad exclusive key": (lambda m: m["metadata"]["annotations"].update({
         "alpha.jobset.sigs.k8s.io/exclusive-topology": "rack=1"}),
         "metadata.annotations['alpha.jobset.sigs.k8s.io/exclusive-topology']", "node label key"),
+    "unknown success operator": (lambda m: m["spec"].update(successPolicy={"operator": "Most"}),
+                                 "spec.successPolicy.operator", "All, Any"),
+    "success target not a part": (lambda m: m["spec"].update(successPolicy={"targetReplicatedJobs": ["a", "c"]}),
+                                  "spec.successPolicy.targetReplicatedJobs[1]", "not a ReplicatedJob"),
     "negative maxRestarts": (lambda m: m["spec"].update(failurePolicy={"maxRestarts": -1}),
                              "spec.failurePolicy.maxRestarts", "≥ 0"),
 }

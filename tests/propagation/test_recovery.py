@@ -182,3 +182,24 @@ def test_the_status_watch_follows_members_and_relists_after_410(federation, watc
     federation.sim.cluster(member).finish_pods("team-a", "jobset.sigs.k8s.io/jobset-name=watched")
     _wait(lambda: federation.state(job) == "Succeeded")
     assert federation.job(job)["status"]["terminalState"] == "Completed"
+
+
+def test_a_split_part_lost_with_its_member_is_placed_again_alone_and_the_requeue_names_it(federation):
+    job = federation.submit(jobset("halves", split=True, parts=(("shard-a", 2, 8, 8), ("shard-b", 2, 8, 8)),
+                                   annotations=LONG))
+    running = federation.until_state(job, "Running")
+    where = {p["part"]: p["cluster"] for p in running["placements"]}
+    federation.sim.cluster(where["shard-a"]).finish_pods("team-a", "jobset.sigs.k8s.io/jobset-name=halves-shard-a")
+    federation.step()
+    assert {p["part"]: p["state"] for p in federation.job(job)["placements"]} == {"shard-a": "Succeeded",
+                                                                                 "shard-b": "Running"}
+    federation.sim.make_unreachable(where["shard-b"])
+    assert federation.health.run_once()[where["shard-b"]] == "NotReady"
+    federation.step()
+    [failed_over] = [e for e in federation.job(job)["events"] if e["reason"] == "FailedOver"]
+    assert failed_over["message"].startswith(f"shard-b on {where['shard-b']}: member {where['shard-b']} not ready")
+
+    moved = federation.until_state(job, "Running")
+    assert sorted((p["part"], p["generation"], p["cluster"], p["state"]) for p in moved["placements"]) == [
+        ("shard-a", 1, where["shard-a"], "Succeeded"), ("shard-b", 1, where["shard-b"], "Deleting"),
+        ("shard-b", 2, where["shard-a"], "Running")]  # the finished part is not run again

@@ -82,6 +82,33 @@ def test_split_success_policy_any_with_targets():
     assert aggregate(policy, driver_done).state == "Succeeded"
 
 
+VERDICTS = [
+    # (case, success policy, part -> state, the job's verdict)
+    ("All: every part succeeded, counts missing", None, {"a": "Succeeded", "b": "Succeeded", "c": "Succeeded"},
+     "Succeeded"),
+    ("All: one part still running", None, {"a": "Succeeded", "b": "Succeeded", "c": "Running"}, None),
+    ("All over targets: the others may run", {"operator": "All", "targetReplicatedJobs": ["a", "b"]},
+     {"a": "Succeeded", "b": "Succeeded", "c": "Running"}, "Succeeded"),
+    ("All over targets: one target running", {"operator": "All", "targetReplicatedJobs": ["a", "b"]},
+     {"a": "Succeeded", "b": "Running", "c": "Succeeded"}, None),
+    ("Any over several targets: the second one suffices", {"operator": "Any", "targetReplicatedJobs": ["a", "b"]},
+     {"a": "Running", "b": "Succeeded", "c": "Running"}, "Succeeded"),
+    ("Any over several targets: none yet", {"operator": "Any", "targetReplicatedJobs": ["a", "b"]},
+     {"a": "Running", "b": "Failed", "c": "Succeeded"}, None),
+    ("Any without targets: any part", {"operator": "Any"}, {"a": "Running", "b": "Running", "c": "Succeeded"},
+     "Succeeded"),
+    ("a part not placed yet has no verdict", None, {"a": "Succeeded", "b": "Succeeded"}, None),
+]
+
+
+@pytest.mark.parametrize("case, success, states, verdict", VERDICTS, ids=[v[0] for v in VERDICTS])
+def test_a_split_jobs_verdict_is_its_success_policy_over_its_parts_verdicts(case, success, states, verdict):
+    """Counts are all zero here: only the members' verdicts (the placements' states) decide."""
+    policy = Policy.of(jobset(parts={"a": 2, "b": 1, "c": 3}, placement="split", success=success), "split")
+    parts = [PartView(part, "x", state, member(**{part: {}})) for part, state in states.items()]
+    assert aggregate(policy, parts).state == verdict
+
+
 def test_restarts_add_the_federations_own():
     policy = Policy.of(jobset(parts={"a": 1, "b": 1}, placement="split"), "split")
     parts = [PartView("a", "x", "Running", {**member(a={}), "restarts": 1}),
