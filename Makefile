@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench clean chromium
+.PHONY: demo test bench mutants clean chromium
 
 $(STAMP): pyproject.toml
 	@# Debian's python3 has no venv module until python3-venv is installed; as root, install it.
@@ -31,5 +31,13 @@ chromium:
 bench: $(STAMP)
 	$(BIN)/python bench/placement.py
 
+# Mutation testing of the pure core and the outbox (bench/mutants.py); not part of `make test`: it takes a while.
+$(VENV)/.mutants-stamp: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[test,mutants]"
+	touch $@
+
+mutants: $(VENV)/.mutants-stamp
+	$(BIN)/python bench/mutants.py
+
 clean:
-	rm -rf $(VENV) archipelago.db archipelago.db-* archipelago.secret test-artifacts
+	rm -rf $(VENV) archipelago.db archipelago.db-* archipelago.secret test-artifacts mutants

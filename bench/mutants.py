@@ -1,0 +1,119 @@
+"""Mutation testing of the pure core and the outbox (`make mutants`; not part of `make test`, too slow).
+
+mutmut (configured in pyproject.toml's [tool.mutmut]) changes one thing at a time in every function of
+the pure core (broker/placement, broker/status.py, broker/jobset.py, the pure Kubernetes helpers in
+clusters/) and of the outbox rules (broker/dispatch.py), and runs the tests that reach that function
+(SQLite only, no browser, no crash subprocesses) against each change. A change no test notices is a
+surviving mutant. Every run starts from scratch (mutants/ is wiped).
+
+Prints the score per module (mutants killed or timed out ÷ mutants), per group against its target,
+every survivor's diff, then one JSON object as the last line. Exits 1 when a group is below its target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from mutmut.stats import status_by_exit_code
+
+from table import print_table
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTBOX = "broker/dispatch.py"
+TARGETS = {"pure core": 0.90, "outbox": 0.80}
+DETECTED = ("killed", "timeout")
+
+
+def group_of(module: str) -> str:
+    return "outbox" if module == OUTBOX else "pure core"
+
+
+def run_mutmut(max_children: int, log: Path) -> None:
+    shutil.rmtree(log.parent, ignore_errors=True)
+    log.parent.mkdir()
+    # the tests run inside mutants/, where ../shared is not beside them
+    env = {**os.environ, "ARCHIPELAGO_SHARED_DIR": os.environ.get("ARCHIPELAGO_SHARED_DIR")
+           or str(ROOT.parent / "shared")}
+    with open(log, "w") as out:
+        done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
+                              cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode:
+        print(log.read_text()[-4000:])
+        sys.exit(f"mutmut failed (exit {done.returncode}); its output is in {log}")
+
+
+def read_results() -> dict[str, dict[str, str]]:
+    """module path → mutant name → status, from the .meta files mutmut leaves beside each mutated file."""
+    results = {}
+    for meta in sorted((ROOT / "mutants").rglob("*.py.meta")):
+        module = str(meta.relative_to(ROOT / "mutants"))[:-len(".meta")]
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        results[module] = {name: status_by_exit_code[code] for name, code in codes.items()}
+    return results
+
+
+def changed_lines(mutant: str) -> list[str]:
+    """The lines a survivor changes, from `mutmut show` (its diff without the file headers)."""
+    diff = subprocess.run([sys.executable, "-m", "mutmut", "show", mutant], cwd=ROOT, capture_output=True,
+                          text=True).stdout
+    return [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+
+
+def score(statuses) -> tuple[int, int]:
+    statuses = list(statuses)
+    return sum(s in DETECTED for s in statuses), len(statuses)
+
+
+def percent(detected: int, total: int) -> str:
+    return f"{detected}/{total} = {100 * detected / total:.1f}%" if total else "no mutants"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
+    args = parser.parse_args()
+
+    log = ROOT / "mutants" / "mutmut.log"
+    started = time.monotonic()
+    run_mutmut(args.max_children, log)
+    seconds = time.monotonic() - started
+    results = read_results()
+
+    survivors = {name: status for statuses in results.values() for name, status in statuses.items()
+                 if status not in DETECTED}
+    print(f"{len(survivors)} surviving mutants:")
+    for name, status in sorted(survivors.items()):
+        print(f"  {name} ({status})")
+        for line in changed_lines(name):
+            print(f"      {line}")
+    print()
+
+    rows, modules = [], {}
+    for module, statuses in results.items():
+        detected, total = modules[module] = score(statuses.values())
+        rows.append((module, percent(detected, total), ""))
+    groups = {}
+    for group, target in TARGETS.items():
+        detected, total = groups[group] = score(s for module, statuses in results.items()
+                                                if group_of(module) == group for s in statuses.values())
+        rows.append((group, percent(detected, total), f"≥ {100 * target:.0f}%"))
+    rows.append(("run time", f"{seconds / 60:.1f} min", f"{args.max_children} at once"))
+    below = [g for g, (detected, total) in groups.items() if not total or detected / total < TARGETS[g]]
+    print_table(rows, {
+        "modules": {m: {"killed": d, "mutants": t} for m, (d, t) in modules.items()},
+        "groups": {g: {"killed": d, "mutants": t, "score": round(d / t, 4) if t else None, "target": TARGETS[g]}
+                   for g, (d, t) in groups.items()},
+        "survivors": sorted(survivors), "seconds": round(seconds, 1), "below_target": below})
+    sys.exit(1 if below else 0)
+
+
+if __name__ == "__main__":
+    main()
