@@ -1,7 +1,7 @@
 """Benchmark of propagation and status, against one `python -m clusters.sim --tls` process (speed 0).
 
 1. Apply: N JobSets placed by the scheduler, then the dispatcher's passes until every placement is
-   Applied on its member (Applying committed, a namespace list, server-side apply, the results
+   Starting on its member (Applying committed, a namespace list, server-side apply, the results
    committed in batches as they come) — against the bare `kubernetes` client creating the same N
    JobSets on the same members directly, one after another in one thread. Reports the ratio. Both
    create suspended JobSets, so the simulated controllers' work does not weigh on either side, and
@@ -148,7 +148,7 @@ def bench_apply(work: Path, names: list[str], jobs: int) -> dict:
         while broker.count() < jobs:
             broker.scheduler.run_once()
         t0 = time.perf_counter()
-        while broker.count(Placement.state == "Applied") < jobs:
+        while broker.count(Placement.state == "Starting") < jobs:
             broker.dispatcher.run_once()
         broker_s = time.perf_counter() - t0
     finally:
@@ -165,7 +165,7 @@ def bench_status(work: Path, names: list[str], changes: int) -> dict:
         broker.submit([manifest(f"run-{name}", member=name) for name in names])
         while broker.count() < len(names):
             broker.scheduler.run_once()
-        while broker.count(Placement.state == "Applied") + broker.count(Placement.state == "Running") < len(names):
+        while broker.count(Placement.state == "Starting") + broker.count(Placement.state == "Running") < len(names):
             broker.dispatcher.run_once()
         with broker.database.sessions() as session:
             job_of = {name: session.scalar(select(Job.id).where(Job.name == f"run-{name}")) for name in names}

@@ -3,7 +3,7 @@
 Functions take a session in a write transaction (`begin_write` first) and leave the commit to the
 caller, which commits each step BEFORE it acts on a member. A placement moves
 
-    Decided ─▶ Applying ─▶ Applied ─▶ Running ─▶ Succeeded | Failed
+    Decided ─▶ Applying ─▶ Starting ─▶ Running ─▶ Succeeded | Failed
        └──────────┴───────────┴──────────┴──▶ Deleting ─▶ Deleted
 
 Decided is the scheduler's; Applying is committed before the member is touched, so a broker killed
@@ -31,12 +31,12 @@ from broker.status import (Aggregate, PartView, Policy, aggregate, failure_messa
                            part_failure, placement_state)
 from clusters.jobsets import member_name, render
 
-ON_MEMBER_STATES = ("Applied", "Running")  # a copy the status watch follows
+ON_MEMBER_STATES = ("Starting", "Running")  # a copy the status watch follows
 VERDICT_STATES = ("Succeeded", "Failed")  # the member judged the copy: it is never judged again
 KEPT_STATES = ("Applying", *ON_MEMBER_STATES, *VERDICT_STATES)  # copies the broker still owns
 WORK_STATES = ("Decided", "Applying", "Deleting")
-DISPATCHING_JOB_STATES = ("Admitted", "Dispatching")
-PLACED_JOB_STATES = ("Admitted", "Dispatching", "Running")
+DISPATCHING_JOB_STATES = ("Admitted", "Dispatching", "Starting")  # not Running yet
+PLACED_JOB_STATES = (*DISPATCHING_JOB_STATES, "Running")
 LOCKED = "archipelago.locked"  # session.info key: the rows `lock_jobs` holds for this transaction
 
 
@@ -171,7 +171,7 @@ def start_apply(session: Session, works: list[Work]) -> set[int]:
 
 
 def finish_apply(session: Session, work: Work, jobset: dict[str, Any], now: datetime, *, adopted: bool) -> Changes:
-    """Applying → Applied (or further, if the member's status already says so)."""
+    """Applying → Starting (or further, if the member's status already says so)."""
     job = _lock_job(session, work.job_id)
     placement = _lock_placement(session, work.placement_id)
     if job is None or placement is None or placement.state != "Applying":
@@ -184,7 +184,7 @@ def finish_apply(session: Session, work: Work, jobset: dict[str, Any], now: date
     redone = placement.member_uid is None and placement.started_at is not None
     placement.member_uid, placement.status = status["uid"], status
     placement.attempts, placement.last_error, placement.next_attempt_at = 0, None, None
-    placement.state = "Applied"
+    placement.state, placement.applied_at = "Starting", now
     what = f"{work.namespace}/{work.name}"
     verb = "adopted the existing copy" if adopted else ("recreated" if redone else "applied")
     _job_event(session, job, "Applied", f"{verb} {what} on {work.cluster} (placement {placement.id}, "
@@ -334,8 +334,10 @@ def _follow_status(session: Session, job: Job, placement: Placement, status: dic
     """A placement's new member status: its state, and for a failed split part, restart or fail."""
     placement.status = status
     state = placement_state(status)
+    if state == "Starting" and placement.state == "Running":
+        state = "Running"  # once ready, pods the member restarts are its own business (its failure policy)
     changes = Changes()
-    if state != "Applied" and placement.started_at is None:
+    if state == "Running" and placement.started_at is None:
         placement.started_at = now
     if state != placement.state:
         placement.state = state
@@ -408,11 +410,15 @@ def settle_job(session: Session, job_id: int, now: datetime) -> Changes:
         _requeue(session, job, "; ".join(f"{_part_where(p)}: {p.last_error or 'deleted'}" for p in lost))
         changes.requeued.add(job.id)
     elif job.state in DISPATCHING_JOB_STATES and current and \
-            all(p.state in ("Applied", "Running", "Succeeded") for p in current.values()):
-        job.state, job.reason = "Running", None
-        job.started_at = job.started_at or now
+            all(p.state in ("Starting", "Running", "Succeeded") for p in current.values()):
         clusters = ", ".join(sorted({p.cluster_name for p in current.values()}))
-        _job_event(session, job, "Running", f"running on {clusters}")
+        if all(p.state in ("Running", "Succeeded") for p in current.values()):
+            job.state, job.reason = "Running", None
+            job.started_at = job.started_at or now
+            _job_event(session, job, "Running", f"every pod ready on {clusters}")
+        elif job.state != "Starting":
+            job.state, job.reason = "Starting", f"on {clusters}; waiting for its pods to be ready"
+            _job_event(session, job, "Starting", job.reason)
     return changes
 
 
@@ -431,7 +437,7 @@ def _requeue(session: Session, job: Job, message: str, reason: str = "Requeued")
 def fail_over(session: Session, now: datetime, toleration: float) -> Changes:
     """Move placements off members that cannot keep them, for the scheduler to place again:
     - a member NotReady for longer than `toleration` seconds: all its live placements;
-    - a Draining member: those not started yet (Decided, Applying, Applied);
+    - a Draining member: those not started yet (Decided, Applying, Starting);
     - a removed member: all of them (there is nothing left to delete there).
     The old copy is marked Deleting: deleted once its member answers, before anything new starts there."""
     changes = Changes()

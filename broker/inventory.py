@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
@@ -156,14 +156,22 @@ def node_row(node: Mapping[str, Any]) -> dict[str, Any]:
             "allocatable": {r: to_milli(str(q)) for r, q in (status.get("allocatable") or {}).items()}}
 
 
-def pod_usage(pod: Mapping[str, Any]) -> tuple[str, dict[str, int]] | None:
-    """(node, requests in milli-units, one `pods` slot included) of a pod that holds resources on a node."""
-    spec, phase = pod.get("spec") or {}, (pod.get("status") or {}).get("phase")
-    if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+class PodHold(NamedTuple):
+    """What one pod holds on its node, and the broker's placement it belongs to (None: someone else's)."""
+
+    node: str
+    requests: dict[str, int]  # milli-units, one `pods` slot included
+    placement: str | None
+
+
+def pod_usage(pod: Mapping[str, Any]) -> PodHold | None:
+    """The hold of a pod bound to a node that has not finished (Pending on its node holds as Running does)."""
+    metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    if not spec.get("nodeName") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
         return None
     total = effective_requests(spec)
     total["pods"] = total.get("pods", 0) + 1000
-    return spec["nodeName"], total
+    return PodHold(spec["nodeName"], total, (metadata.get("labels") or {}).get(jobsets.PLACEMENT_ID_LABEL))
 
 
 @dataclass
@@ -186,17 +194,20 @@ def resolve_topology(node_labels: Mapping[str, Mapping[str, str]], hypernodes: I
     return topology, "labels" if topology.hypernodes else "none"
 
 
-def member_inventory(nodes: Mapping[str, dict[str, Any]], holds: Iterable[tuple[str, Mapping[str, int]]],
+def member_inventory(nodes: Mapping[str, dict[str, Any]], holds: Iterable[PodHold],
                      topology: Topology, source: str) -> MemberInventory:
-    """Rows from a member's nodes (name -> node_row) and its pods' holds (pod_usage)."""
-    rows = {name: {**row, "used": {}} for name, row in nodes.items()}
-    for node, requests in holds:
-        if node in rows:
-            add_into(rows[node]["used"], requests)
+    """Rows from a member's nodes (name -> node_row) and its pods' holds (pod_usage): `used` by every
+    pod, and `placement_used` the part of it held by the pods of each of the broker's placements."""
+    rows = {name: {**row, "used": {}, "placement_used": {}} for name, row in nodes.items()}
+    for hold in holds:
+        if hold.node in rows:
+            add_into(rows[hold.node]["used"], hold.requests)
+            if hold.placement is not None:
+                add_into(rows[hold.node]["placement_used"].setdefault(hold.placement, {}), hold.requests)
     return MemberInventory(rows, topology, source)
 
 
-_NODE_FIELDS = ("labels", "taints", "unschedulable", "ready", "allocatable", "used")
+_NODE_FIELDS = ("labels", "taints", "unschedulable", "ready", "allocatable", "used", "placement_used")
 
 
 @dataclass

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from types import MappingProxyType
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
@@ -110,19 +110,28 @@ def read_inventory(session: Session, *, now: float, specs: dict[str, JobSpec] | 
                    with_pending: bool = True) -> Inventory:
     """The snapshot of one cycle, read in one transaction; call on a fresh session.
 
-    Node.used as the member reports it includes the pods of the broker's own placements, while the
-    engine adds those itself from the live placements: so each node's used is reduced by the live
-    placements' usage there (never below zero). `specs` caches parsed manifests by job id across
-    cycles (a manifest never changes after submission); it is pruned to the jobs still pending.
+    What is in use on a node (DESIGN, Placement): the pods the broker did not create, plus for each
+    live placement the larger of what it reserved there and what its pods (labelled with its id)
+    request — a placement whose pods have not appeared yet still holds its nodes. A placement being
+    deleted holds its nodes until its member confirms, but no longer counts toward its queue.
+    `specs` caches parsed manifests by job id across cycles (a manifest never changes after
+    submission); it is pruned to the jobs still pending.
     """
     _begin_consistent_read(session)
     fence = session.scalar(select(func.max(PlacementRow.id))) or 0
-    running, tenant_ids = _running_placements(session)
-    live_usage: dict[tuple[str, str], dict[str, int]] = {}
-    for placement in running:
-        for node, usage in placement.node_usage.items():
-            add_into(live_usage.setdefault((placement.cluster, node), {}), usage)
-    clusters, cluster_ids = _clusters(session, live_usage)
+    live = _live_placements(session)
+    clusters, cluster_ids, pods_of = _clusters(session, {str(row.id) for row in live})
+    running, tenant_ids = [], {}
+    for row in live:
+        pods: dict[str, int] = {}
+        for a in row.assignments:
+            pods[a["node"]] = pods.get(a["node"], 0) + a["pods"]
+        running.append(RunningPlacement(
+            job_id=str(row.job_id), part=row.part or None, cluster=row.cluster_name, hypernode=row.hypernode,
+            node_usage=_held(row.node_usage, pods_of.get(str(row.id), {})), node_pods=pods, tenant=row.tenant,
+            queue=row.queue, priority=row.priority, started_at=as_utc(row.started_at or row.created_at).timestamp(),
+            exclusive_topology=row.exclusive_topology, charged=row.state != "Deleting"))
+        tenant_ids[str(row.job_id)] = row.tenant_id
     tenants = [Tenant(name) for name in session.scalars(select(TenantRow.name))]
     queues = [Queue(name=q.name, tenant=tenant, weight=q.weight, priority=q.priority,
                     nominal_quota=q.nominal_quota or {}, borrowing_limit=q.borrowing_limit,
@@ -135,38 +144,44 @@ def read_inventory(session: Session, *, now: float, specs: dict[str, JobSpec] | 
     return inventory
 
 
-def _running_placements(session: Session) -> tuple[list[RunningPlacement], dict[str, int]]:
-    rows = session.execute(
-        select(PlacementRow.job_id, PlacementRow.part, PlacementRow.cluster_name, PlacementRow.hypernode,
-               PlacementRow.node_usage, PlacementRow.assignments, PlacementRow.exclusive_topology,
-               PlacementRow.started_at, PlacementRow.created_at, Job.priority, Job.tenant_id,
-               QueueRow.name, TenantRow.name)
+def _live_placements(session: Session) -> list[Any]:
+    return list(session.execute(
+        select(PlacementRow.id, PlacementRow.job_id, PlacementRow.part, PlacementRow.cluster_name,
+               PlacementRow.hypernode, PlacementRow.node_usage, PlacementRow.assignments, PlacementRow.state,
+               PlacementRow.exclusive_topology, PlacementRow.started_at, PlacementRow.created_at, Job.priority,
+               Job.tenant_id, QueueRow.name.label("queue"), TenantRow.name.label("tenant"))
         .join(Job, Job.id == PlacementRow.job_id).join(QueueRow, QueueRow.id == Job.queue_id)
         .join(TenantRow, TenantRow.id == Job.tenant_id)
-        .where(PlacementRow.state.in_(PLACEMENT_LIVE_STATES)).order_by(PlacementRow.id))
-    running, tenant_ids = [], {}
-    for (job_id, part, cluster, hypernode, node_usage, assignments, exclusive, started, created, priority,
-         tenant_id, queue, tenant) in rows:
-        pods: dict[str, int] = {}
-        for a in assignments:
-            pods[a["node"]] = pods.get(a["node"], 0) + a["pods"]
-        running.append(RunningPlacement(
-            job_id=str(job_id), part=part or None, cluster=cluster, hypernode=hypernode, node_usage=node_usage,
-            node_pods=pods, tenant=tenant, queue=queue, priority=priority,
-            started_at=as_utc(started or created).timestamp(), exclusive_topology=exclusive))
-        tenant_ids[str(job_id)] = tenant_id
-    return running, tenant_ids
+        .where(PlacementRow.state.in_(PLACEMENT_LIVE_STATES)).order_by(PlacementRow.id)))
 
 
-def _clusters(session: Session, live_usage: dict[tuple[str, str], dict[str, int]]
-              ) -> tuple[list[Cluster], dict[str, int]]:
-    """Every cluster, whatever its state: the engine places on Ready ones and says why not on the others."""
+def _held(reserved: Mapping[str, Mapping[str, int]], pods: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """Per node and resource, the larger of a placement's reservation and what its pods there request."""
+    held = {node: dict(amounts) for node, amounts in reserved.items()}
+    for node, amounts in pods.items():
+        mine = held.setdefault(node, {})
+        for resource, amount in amounts.items():
+            mine[resource] = max(mine.get(resource, 0), amount)
+    return held
+
+
+def _clusters(session: Session, live: set[str]
+              ) -> tuple[list[Cluster], dict[str, int], dict[str, dict[str, dict[str, int]]]]:
+    """Every cluster, whatever its state (the engine places on Ready ones and says why not on the others),
+    and what the pods of each live placement hold per node (placement id -> node -> resources).
+
+    A node's `used` as the engine sees it is what the pods of no live placement hold there."""
     names = dict(session.execute(select(ClusterRow.id, ClusterRow.name)).all())
     nodes: dict[int, list[Node]] = {}
+    pods_of: dict[str, dict[str, dict[str, int]]] = {}
     for row in session.execute(select(NodeRow.cluster_id, NodeRow.name, NodeRow.labels, NodeRow.taints,
-                                      NodeRow.unschedulable, NodeRow.ready, NodeRow.allocatable, NodeRow.used)):
-        held = live_usage.get((names[row.cluster_id], row.name), {})
-        others = {r: max(q - held.get(r, 0), 0) for r, q in row.used.items()}
+                                      NodeRow.unschedulable, NodeRow.ready, NodeRow.allocatable, NodeRow.used,
+                                      NodeRow.placement_used)):
+        others = dict(row.used)
+        for placement_id, amounts in (row.placement_used or {}).items():
+            if placement_id in live:
+                add_into(others, amounts, -1)
+                pods_of.setdefault(placement_id, {})[row.name] = amounts
         nodes.setdefault(row.cluster_id, []).append(Node(
             row.name, row.allocatable, others, row.labels, tuple(row.taints), row.unschedulable or not row.ready))
     hypernodes: dict[int, list[HyperNode]] = {}
@@ -177,7 +192,7 @@ def _clusters(session: Session, live_usage: dict[tuple[str, str], dict[str, int]
     clusters = [Cluster(c.name, c.state, c.labels, tuple(c.taints), c.jobset_crd, tuple(nodes.get(c.id, ())),
                         tuple(hypernodes.get(c.id, ())))
                 for c in session.scalars(select(ClusterRow))]
-    return clusters, {name: cluster_id for cluster_id, name in names.items()}
+    return clusters, {name: cluster_id for cluster_id, name in names.items()}, pods_of
 
 
 def _read_pending(session: Session, inventory: Inventory, specs: dict[str, JobSpec]) -> None:

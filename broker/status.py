@@ -2,7 +2,8 @@
 
 - `member_status`: what the broker keeps of a member JobSet (per ReplicatedJob counts, conditions,
   restarts, terminal state, and the object's uid, generation and resourceVersion).
-- `placement_state`: Applied (created, nothing started), Running, Succeeded or Failed.
+- `placement_state`: Starting (on the member, its pods not all ready), Running (every ReplicatedJob's Jobs
+  ready or done, Kueue's PodsReady), Succeeded or Failed.
 - `aggregate`: `whole` — the one placement's status is the job's; `split` — counts summed over the
   current placement of each part for display, Succeeded once the JobSet's success policy holds over
   the parts' verdicts (a part succeeded when its member's JobSet did).
@@ -26,22 +27,47 @@ def member_status(jobset: Mapping[str, Any]) -> dict[str, Any]:
     """The placement's status from the member's JobSet object."""
     metadata, status = jobset.get("metadata") or {}, jobset.get("status") or {}
     counts = {r["name"]: {k: int(r.get(k) or 0) for k in COUNTS} for r in status.get("replicatedJobsStatus") or ()}
+    expected = {r["name"]: {"replicas": int(r.get("replicas", 1)),
+                            "dependsOn": [{"name": d["name"], "status": d.get("status", "Ready")}
+                                          for d in r.get("dependsOn") or ()]}
+                for r in (jobset.get("spec") or {}).get("replicatedJobs") or ()}
     conditions = [{k: c[k] for k in ("type", "status", "reason", "message", "lastTransitionTime") if k in c}
                   for c in status.get("conditions") or ()]
     terminal = status.get("terminalState")
     if not terminal:
         terminal = next((c["type"] for c in conditions if c.get("type") in _TERMINAL and c.get("status") == "True"),
                         None)
-    return {"replicatedJobs": counts, "conditions": conditions, "restarts": int(status.get("restarts") or 0),
+    return {"replicatedJobs": counts, "expected": expected, "conditions": conditions, "restarts": int(status.get("restarts") or 0),
             "terminalState": terminal, "uid": metadata.get("uid"), "generation": metadata.get("generation"),
             "resourceVersion": metadata.get("resourceVersion")}
 
 
 def placement_state(status: Mapping[str, Any]) -> str:
+    """The member's verdict; else Running once every ReplicatedJob has all its Jobs ready or succeeded
+    (one waiting on a dependsOn not met yet is not expected to be); else Starting."""
     if status.get("terminalState") in _TERMINAL:
         return _TERMINAL[status["terminalState"]]
-    started = any(c["active"] or c["succeeded"] or c["failed"] for c in (status.get("replicatedJobs") or {}).values())
-    return "Running" if started else "Applied"
+    counts, expected = status.get("replicatedJobs") or {}, status.get("expected") or {}
+    up = {name: counts.get(name, {}).get("ready", 0) + counts.get(name, {}).get("succeeded", 0)
+          for name in expected}
+    done = {name: counts.get(name, {}).get("succeeded", 0) for name in expected}
+
+    def due(name: str) -> bool:
+        return all((done if d["status"] == "Complete" else up).get(d["name"], 0)
+                   >= expected.get(d["name"], {}).get("replicas", 1) for d in expected[name]["dependsOn"])
+
+    ready = bool(expected) and all(up[name] >= spec["replicas"] for name, spec in expected.items() if due(name))
+    return "Running" if ready else "Starting"
+
+
+def not_ready(status: Mapping[str, Any]) -> str:
+    """`2 of 4 Jobs of workers ready`: what the member reports missing, for people."""
+    counts, missing = status.get("replicatedJobs") or {}, []
+    for name, spec in (status.get("expected") or {}).items():
+        up = counts.get(name, {}).get("ready", 0) + counts.get(name, {}).get("succeeded", 0)
+        if up < spec["replicas"]:
+            missing.append(f"{up} of {spec['replicas']} Jobs of {name} ready")
+    return ", ".join(missing) or "the member reports no ready counts"
 
 
 def newer(status: Mapping[str, Any], seen: Mapping[str, Any]) -> bool:

@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from broker import events
-from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_LIVE_STATES, Job, Placement, Queue, Tenant, Token,
+from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, Job, Placement, Queue, Tenant, Token,
                               as_utc, utcnow)
 from broker.errors import Conflict, Invalid, NotFound
 from clusters.quantity import add_into, to_milli
@@ -201,10 +201,11 @@ class QueueStats:
 
 
 def queue_stats(session: Session, queue_ids: list[int]) -> dict[int, QueueStats]:
-    """Usage (live placements), pending depth and oldest wait per queue, in two queries."""
+    """Usage (live placements not given up: one being deleted is not charged), pending depth and oldest
+    wait per queue, in two queries."""
     usage: dict[int, dict[str, int]] = {q: {} for q in queue_ids}
     rows = session.execute(select(Job.queue_id, Placement.resources).join(Placement, Placement.job_id == Job.id)
-                           .where(Job.queue_id.in_(queue_ids), Placement.state.in_(PLACEMENT_LIVE_STATES)))
+                           .where(Job.queue_id.in_(queue_ids), Placement.state.in_(PLACEMENT_ACTIVE_STATES)))
     for queue_id, resources in rows:
         add_into(usage[queue_id], resources or {})
     counts = {q: [0, 0, None] for q in queue_ids}

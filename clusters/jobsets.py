@@ -72,6 +72,7 @@ def render(manifest: Mapping[str, Any], *, namespace: str, job_id: int, placemen
     for assignment in assignments:
         nodes.setdefault(assignment["replicatedJob"], set()).add(assignment["node"])
     for rjob in spec.get("replicatedJobs") or ():
+        _label_pods(rjob, {JOB_ID_LABEL: str(job_id), PLACEMENT_ID_LABEL: str(placement_id)})
         if rjob.get("name") in nodes:
             _require_nodes(rjob, sorted(nodes[rjob["name"]]))
     return {"apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}", "kind": "JobSet",
@@ -96,6 +97,13 @@ def _part_spec(spec: dict[str, Any], part: str) -> dict[str, Any]:
     if (spec.get("coordinator") or {}).get("replicatedJob") not in (None, part):
         spec.pop("coordinator")
     return spec
+
+
+def _label_pods(rjob: dict[str, Any], labels: Mapping[str, str]) -> None:
+    """The broker's labels on every pod of the ReplicatedJob: the inventory tells its pods from others' by them."""
+    pod = rjob.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
+    pod["metadata"] = {**(pod.get("metadata") or {})}
+    pod["metadata"]["labels"] = {**(pod["metadata"].get("labels") or {}), **labels}
 
 
 def _require_nodes(rjob: dict[str, Any], nodes: list[str]) -> None:

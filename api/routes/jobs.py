@@ -152,7 +152,7 @@ async def dry_run(request: Request, session: SessionDep, principal: PrincipalDep
 @router.get("/jobs", tags=["jobs"], response_model=schemas.JobPage, responses=problems(401, 422))
 def list_jobs(session: SessionDep, principal: PrincipalDep,
               tenant: str | None = None, queue: str | None = None,
-              state: list[str] = Query([], description="one or more of Queued, Admitted, Dispatching, Running, "
+              state: list[str] = Query([], description="one or more of Queued, Admitted, Dispatching, Starting, Running, "
                                                        "Succeeded, Failed, Cancelled"),
               cluster: str | None = None, name: str | None = None,
               selector: str | None = Query(None, description="label selector over the JobSet's labels"),

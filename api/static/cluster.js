@@ -4,7 +4,7 @@
   if (!(await AP.start())) return;
   const { h, api, apiAll, bar, badge, render, empty } = AP;
   const name = document.getElementById("cluster-name").dataset.name;
-  const LIVE = ["Decided", "Applying", "Applied", "Running", "Deleting"];
+  const LIVE = ["Decided", "Applying", "Starting", "Running", "Deleting"];
   const BOX_W = 168, BOX_H = 58, GAP_X = 18, GAP_Y = 44, NODE = 12, NODE_GAP = 4, NODES_PER_ROW = 10;
 
   async function load() {

@@ -3,7 +3,7 @@
 (async () => {
   if (!(await AP.start())) return;
   const { h, api, apiAll, badge, render, empty } = AP;
-  const STATES = ["Queued", "Admitted", "Dispatching", "Running", "Succeeded", "Failed", "Cancelled"];
+  const STATES = ["Queued", "Admitted", "Dispatching", "Starting", "Running", "Succeeded", "Failed", "Cancelled"];
   const form = document.getElementById("filters");
   const f = form.elements;
   const params = new URLSearchParams(location.search);

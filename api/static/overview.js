@@ -3,7 +3,7 @@
 (async () => {
   if (!(await AP.start())) return;
   const { h, api, apiAll, bar, badge, render, empty } = AP;
-  const STARTING = ["Decided", "Applying", "Applied"];
+  const STARTING = ["Decided", "Applying", "Starting"];
   let events = [], cursor = null;
 
   async function newEvents() {

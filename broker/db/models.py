@@ -15,12 +15,13 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 CLUSTER_STATES = ("Pending", "Ready", "NotReady", "Cordoned", "Draining")
-JOB_STATES = ("Queued", "Admitted", "Dispatching", "Running", "Succeeded", "Failed", "Cancelled")
+JOB_STATES = ("Queued", "Admitted", "Dispatching", "Starting", "Running", "Succeeded", "Failed", "Cancelled")
 JOB_FINISHED_STATES = ("Succeeded", "Failed", "Cancelled")
-PLACEMENT_STATES = ("Decided", "Applying", "Applied", "Running", "Succeeded", "Failed", "Deleting", "Deleted")
-PLACEMENT_LIVE_STATES = ("Decided", "Applying", "Applied", "Running", "Deleting")
+# Starting: on the member, its pods not all ready yet; Running: every pod ready (or done).
+PLACEMENT_STATES = ("Decided", "Applying", "Starting", "Running", "Succeeded", "Failed", "Deleting", "Deleted")
+PLACEMENT_LIVE_STATES = ("Decided", "Applying", "Starting", "Running", "Deleting")
 PLACEMENT_ACTIVE_STATES = tuple(s for s in PLACEMENT_LIVE_STATES if s != "Deleting")  # live and meant to stay
-PLACEMENT_UNSTARTED_STATES = ("Decided", "Applying", "Applied")  # what a drain moves elsewhere
+PLACEMENT_UNSTARTED_STATES = ("Decided", "Applying", "Starting")  # what a drain moves elsewhere
 PREEMPTION_POLICIES = ("Never", "LowerPriority")
 TOKEN_ROLES = ("admin", "tenant")
 EVENT_KINDS = ("cluster", "job", "queue", "tenant", "placement")
@@ -112,7 +113,9 @@ class Node(Base):
     unschedulable: Mapped[bool] = mapped_column(Boolean, default=False)
     ready: Mapped[bool] = mapped_column(Boolean, default=True)
     allocatable: Mapped[dict[str, int]] = mapped_column(Json, default=dict)
-    used: Mapped[dict[str, int]] = mapped_column(Json, default=dict)
+    used: Mapped[dict[str, int]] = mapped_column(Json, default=dict)  # by every pod on the node
+    # the part of `used` held by the pods of each of the broker's placements: placement id -> resources
+    placement_used: Mapped[dict[str, dict[str, int]]] = mapped_column(Json, default=dict)
 
     cluster: Mapped[Cluster] = relationship(back_populates="nodes")
 
@@ -214,6 +217,11 @@ class Job(Base):
     waiting_reasons: Mapped[dict[str, str]] = mapped_column(Json, default=dict)
     status: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     restart_count: Mapped[int] = mapped_column(Integer, default=0)
+    # startup evictions (pods not ready within the startup timeout): how many, when it may be placed
+    # again (exponential back-off), and the clusters it avoids until when (name -> ISO time)
+    evictions: Mapped[int] = mapped_column(Integer, default=0)
+    requeue_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    avoid: Mapped[dict[str, str]] = mapped_column(Json, default=dict)
     cancel_requested_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     submitted_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     admitted_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
@@ -261,6 +269,7 @@ class Placement(Base):
     next_attempt_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    applied_at: Mapped[datetime | None] = mapped_column(UtcDateTime())  # the startup timeout runs from here
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 

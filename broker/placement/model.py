@@ -82,7 +82,7 @@ class Queue:
 
 @dataclass(frozen=True, slots=True)
 class RunningPlacement:
-    """A part of a job the broker already placed (Admitted, Dispatching or Running)."""
+    """A live part of a job the broker placed: on its way to its member, there, or being deleted from it."""
 
     job_id: str
     part: str | None  # None: the whole JobSet; else the ReplicatedJob name (split mode)
@@ -95,6 +95,9 @@ class RunningPlacement:
     priority: int
     started_at: float
     exclusive_topology: str | None = None  # node label whose domains this placement holds alone
+    # False once the broker gave the placement up (its copy is being deleted): its nodes stay held
+    # until the member confirms, but it no longer counts toward its queue's quota, nor can it be preempted.
+    charged: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -303,8 +303,9 @@ class QueueState:
 class Snapshot:
     """Clusters, queues and running placements of one cycle, as mutable indexes.
 
-    `running` must list every placement that holds capacity (Admitted, Dispatching, Running);
-    their node usage is added on top of `Node.used`. `now` is on the clock of `submitted_at`.
+    `running` must list every placement that holds capacity (every live one, being deleted too);
+    their node usage is added on top of `Node.used`, and the charged ones' to their queues (and only
+    those may be preempted). `now` is on the clock of `submitted_at`.
     Queue names are unique across tenants.
     """
 
@@ -323,17 +324,18 @@ class Snapshot:
                 add_into(self.totals, index.allocatable_total)
         self.running: dict[str, list[RunningPlacement]] = {}
         for placement in running:
-            self.running.setdefault(placement.job_id, []).append(placement)
-            self.occupy(placement.cluster, placement.queue, placement.node_usage, placement.node_pods,
-                        placement.exclusive_topology, +1)
+            if placement.charged:
+                self.running.setdefault(placement.job_id, []).append(placement)
+            self.occupy(placement.cluster, placement.queue if placement.charged else None, placement.node_usage,
+                        placement.node_pods, placement.exclusive_topology, +1)
 
     def weight(self, queue: Queue) -> float:
         tenant = self.tenants.get(queue.tenant)
         return queue.weight * (tenant.weight if tenant else 1.0)
 
-    def occupy(self, cluster: str, queue: str, node_usage: Mapping[str, Resources],
+    def occupy(self, cluster: str, queue: str | None, node_usage: Mapping[str, Resources],
                node_pods: Mapping[str, int], exclusive_label: str | None, sign: int) -> None:
-        """Account a placement's pods (sign=+1) or remove them (sign=-1): nodes, HyperNodes, queue."""
+        """Account a placement's pods (sign=+1) or remove them (sign=-1): nodes, HyperNodes, queue (if any)."""
         if queue in self.queues:
             for amounts in node_usage.values():
                 add_into(self.queues[queue].usage, amounts, sign)

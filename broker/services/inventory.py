@@ -27,7 +27,7 @@ from broker.db.crypto import KubeconfigCipher
 from broker.db.models import Cluster, utcnow
 from broker.db.runtime import Database
 from broker.db.session import transaction
-from broker.inventory import (WriteResult, connect, member_inventory, node_row, pod_usage, record_probe,
+from broker.inventory import (PodHold, WriteResult, connect, member_inventory, node_row, pod_usage, record_probe,
                               record_sync_error, resolve_topology, write_inventory)
 from broker.services.loop import LoopService, WatchThread
 from broker.settings import Settings
@@ -98,7 +98,7 @@ class MemberMirror:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.nodes: dict[str, dict[str, Any]] = {}  # name -> node_row
-        self.pods: dict[str, tuple[str, dict[str, int]]] = {}  # namespace/name -> (node, requests)
+        self.pods: dict[str, PodHold] = {}  # namespace/name -> what it holds
         self.hypernodes: dict[str, dict] = {}  # name -> object
         self.has_hypernodes = False  # whether the member serves HyperNodes
         self.listed: dict[str, int] = {}  # kind -> resourceVersion of its last list

@@ -32,7 +32,8 @@ class SimCluster:
     def __init__(self, spec: ClusterSpec, clock: SimClock, wake: Callable[[], None] = lambda: None) -> None:
         self.name, self.labels, self.token = spec.name, spec.labels, spec.token
         self.version, self.default_duration = spec.version, spec.duration
-        self.jobset_counts = spec.jobset_counts
+        self.jobset_counts, self.controller_lag = spec.jobset_counts, spec.controller_lag
+        self.unpullable_images = spec.unpullable_images
         self.clock = clock
         self._wake = wake
         self.lock = threading.RLock()

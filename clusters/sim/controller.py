@@ -8,6 +8,7 @@ Everything here runs under the cluster lock; writes go through the cluster so wa
 from __future__ import annotations
 
 import copy
+import fnmatch
 import hashlib
 import heapq
 import json
@@ -131,6 +132,7 @@ class Controller:
         self.exclusive_active = 0  # running pods that hold an exclusive topology domain
         self._usable: list[dict] | None = None  # ready, schedulable nodes in name order
         self.held_counts: dict[str, tuple[float, list]] = {}  # JobSet uid -> (until, counts it shows)
+        self.first_seen: dict[str, float] = {}  # JobSet and Job uid -> when the controller first met it (lag)
         self.store.listeners.append(self.on_event)
 
     # bookkeeping from store events -----------------------------------------------------------
@@ -157,6 +159,8 @@ class Controller:
         elif key == JOBS.key:
             if event.type != "DELETED":
                 self.dirty_jobs.add(ident)
+            else:
+                self.first_seen.pop(meta["uid"], None)
             for ref in meta.get("ownerReferences") or ():
                 if ref.get("kind") == "JobSet":
                     self.dirty_jobsets.add((ident[0], ref["name"]))
@@ -165,6 +169,7 @@ class Controller:
                 self.dirty_jobsets.add(ident)
             else:
                 self.held_counts.pop(meta["uid"], None)
+                self.first_seen.pop(meta["uid"], None)
         elif key == NODES.key:
             self.schedule_needed = True
             self._usable = None
@@ -211,8 +216,10 @@ class Controller:
                 pod = self.store.get(PODS.key, ns, name)
                 if pod and pod["metadata"]["uid"] == uid and pod["status"].get("phase") == "Running":
                     self._finish_pod(pod, not self._should_fail(pod), now)
-            elif what == "recount":
+            elif what == "jobset":
                 self.dirty_jobsets.add((ns, name))
+            elif what == "job":
+                self.dirty_jobs.add((ns, name))
             elif what == "ttl":
                 js = self.store.get(JOBSETS.key, ns, name)
                 if js and js["metadata"]["uid"] == uid:
@@ -281,6 +288,10 @@ class Controller:
 
     def _start_pod(self, pod: dict, node: dict, now: float) -> None:
         ts = rfc3339(now)
+        image = self._unpullable(pod)
+        if image:
+            self._pull_fails(pod, image, ts)
+            return
         addresses = node.get("status", {}).get("addresses") or []
         host_ip = next((a["address"] for a in addresses if a.get("type") == "InternalIP"), "10.0.0.1")
         self.cluster.pod_ip_seq += 1
@@ -299,6 +310,27 @@ class Controller:
         status.pop("message", None)
         started = self.cluster.write(PODS, {**pod, "status": status})
         self._timer(now + self._duration(pod), "pod", started)
+
+    def _unpullable(self, pod: dict) -> str | None:
+        spec = pod["spec"]
+        return next((c.get("image", "") for c in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ()))
+                     if any(fnmatch.fnmatchcase(c.get("image", ""), p) for p in self.cluster.unpullable_images)), None)
+
+    def _pull_fails(self, pod: dict, image: str, ts: str) -> None:
+        """Bound to its node, holding its resources, and never started: the kubelet backs off pulling."""
+        message = f'Back-off pulling image "{image}"'
+        if any((s.get("state") or {}).get("waiting", {}).get("message") == message
+               for s in pod.get("status", {}).get("containerStatuses") or ()):
+            return
+        conds = [{"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": ts},
+                 *({"type": t, "status": "False", "reason": "ContainersNotReady", "lastProbeTime": None,
+                    "lastTransitionTime": ts} for t in ("Ready", "ContainersReady"))]
+        statuses = [{"name": c.get("name", ""), "image": c.get("image", ""), "imageID": "", "ready": False,
+                     "started": False, "restartCount": 0,
+                     "state": {"waiting": {"reason": "ImagePullBackOff", "message": message}}}
+                    for c in pod["spec"].get("containers") or ()]
+        self.cluster.write(PODS, {**pod, "status": {**pod.get("status", {}), "phase": "Pending", "conditions": conds,
+                                                    "containerStatuses": statuses, "startTime": ts}})
 
     def _finish_pod(self, pod: dict, succeeded: bool, now: float, reason: str = "", message: str = "") -> None:
         ts = rfc3339(now)
@@ -423,7 +455,19 @@ class Controller:
                     out.append(obj)
         return out
 
+    def _lagging(self, obj: dict, what: str, now: float) -> bool:
+        """A busy controller gets to a new object only `controller_lag` seconds after it appeared."""
+        lag, uid = self.cluster.controller_lag, obj["metadata"]["uid"]
+        if not lag:
+            return False
+        if uid not in self.first_seen:
+            self.first_seen[uid] = now
+            self._timer(now + lag, what, obj)
+        return now < self.first_seen[uid] + lag
+
     def reconcile_job(self, job: dict, now: float) -> None:
+        if self._lagging(job, "job", now):
+            return
         spec, status = job.get("spec", {}), job.get("status", {})
         pods = self._children(job, PODS.key)
         active = [p for p in pods if p.get("status", {}).get("phase") not in _TERMINAL
@@ -518,7 +562,8 @@ class Controller:
     # JobSet controller ---------------------------------------------------------------------------
     def reconcile_jobset(self, js: dict, now: float) -> None:
         meta, spec = js["metadata"], js.get("spec", {})
-        if meta.get("deletionTimestamp") or spec.get("managedBy", JOBSET_CONTROLLER) != JOBSET_CONTROLLER:
+        if meta.get("deletionTimestamp") or spec.get("managedBy", JOBSET_CONTROLLER) != JOBSET_CONTROLLER \
+                or self._lagging(js, "jobset", now):
             return
         status = js.get("status") or {}
         new = dict(status)
@@ -573,7 +618,7 @@ class Controller:
         held = self.held_counts.get(uid)
         if held is None and status.get("conditions") != before.get("conditions"):
             held = self.held_counts[uid] = (now + 1, before.get("replicatedJobsStatus") or [])
-            self._timer(held[0], "recount", js)
+            self._timer(held[0], "jobset", js)
         if held is not None and now < held[0]:
             status["replicatedJobsStatus"] = held[1]
         else:

@@ -19,6 +19,10 @@ clusters:
   duration: 60s                  # default simulated run time of a pod
   token: secret                  # bearer token (default: random)
   watch_history: 2000            # events kept per resource for watches; older ones give 410 Gone
+  controller_lag: 0s             # a busy control plane: a new JobSet gets its Jobs, and a new Job its pods,
+                                 # only this long (simulated) after it appeared
+  unpullable_images: []          # image patterns (fnmatch, e.g. "*.invalid/*") whose pods are bound to a node
+                                 # but stay Pending in ImagePullBackOff, holding the node's resources
   jobset_counts: current         # current | omitted (a JobSet controller that writes no per-ReplicatedJob
                                  # counts) | lagging (a new condition goes out with the previous counts,
                                  # the counts follow one simulated second later)
@@ -45,7 +49,8 @@ SPINE = "network.archipelago.io/spine"
 _MODES = ("crd", "labels", "none")
 JOBSET_COUNTS = ("current", "omitted", "lagging")
 _KEYS = {"name", "labels", "nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology",
-         "hypernodes", "pools", "jobset", "version", "duration", "token", "watch_history", "jobset_counts"}
+         "hypernodes", "pools", "jobset", "version", "duration", "token", "watch_history", "jobset_counts",
+         "controller_lag", "unpullable_images"}
 _POOL_KEYS = {"nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology"}
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -63,6 +68,8 @@ class ClusterSpec:
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     watch_history: int = 2000
     jobset_counts: str = "current"
+    controller_lag: float = 0.0
+    unpullable_images: tuple[str, ...] = ()
 
 
 def load(source: dict | str | Path) -> list[ClusterSpec]:
@@ -114,7 +121,9 @@ def build_cluster(entry: dict[str, Any]) -> ClusterSpec:
                        jobset=bool(entry.get("jobset", True)), version=version,
                        duration=parse_duration(entry.get("duration", 60)),
                        watch_history=int(entry.get("watch_history", 2000)),
-                       jobset_counts=entry.get("jobset_counts", "current"))
+                       jobset_counts=entry.get("jobset_counts", "current"),
+                       controller_lag=parse_duration(entry.get("controller_lag", 0)),
+                       unpullable_images=tuple(str(i) for i in entry.get("unpullable_images") or ()))
     if entry.get("token"):
         spec.token = str(entry["token"])
     return spec

@@ -87,7 +87,7 @@ def _placement(db, cluster: str, state: str) -> None:
 
 def test_drain_counts_what_must_move_and_remove_refuses_live_placements(api, sim, db):
     register(api, sim, "crd")
-    _placement(db, "crd", "Applied")
+    _placement(db, "crd", "Starting")
     _placement(db, "crd", "Running")
     drained = api.post("/api/v1/clusters/crd/drain").json()
     assert drained["state"] == "Draining" and drained["placements_to_move"] == 1

@@ -104,7 +104,7 @@ def test_clusters_and_a_cluster_with_its_hypernode_tree(page, federation):
     expect(page.get_by_test_id("nodes-table").locator("tbody tr")).to_have_count(detail["nodes"])
 
     placements = federation.get("/placements", cluster="eu-west",
-                                state=["Decided", "Applying", "Applied", "Running", "Deleting"])["items"]
+                                state=["Decided", "Applying", "Starting", "Running", "Deleting"])["items"]
     assert placements, "the fixture places jobs on eu-west"
     expect(page.get_by_test_id("cluster-jobs-table").locator("tbody tr")).to_have_count(len(placements))
     for placement in placements:

@@ -31,13 +31,17 @@ def test_every_example_runs_to_succeeded(federation, filename):
             manifest["metadata"]["namespace"], f"jobset.sigs.k8s.io/jobset-name={mine['metadata']['name']}")
         assert pods and all((p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"], p["spec"]["nodeName"])
                             in chosen for p in pods if p["spec"].get("nodeName"))
+        # and carries the broker's labels: the inventory tells the placement's pods from others' by them
+        assert {(p["metadata"]["labels"][JOB_ID_LABEL], p["metadata"]["labels"][PLACEMENT_ID_LABEL])
+                for p in pods} == {(str(job), str(placement.id))}
     done = federation.until_state(job, "Succeeded", seconds=30)
     assert done["status"]["terminalState"] == "Completed"
     assert done["started_at"] and done["finished_at"]
     assert {p["state"] for p in done["placements"]} == {"Succeeded"}
     reasons = federation.reasons(job)
     applied = reasons.index("Running")
-    assert reasons[:2] == ["Queued", "Admitted"] and reasons[2:applied] == ["Applied"] * len(placements)
+    assert reasons[:2] == ["Queued", "Admitted"]
+    assert reasons[2:applied] == ["Applied"] * len(placements) + ["Starting"]  # applied is not yet running
     assert reasons[-1] == "Succeeded"
 
 

@@ -53,7 +53,7 @@ def test_a_split_job_with_any_succeeds_on_its_target_parts_verdict(federation):
     manifest["spec"]["successPolicy"] = {"operator": "Any", "targetReplicatedJobs": ["shard-b"]}
     manifest["metadata"]["annotations"]["sim.archipelago.io/duration"] = "1h"
     job = federation.submit(manifest)
-    running = federation.until_state(job, "Running")
+    running = federation.until_state(job, "Starting", "Running")  # without counts no member says "ready"
     [target] = [p for p in running["placements"] if p["part"] == "shard-b"]
     federation.sim.cluster(target["cluster"]).finish_pods("team-a", "jobset.sigs.k8s.io/jobset-name=anyone-shard-b")
     done = federation.until_state(job, "Succeeded")

@@ -51,20 +51,30 @@ def test_the_next_cycle_counts_what_the_last_one_placed(db, setup, scheduler):
         assert session.get(Job, second.id).waiting_reasons == {"eu-west": "needs 32 GPUs; 0 GPUs free"}
 
 
-def test_member_reported_usage_counts_the_brokers_own_pods_once(db, setup, scheduler):
-    """Node.used includes the pods of live placements; the snapshot must not count them twice."""
+@pytest.mark.parametrize("pods_seen, foreign, fits", [
+    (True, False, True),  # its pods are on the node: counted once, as the placement's
+    (False, True, False),  # its pods are not there yet, someone else's are: both hold the node
+    (True, True, False),
+])
+def test_a_node_holds_other_pods_plus_each_placement_whether_its_pods_exist_or_not(db, setup, scheduler, pods_seen,
+                                                                                     foreign, fits):
+    """One 8-GPU node; a live placement reserved 4 GPUs there; someone else's pod may hold 4 more."""
     with setup() as session:
         add_cluster(session, "eu-west", leaves=1, nodes_per_leaf=1)
         queue = add_queue(session)
-        running = submit(session, queue, "running", gpus=4, state="Running")
+        running = submit(session, queue, "running", gpus=4, state="Starting")
         session.flush()
         node = session.scalars(select(Node)).one()
-        node.used = {GPU: 4000}  # the member sees the running job's pods
-        session.add(Placement(job_id=running.id, cluster_id=node.cluster_id, cluster_name="eu-west",
-                              state="Running", assignments=[{"node": node.name, "replicatedJob": "workers", "pods": 1}],
-                              node_usage={node.name: {GPU: 4000}}))
+        placement = Placement(job_id=running.id, cluster_id=node.cluster_id, cluster_name="eu-west", state="Starting",
+                              assignments=[{"node": node.name, "replicatedJob": "workers", "pods": 1}],
+                              node_usage={node.name: {GPU: 4000}})
+        session.add(placement)
+        session.flush()
+        mine = {GPU: 4000, "pods": 1000} if pods_seen else {}
+        node.used = {GPU: 4000 * (pods_seen + foreign), "pods": 1000 * (pods_seen + foreign)}
+        node.placement_used = {str(placement.id): mine} if pods_seen else {}
         waiting = submit(session, queue, "next", gpus=4)
-    assert scheduler.run_once().admitted == [waiting.id]
+    assert scheduler.run_once().admitted == ([waiting.id] if fits else [])
 
 
 def test_a_job_that_does_not_fit_stays_queued_with_a_reason_per_cluster(db, setup, scheduler):

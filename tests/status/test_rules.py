@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.status import Policy, PartView, aggregate, member_status, part_failure, placement_state
+from broker.status import Policy, PartView, aggregate, member_status, not_ready, part_failure, placement_state
 
 
 def jobset(name: str = "train", *, parts: dict[str, int] | None = None, placement: str = "whole",
@@ -38,13 +38,38 @@ def test_member_status_reads_counts_conditions_and_terminal_state():
     assert placement_state(status) == "Succeeded"
 
 
-@pytest.mark.parametrize("counts, state", [
-    ({}, "Applied"),
-    ({"active": 1}, "Running"),
-    ({"failed": 1}, "Running"),  # a failed Job is not a failed JobSet until the member says so
-])
-def test_placement_state_before_the_end(counts, state):
-    assert placement_state(member(workers=counts)) == state
+STARTUP = [
+    # (case, the member's ReplicatedJobs as (name, replicas, dependsOn), counts by name, state)
+    ("nothing reported yet", [("workers", 2, ())], {}, "Starting"),
+    ("Jobs active but pods not ready", [("workers", 2, ())], {"workers": {"active": 2, "ready": 1}}, "Starting"),
+    ("every Job ready", [("workers", 2, ())], {"workers": {"active": 2, "ready": 2}}, "Running"),
+    ("ready and succeeded Jobs together", [("workers", 2, ())], {"workers": {"ready": 1, "succeeded": 1}},
+     "Running"),
+    ("a failed Job is not a failed JobSet", [("workers", 2, ())], {"workers": {"ready": 1, "failed": 1}},
+     "Starting"),
+    ("one ReplicatedJob of two ready", [("driver", 1, ()), ("workers", 2, ())],
+     {"driver": {"ready": 1}, "workers": {"ready": 1}}, "Starting"),
+    ("a ReplicatedJob waiting on its dependency is not expected ready",
+     [("driver", 1, ()), ("workers", 2, ({"name": "driver", "status": "Complete"},))],
+     {"driver": {"ready": 1}}, "Running"),
+    ("once the dependency is met it must be ready too",
+     [("driver", 1, ()), ("workers", 2, ({"name": "driver", "status": "Ready"},))],
+     {"driver": {"ready": 1}, "workers": {"ready": 0}}, "Starting"),
+    ("no counts at all: the member never says it is ready", [("workers", 1, ())], None, "Starting"),
+]
+
+
+@pytest.mark.parametrize("case, rjobs, counts, state", STARTUP, ids=[s[0] for s in STARTUP])
+def test_a_placement_is_starting_until_every_pod_is_ready(case, rjobs, counts, state):
+    jobset = {"metadata": {"uid": "u"}, "spec": {"replicatedJobs": [
+        {"name": name, "replicas": replicas, **({"dependsOn": list(deps)} if deps else {})}
+        for name, replicas, deps in rjobs]}, "status": {}}
+    if counts is not None:
+        jobset["status"]["replicatedJobsStatus"] = [{"name": name, **c} for name, c in counts.items()]
+    status = member_status(jobset)
+    assert placement_state(status) == state
+    if state == "Starting":
+        assert " ready" in not_ready(status)
 
 
 def test_whole_is_the_members_status():
