@@ -3,11 +3,14 @@
 1. Group the pending jobs by queue; order each queue (priority, then submission, then id).
 2. Repeatedly take the head of the queue that should go next (`_queue_key`).
 3. Decide that job: quota, then filters and scores per cluster, then bind the gang to nodes.
-   If it does not fit: preempt where the queue allows it, else hold a cluster for it once it has
-   waited too long, and record per cluster why it waits.
-4. Every decision is applied to the snapshot at once, so the next one sees it.
+   If it does not fit: preempt where the queue allows it, else, once it has waited too long, hold
+   for it the nodes of the HyperNode where it would fit soonest (`_hold`), and record per cluster
+   why it waits.
+4. Every decision is applied to the snapshot at once, so the next one sees it; a hold takes the
+   free capacity of its nodes, so no later decision of the cycle uses them.
 
-`schedule` leaves the snapshot holding the cycle's decisions; `dry_run` leaves it unchanged.
+Holds last one cycle: they are recomputed by the next one, where the long-waiting jobs go first.
+`schedule` leaves the snapshot holding the cycle's decisions (not its holds); `dry_run` leaves it unchanged.
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
-from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, NodeAssignment, Placement, Preemption,
-                                        Waiting)
-from broker.placement.explain import amount, pods_phrase
+from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, Hold, NodeAssignment, Placement,
+                                        Preemption, Waiting)
+from broker.placement.explain import amount, duration, pods_phrase
 from broker.placement.fairness import QuotaVerdict, check_quota, weighted_share
 from broker.placement.model import PendingJob
-from broker.placement.plugins import FILTERS, SCORES, Candidate, Request
-from broker.placement.snapshot import ClusterIndex, Fit, QueueState, Snapshot
+from broker.placement.plugins import FILTERS, SCORES, Candidate, HeldNodes, Request
+from broker.placement.snapshot import ClusterIndex, Fit, HyperNodeState, QueueState, Snapshot, fits
+from clusters.quantity import add_into
 
 DEFAULT_FILTERS = ("ClusterState", "JobSetCRD", "ClusterSelector", "TaintToleration", "Reservation",
                    "Capacity", "ExclusiveTopology", "TopologyBound")
@@ -37,7 +41,7 @@ class Config:
     filters: tuple[str, ...] = DEFAULT_FILTERS
     score_weights: Mapping[str, float] = field(default_factory=lambda: DEFAULT_SCORE_WEIGHTS)
     max_candidates_per_tier: int = 16  # HyperNodes tried per tier before moving up (bounds fragmented tiers)
-    starvation_after_s: float = 900.0  # a job waiting longer goes first and may hold a cluster for itself
+    starvation_after_s: float = 900.0  # a job waiting longer goes first and may hold the nodes it needs
     preemption: bool = True  # master switch over the queues' LowerPriority policies
 
     def __post_init__(self):
@@ -60,7 +64,10 @@ class _Cycle:
         self.filters = [FILTERS[name]() for name in config.filters]
         self.scores = [(SCORES[name](), weight) for name, weight in sorted(config.score_weights.items()) if weight]
         self.weight_sum = sum(w for _, w in self.scores) or 1.0
-        self.reserved: dict[str, str] = {}
+        self.holds: dict[str, Hold] = {}  # job id -> the nodes held for it
+        self.held: dict[str, HeldNodes] = {}  # cluster -> its holds
+        self.open: dict[str, list[HyperNodeState]] = {}  # cluster -> its HyperNodes without a held node
+        self.taken: list[tuple[ClusterIndex, dict[int, dict[str, int]]]] = []  # what holds took, per node
         self.evicted: set[str] = set()
 
     # -- phase 2: which queue goes next -------------------------------------------------------
@@ -122,17 +129,18 @@ class _Cycle:
                 waiting[job.id] = outcome.waiting
             if jobs:
                 heapq.heappush(heap, (self._queue_key(state, jobs[-1]), name))
+        self.release_holds()
         return CycleResult(tuple(placements), tuple(preemptions), MappingProxyType(waiting),
-                           MappingProxyType(dict(self.reserved)), tuple(order))
+                           MappingProxyType(dict(self.holds)), tuple(order))
 
     # -- phase 3: one job -----------------------------------------------------------------------
     def _whole(self, job: PendingJob) -> Request:
         spec = job.spec
-        return Request(job, None, spec.parts, spec.requests, spec.tier_bound, self.reserved)
+        return Request(job, None, spec.parts, spec.requests, spec.tier_bound, self.held)
 
     def _split(self, job: PendingJob) -> list[Request]:
         spec = job.spec
-        return [Request(job, p.name, (p,), p.requests, spec.tier_bound, self.reserved) for p in spec.parts]
+        return [Request(job, p.name, (p,), p.requests, spec.tier_bound, self.held) for p in spec.parts]
 
     def decide(self, job: PendingJob, explain: bool = False) -> _Outcome:
         """Place the job whole (or every part of it), or leave it waiting with reasons; updates the snapshot."""
@@ -172,10 +180,11 @@ class _Cycle:
             return outcome
         part = "" if request.part is None else f" (ReplicatedJob {request.part})"
         summary = f"no cluster can take it now{part}"
-        if self._starving(job):
-            held = self._reserve(job)
-            if held:
-                summary += f"; {held} is held for it because it has waited longest"
+        hold = self._hold(job) if self._starving(job) else None
+        if hold:
+            summary += (f"; {hold.where()} {'is' if len(hold.nodes) == 1 else 'are'} held for it because it has "
+                        f"waited over {duration(self.config.starvation_after_s)}; it waits there for running work "
+                        f"of up to {hold.waiting_for} to end")
         outcome.waiting = Waiting(job.id, summary, MappingProxyType(reasons))
         return outcome
 
@@ -331,21 +340,89 @@ class _Cycle:
             self._evict(victim, -1)
         return taken
 
-    def _reserve(self, job: PendingJob) -> str | None:
-        """Hold, for the rest of this cycle, the cluster where a long-waiting job would fit soonest."""
-        if job.id in self.reserved.values():
-            return next(c for c, j in self.reserved.items() if j == job.id)
-        demand = job.spec.requests
-        request = self._whole(job)
-        choices = [c for c in self.snapshot.clusters.values()
-                   if c.name not in self.reserved and not self._filter(request, c, capacity=False)
-                   and c.allocatable_fits_tier(demand, job.spec.tier_bound)]
-        if not choices:
+    def _hold(self, job: PendingJob) -> Hold | None:
+        """Keep free of other jobs, for the rest of the cycle, the nodes where a long-waiting job fits soonest.
+
+        Candidates, on each cluster that passes the filters that do not depend on capacity: the
+        HyperNodes of tier ≤ the job's bound (any tier for soft topology; the whole cluster when no
+        HyperNode could hold it) whose allocatable could hold the job and that contain no node held
+        for another job. The lowest key wins:
+        1. the least running work to wait for (the job's primary resource in use on those nodes);
+        2. the smallest (allocatable of that resource), so it holds no more than it needs;
+        3. the lowest tier;
+        4. tie-break: cluster name, then HyperNode name.
+        Its eligible nodes must hold the job by allocatable, else the next candidate is tried.
+        """
+        if "Reservation" not in self.config.filters:
             return None
-        resource = request.primary
-        chosen = max(choices, key=lambda c: (c.free_total.get(resource, 0), c.name))
-        self.reserved[chosen.name] = job.id
-        return chosen.name
+        request = self._whole(job)
+        demand, bound, resource = request.demand, request.bound, request.primary
+        need = demand.get(resource, 0)
+        candidates: list[tuple] = []
+        for cluster in self.snapshot.clusters.values():
+            open_hypernodes = self.open.get(cluster.name, cluster.hypernodes.values())
+            if not open_hypernodes and cluster.name in self.held:
+                continue  # every node of it is held already
+            if self._filter(request, cluster, capacity=False):
+                continue
+            sets: list[tuple[HyperNodeState | None, Mapping[str, int], Mapping[str, int], int]] = [
+                (h, h.allocatable, h.free, h.tier) for h in open_hypernodes
+                if h.allocatable.get(resource, 0) >= need and (bound is None or h.tier <= bound)
+                and fits(h.allocatable, demand)]
+            if (not sets and bound is None and cluster.name not in self.held
+                    and fits(cluster.allocatable_total, demand)):
+                sets = [(None, cluster.allocatable_total, cluster.free_total, 1 << 30)]
+            for state, allocatable, free, tier in sets:
+                total = allocatable.get(resource, 0)
+                candidates.append((total - free.get(resource, 0), total, tier, cluster.name,
+                                   state.name if state else "", cluster, state))
+        for in_use, _, _, _, _, cluster, state in sorted(candidates, key=lambda c: c[:5]):
+            positions = state.nodes if state else range(len(cluster.nodes))
+            eligible = [cluster.eligible(p) for p in job.spec.parts]
+            usable = [i for i in positions if any(e[i] for e in eligible)]
+            if fits(_empty_capacity(cluster, usable), demand):
+                return self._take(job, cluster, state, usable, amount(resource, in_use))
+        return None
+
+    def _take(self, job: PendingJob, cluster: ClusterIndex, state: HyperNodeState | None, positions: list[int],
+              waiting_for: str) -> Hold:
+        """Hold the nodes: their free capacity leaves the snapshot and they take no pod of another job."""
+        taken = {i: dict(cluster.free[i]) for i in positions}
+        free: dict[str, int] = {}
+        for amounts in taken.values():
+            add_into(free, amounts)
+        self._lock(cluster, taken, +1)
+        self.taken.append((cluster, taken))
+        hold = Hold(job.id, cluster.name, state.name if state else None, state.tier if state else None,
+                    tuple(sorted(cluster.nodes[i].name for i in positions)), MappingProxyType(free), waiting_for)
+        self.holds[job.id] = hold
+        self.held.setdefault(cluster.name, HeldNodes()).add(hold)
+        blocked = {h.name for i in positions for h in cluster.node_hypernodes[i]}
+        self.open[cluster.name] = [h for h in self.open.get(cluster.name, cluster.hypernodes.values())
+                                   if h.name not in blocked]
+        return hold
+
+    def release_holds(self) -> None:
+        """Give the held nodes back to the snapshot: holds live for one cycle's decisions."""
+        for cluster, taken in self.taken:
+            self._lock(cluster, taken, -1)
+        self.taken.clear()
+        self.held.clear()
+        self.open.clear()
+
+    @staticmethod
+    def _lock(cluster: ClusterIndex, taken: dict[int, dict[str, int]], sign: int) -> None:
+        cluster.apply(taken, {}, (), sign)
+        for i in taken:
+            cluster.locks[i] += sign
+
+
+def _empty_capacity(cluster: ClusterIndex, positions: list[int]) -> dict[str, int]:
+    """What these nodes could hold with nothing running."""
+    total: dict[str, int] = {}
+    for i in positions:
+        add_into(total, cluster.nodes[i].allocatable)
+    return total
 
 
 def _to_placement(request: Request, cluster: ClusterIndex, fit: Fit, score: float) -> Placement:
@@ -388,6 +465,7 @@ def dry_run(snapshot: Snapshot, job: PendingJob, config: Config = Config()) -> D
         cycle._unapply(placement, job)
     for victim in cycle.evicted:
         cycle._evict(victim, -1)
+    cycle.release_holds()
     verdicts = tuple(outcome.verdicts.get(name, ClusterVerdict(name, None, (outcome.waiting.clusters.get(name, "")
                                                                              if outcome.waiting else "")))
                      for name in snapshot.clusters)

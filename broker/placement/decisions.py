@@ -88,11 +88,36 @@ class Waiting:
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """Nodes kept for one long-waiting job during one cycle: no other job is placed on them.
+
+    The nodes of the HyperNode where the job would fit soonest (`hypernode` None: the nodes of the
+    whole cluster, for a soft-topology job no HyperNode could hold); `free` is what was free on them.
+    """
+
+    job_id: str
+    cluster: str
+    hypernode: str | None
+    tier: int | None
+    nodes: tuple[str, ...]  # sorted
+    free: Resources
+    waiting_for: str  # the running work on them, at most what must end first: "32 GPUs"
+
+    def where(self) -> str:
+        """"the 8 nodes a-n0..a-n7 of HyperNode leaf-3 on eu-west" """
+        names = self.nodes
+        listed = (f"node {names[0]}" if len(names) == 1 else f"nodes {names[0]}, {names[1]}" if len(names) == 2
+                  else f"the {len(names)} nodes {names[0]}..{names[-1]}")
+        domain = f"HyperNode {self.hypernode}" if self.hypernode else "the cluster"
+        return f"{listed} of {domain} on {self.cluster}"
+
+
+@dataclass(frozen=True, slots=True)
 class CycleResult:
     placements: tuple[Placement, ...]
     preemptions: tuple[Preemption, ...]
     waiting: Mapping[str, Waiting]
-    reservations: Mapping[str, str]  # cluster -> job id it is held for (a job waiting too long)
+    holds: Mapping[str, Hold]  # job id -> the nodes held for it this cycle (a job waiting too long)
     order: tuple[str, ...]  # job ids in the order they were decided
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from broker.placement.model import GPU, Resources
 from clusters.quantity import format_quantity
 
 
+@lru_cache(maxsize=4096)  # reasons quote the same few amounts for every cluster a job does not fit
 def amount(resource: str, milli: int) -> str:
     if resource == GPU:
         count = milli / 1000
@@ -34,3 +37,11 @@ def pods_phrase(count: int, pod: Resources) -> str:
     else:
         shape = "no requests"
     return f"{count} pod{'' if count == 1 else 's'} of {shape}"
+
+
+def duration(seconds: float) -> str:
+    """"15 min", "2 h", "90 s": the largest unit that divides it."""
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"

@@ -9,13 +9,30 @@ settings layer enables and weights them with plain strings.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol
+from typing import Mapping, Protocol, Sequence
 
 from broker.jobset import PartSpec
+from broker.placement.decisions import Hold
 from broker.placement.explain import amount, shortfall
 from broker.placement.model import PendingJob, Resources
 from broker.placement.snapshot import ClusterIndex, HyperNodeState, primary_resource
+from clusters.quantity import add_into
 from clusters.taints import describe_taint, untolerated
+
+
+@dataclass(slots=True)
+class HeldNodes:
+    """The holds on one cluster in this cycle, and the free capacity they took out of it."""
+
+    holds: list[Hold] = field(default_factory=list)
+    free: dict[str, int] = field(default_factory=dict)
+    # the Reservation filter's answers until the next hold: (resource, need, free or -bound) -> reason
+    reasons: dict[tuple, str | None] = field(default_factory=dict)
+
+    def add(self, hold: Hold) -> None:
+        self.holds.append(hold)
+        add_into(self.free, hold.free)
+        self.reasons.clear()
 
 
 @dataclass(slots=True)
@@ -27,7 +44,7 @@ class Request:
     parts: tuple[PartSpec, ...]
     demand: Resources
     bound: int | None  # highest HyperNode tier allowed (hard topology), None for soft
-    reserved: Mapping[str, str] = field(default_factory=dict)  # cluster -> job id holding it
+    holds: Mapping[str, HeldNodes] = field(default_factory=dict)  # cluster -> nodes held for long-waiting jobs
     clusters_used: frozenset[str] = frozenset()  # by other parts of the same split job
 
     @property
@@ -91,13 +108,47 @@ class TaintToleration:
 
 
 class Reservation:
-    name, depends_on_capacity = "Reservation", False
+    """Nodes held for a job that has waited too long are not free for others.
+
+    Their free capacity is already taken out of the snapshot, so this filter only says so when the
+    holds are what stops the request: its main resource (GPUs, else CPUs) would be free enough, in
+    the cluster or in one HyperNode of tier ≤ its bound for hard topology, if the held nodes were.
+    """
+
+    name, depends_on_capacity = "Reservation", True
 
     def filter(self, request, cluster):
-        holder = request.reserved.get(cluster.name)
-        if holder is None or holder == request.job.id:
+        held = request.holds.get(cluster.name)
+        if held is None:
             return None
-        return f"held for job {holder}, which has waited longest"
+        resource, need = request.primary, request.demand.get(request.primary, 0)
+        if request.bound is None:
+            free = cluster.free_total.get(resource, 0)
+            if free >= need or free + held.free.get(resource, 0) < need:
+                return None  # the holds are not what stops it
+            key = (resource, need, free)
+        else:
+            if cluster.largest_free(resource, request.bound) >= need:
+                return None
+            key = (resource, need, -request.bound)
+        if key not in held.reasons:
+            held.reasons[key] = self._explain(held, cluster, resource, need, request.bound, key[2])
+        return held.reasons[key]
+
+    @staticmethod
+    def _explain(held, cluster, resource, need, bound, free) -> str | None:
+        if bound is None:
+            return f"needs {amount(resource, need)}; {amount(resource, free)} free outside {_held_for(held.holds)}"
+        blocking = [h for h in held.holds if h.tier is not None and h.tier <= bound
+                    and cluster.hypernodes[h.hypernode].free.get(resource, 0) + h.free.get(resource, 0) >= need]
+        return f"needs {amount(resource, need)} in one tier-{bound} HyperNode; {_held_for(blocking)}" if blocking else None
+
+
+def _held_for(holds: Sequence[Hold]) -> str:
+    """"the 8 nodes … of HyperNode leaf-0 on eu, held for job 7, which has waited too long", and how many more."""
+    first = f"{holds[0].where()}, held for job {holds[0].job_id}, which has waited too long"
+    others = len(holds) - 1
+    return first if not others else f"{first}, and nodes held for {others} other job{'s' if others > 1 else ''}"
 
 
 class Capacity:

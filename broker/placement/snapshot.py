@@ -132,12 +132,6 @@ class ClusterIndex:
                 best = max(best, entries[-1][0])
         return best
 
-    def allocatable_fits_tier(self, demand: Resources, bound: int | None) -> bool:
-        """Would the demand fit one HyperNode of tier ≤ bound if the cluster were empty?"""
-        if bound is None:
-            return fits(self.allocatable_total, demand)
-        return any(h.tier <= bound and fits(h.allocatable, demand) for h in self.hypernodes.values())
-
     # -- node eligibility and exclusive domains ----------------------------------------------
     def eligible(self, part: PartSpec) -> bytearray:
         """Which nodes a pod of this part may use: schedulable, taints tolerated, nodeSelector matched."""

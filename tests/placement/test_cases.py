@@ -1,5 +1,7 @@
 """Named cases with expected outcomes: one behaviour of the engine each."""
 
+from dataclasses import replace
+
 from broker.placement import Config, dry_run, schedule
 
 from .fixtures import GPU, cluster, fabric, hard, job, n_jobs, node, queue, running, snapshot
@@ -177,12 +179,10 @@ def test_bin_packing_fills_the_partly_used_leaf_first():
     assert only(schedule(s, [job(pods=4)])).hypernode == "leaf-1"
 
 
-def test_placement_pins_pods_to_the_nodes_counted():
+def test_placement_counts_every_pod_on_a_node():
     s = snapshot([cluster("eu")], [queue("q")])
     placement = only(schedule(s, [job(pods=3)]))
-    affinity = placement.required_node_affinity()
-    values = affinity["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
-    assert values == list(placement.node_names()) and len(values) == 3
+    assert len(placement.node_names()) == 3 and set(placement.node_usage) == set(placement.node_names())
     assert sum(a.pods for a in placement.assignments) == 3
 
 
@@ -198,15 +198,102 @@ def test_disabled_filter_is_not_applied():
     assert only(schedule(s, [job()], config)).cluster == "eu"
 
 
-def test_a_long_waiting_job_holds_a_cluster_against_later_small_jobs():
+def half_busy(prefix: str, leaves: int):
+    """A fabric whose every node already runs 4 of its 8 GPUs for someone else."""
+    nodes, hypernodes = fabric(prefix, leaves=leaves)
+    return tuple(replace(n, used={GPU: 4000}) for n in nodes), hypernodes
+
+
+def leaf_nodes(prefix: str, leaf: int) -> tuple[str, ...]:
+    return tuple(f"{prefix}leaf-{leaf}-n{i}" for i in range(8))
+
+
+def test_starving_jobs_hold_one_hypernode_each_and_small_jobs_run_beside_them():
+    """Issue 11, case 3: two clusters each half idle, two starving 64-GPU jobs, ten 1-GPU jobs."""
+    s = snapshot([cluster("a", half_busy("a-", 4)), cluster("b", half_busy("b-", 4))], [queue("q"), queue("r")],
+                 now=10_000.0)
+    big = [job("q", pods=8, gpus=8, submitted_at=float(k), job_id=f"big-{k}") for k in range(2)]
+    small = [job("r", pods=1, gpus=1, submitted_at=9_990.0 + k) for k in range(10)]
+    result = schedule(s, big + small, Config(starvation_after_s=600))
+    assert sorted(p.job_id for p in result.placements) == sorted(j.id for j in small)
+    assert {p.cluster for p in result.placements} == {"a"}, "the cluster with the holds still takes work"
+    assert {j: (h.cluster, h.hypernode, h.nodes) for j, h in result.holds.items()} == {
+        "big-0": ("a", "a-leaf-0", leaf_nodes("a-", 0)), "big-1": ("a", "a-leaf-1", leaf_nodes("a-", 1))}
+    held = {n for h in result.holds.values() for n in h.nodes}
+    assert not held & {a.node for p in result.placements for a in p.assignments}
+    assert result.waiting["big-0"].message == (
+        "no cluster can take it now; the 8 nodes a-leaf-0-n0..a-leaf-0-n7 of HyperNode a-leaf-0 on a are held "
+        "for it because it has waited over 10 min; it waits there for running work of up to 32 GPUs to end")
+
+
+def test_a_job_that_needs_held_nodes_waits_and_is_told_for_whom():
     s = snapshot([cluster("eu", fabric(leaves=1))], [queue("q"), queue("r")], now=10_000.0)
-    eu = s.clusters["eu"]
-    eu.apply({0: {GPU: 8000}}, {0: 1}, [], +1)  # one node busy: the big job does not fit yet
+    s.clusters["eu"].apply({0: {GPU: 8000}}, {0: 1}, [], +1)  # one node busy: the big job does not fit yet
     big = job("q", pods=8, submitted_at=0.0)
     small = job("r", pods=1, submitted_at=9_999.0)
     result = schedule(s, [small, big], Config(starvation_after_s=600))
-    assert result.reservations == {"eu": big.id}
-    assert small.id in result.waiting and "held for job" in result.waiting[small.id].clusters["eu"]
+    assert not result.placements
+    assert (result.holds[big.id].hypernode, result.holds[big.id].nodes) == ("leaf-0", leaf_nodes("", 0))
+    assert result.waiting[small.id].clusters["eu"] == (
+        f"needs 8 GPUs; 0 GPUs free outside the 8 nodes leaf-0-n0..leaf-0-n7 of HyperNode leaf-0 on eu, "
+        f"held for job {big.id}, which has waited too long")
+
+
+def test_a_hard_job_kept_out_of_a_held_hypernode_is_told_so():
+    s = snapshot([cluster("eu", half_busy("", 2))], [queue("q"), queue("r")], now=10_000.0)
+    big = job("q", pods=8, submitted_at=0.0)
+    tight = job("r", pods=1, gpus=4, submitted_at=9_999.0, annotations=hard(1))
+    s.clusters["eu"].apply({i: {GPU: 4000} for i in range(8, 16)}, {}, [], +1)  # leaf-1 full
+    result = schedule(s, [tight, big], Config(starvation_after_s=600))
+    assert not result.placements and result.holds[big.id].hypernode == "leaf-0"
+    assert result.waiting[tight.id].clusters["eu"] == (
+        f"needs 4 GPUs in one tier-1 HyperNode; the 8 nodes leaf-0-n0..leaf-0-n7 of HyperNode leaf-0 on eu, "
+        f"held for job {big.id}, which has waited too long")
+
+
+def test_each_starving_job_holds_one_set_of_its_own_and_prefers_the_least_busy():
+    layout = fabric(leaves=4)
+    s = snapshot([cluster("eu", layout)], [queue("q")], now=10_000.0)
+    busy = {0: 6, 1: 2, 2: 4, 3: 4}  # GPUs in use on every node of each leaf
+    s.clusters["eu"].apply({i: {GPU: busy[i // 8] * 1000} for i in range(32)}, {}, [], +1)
+    starving = [job("q", pods=8, submitted_at=float(k), job_id=f"old-{k}") for k in range(5)]
+    result = schedule(s, starving, Config(starvation_after_s=600))
+    assert not result.placements
+    assert [(j, h.hypernode) for j, h in sorted(result.holds.items())] == [
+        ("old-0", "leaf-1"), ("old-1", "leaf-2"), ("old-2", "leaf-3"), ("old-3", "leaf-0")]
+    assert "held for it" not in result.waiting["old-4"].message, "nothing is left to hold: no hold, no claim"
+
+
+def test_a_starving_job_that_fits_is_simply_placed():
+    s = snapshot([cluster("eu", half_busy("", 2))], [queue("q")], now=10_000.0)
+    old = job("q", pods=8, gpus=4, submitted_at=0.0)
+    result = schedule(s, [old], Config(starvation_after_s=600))
+    assert only(result).job_id == old.id and result.holds == {}
+
+
+def test_holds_last_one_cycle():
+    s = snapshot([cluster("eu", half_busy("", 2))], [queue("q"), queue("r")], now=10_000.0)
+    before = [dict(f) for f in s.clusters["eu"].free]
+    big = job("q", pods=8, submitted_at=0.0)
+    first = schedule(s, [big], Config(starvation_after_s=600))
+    assert first.holds[big.id].hypernode == "leaf-0"
+    assert [dict(f) for f in s.clusters["eu"].free] == before, "the held capacity is given back"
+    small = job("r", pods=2, gpus=4, submitted_at=9_999.0)
+    assert only(schedule(s, [small])).hypernode == "leaf-0", "without the starving job, nothing is held"
+    after = [dict(f) for f in s.clusters["eu"].free]
+    answer = dry_run(s, big, Config(starvation_after_s=600))
+    assert "HyperNode leaf-1 on eu are held for it" in answer.waiting.message, "recomputed: leaf-1 is now less busy"
+    assert [dict(f) for f in s.clusters["eu"].free] == after and not any(s.clusters["eu"].locks)
+
+
+def test_turning_the_reservation_filter_off_turns_holds_off():
+    s = snapshot([cluster("eu", half_busy("", 2))], [queue("q"), queue("r")], now=10_000.0)
+    big = job("q", pods=8, submitted_at=0.0)
+    small = job("r", pods=1, gpus=1, submitted_at=9_999.0)
+    config = Config(starvation_after_s=600, filters=tuple(f for f in Config().filters if f != "Reservation"))
+    result = schedule(s, [big, small], config)
+    assert result.holds == {} and only(result).job_id == small.id
+    assert result.waiting[big.id].message == "no cluster can take it now"
 
 
 def test_the_engine_imports_no_io_library():

@@ -1,0 +1,54 @@
+"""Anti-starvation holds end to end: the scheduler loop over a real database (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from sqlalchemy import select
+
+from broker.db.models import Job, Node
+from tests.placement.fixtures import GPU
+from tests.scheduler.conftest import add_cluster, add_queue, placements_of, submit
+
+
+def leaf(cluster: str, number: int) -> set[str]:
+    return {f"{cluster}-leaf-{number}-n{i}" for i in range(8)}
+
+
+def test_starving_jobs_hold_a_hypernode_each_and_small_jobs_run_beside_them(db, setup, scheduler):
+    """Issue 11, case 3: two clusters each half idle, two starving 64-GPU jobs, ten 1-GPU jobs."""
+    now = datetime.now(timezone.utc)
+    with setup() as session:
+        for name in ("eu-west", "us-east"):
+            for node in add_cluster(session, name, leaves=4, nodes_per_leaf=8).nodes:
+                node.used = {GPU: 4000}  # someone else's pods use half of every node
+        big = [submit(session, add_queue(session, f"big-{k}"), f"big-{k}", gpus=8, pods=8) for k in range(2)]
+        small_queue = add_queue(session, "small")
+        small = [submit(session, small_queue, f"small-{k}", gpus=1) for k in range(10)]
+        for k, job in enumerate(big):
+            job.submitted_at = now - timedelta(hours=1, seconds=-k)  # past ARCHIPELAGO_PLACEMENT_STARVATION_AFTER
+        for job in small:
+            job.submitted_at = now
+    outcome = scheduler.run_once()
+    assert outcome.admitted == sorted(j.id for j in small)
+    with db.sessions() as session:
+        used = {a["node"] for j in small for p in placements_of(session, j.id) for a in p.assignments}
+        clusters = {p.cluster_name for j in small for p in placements_of(session, j.id)}
+        reasons = [session.get(Job, j.id).reason for j in big]
+    assert clusters == {"eu-west"}, "the cluster with the holds still takes work"
+    assert not used & (leaf("eu-west", 0) | leaf("eu-west", 1)), "no job lands on a held node"
+    assert reasons == [
+        f"no cluster can take it now; the 8 nodes eu-west-leaf-{k}-n0..eu-west-leaf-{k}-n7 of HyperNode leaf-{k} on "
+        f"eu-west are held for it because it has waited over 15 min; it waits there for running work of up to "
+        f"32 GPUs to end" for k in range(2)]
+
+    assert scheduler.run_once().reasons_written == 0, "the next cycle holds the same nodes again"
+
+    with setup() as session:
+        for node in session.scalars(select(Node).where(Node.name.in_(leaf("eu-west", 0)))):
+            node.used = {}  # the work on the first hold ends
+    assert scheduler.run_once().admitted == [big[0].id]
+    with db.sessions() as session:
+        [placement] = placements_of(session, big[0].id)
+        assert (placement.cluster_name, placement.hypernode) == ("eu-west", "leaf-0")
+        assert "leaf-1 on eu-west are held for it" in session.get(Job, big[1].id).reason
