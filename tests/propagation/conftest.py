@@ -4,6 +4,7 @@ the loop services driven one `run_once()` at a time."""
 from __future__ import annotations
 
 import copy
+import math
 from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Iterator
@@ -16,7 +17,7 @@ from sqlalchemy import select
 from api.app import create_app
 from broker.db.models import Event, Placement, utcnow
 from broker.services.dispatcher import DispatcherService
-from broker.services.inventory import ClusterHealthService, MemberClients
+from broker.services.inventory import ClusterHealthService, InventorySyncService, MemberClients
 from broker.services.scheduler import SchedulerService
 from broker.services.status import StatusService
 from clusters.jobsets import JOB_ID_LABEL
@@ -78,12 +79,14 @@ class Federation:
         self.dispatcher = DispatcherService(db, settings, self.members, now=self.now)
         self.status = StatusService(db, settings, self.members, watch=False, now=self.now)
         self.health = ClusterHealthService(db, settings, self.members, now=self.now)
+        # every member resynced at each step (its clock says every sync is due): nodes and pods as they are
+        self.inventory = InventorySyncService(db, settings, self.members, watch=False, clock=lambda: math.inf)
 
     def now(self):
         return utcnow() + self.elapsed
 
     def close(self) -> None:
-        for service in (self.dispatcher, self.status, self.health):
+        for service in (self.dispatcher, self.status, self.health, self.inventory):
             service.stop()
         self.members.close()
 
@@ -97,10 +100,12 @@ class Federation:
         return self.api.get(f"/api/v1/jobs/{job_id}").json()
 
     def step(self, seconds: float = 0.0) -> None:
-        """Simulated time forward, then one pass of each loop in the order work flows."""
+        """Simulated time forward, then one pass of each loop in the order work flows (the inventory first:
+        the scheduler sees the members' nodes and pods as they are)."""
         if seconds:
             self.sim.advance(seconds)
             self.elapsed += timedelta(seconds=seconds)
+        self.inventory.run_once()
         self.scheduler.run_once()
         self.dispatcher.run_once()
         self.sim.settle()
