@@ -4,7 +4,7 @@ mutmut (configured in pyproject.toml's [tool.mutmut]) changes one thing at a tim
 the pure core (broker/placement, broker/status.py, broker/jobset.py, the pure Kubernetes helpers in
 clusters/) and of the outbox rules (broker/dispatch.py), and runs the tests that reach that function
 (SQLite only, no browser, no crash subprocesses) against each change. A change no test notices is a
-surviving mutant. Every run starts from scratch (mutants/ is wiped).
+surviving mutant. A run starts from scratch (mutants/ is wiped) unless it names mutants to test again.
 
 Prints the score per module (mutants killed or timed out ÷ mutants), per group against its target,
 every survivor's diff, then one JSON object as the last line. Exits 1 when a group is below its target.
@@ -19,9 +19,9 @@ import shutil
 import subprocess
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
+from mutmut.mutation.diff_apply import get_diff_for_mutant
 from mutmut.stats import status_by_exit_code
 
 from table import print_table
@@ -36,15 +36,16 @@ def group_of(module: str) -> str:
     return "outbox" if module == OUTBOX else "pure core"
 
 
-def run_mutmut(max_children: int, log: Path) -> None:
-    shutil.rmtree(log.parent, ignore_errors=True)
-    log.parent.mkdir()
+def run_mutmut(max_children: int, names: list[str], log: Path) -> None:
+    if not names:
+        shutil.rmtree(log.parent, ignore_errors=True)
+    log.parent.mkdir(exist_ok=True)
     # the tests run inside mutants/, where ../shared is not beside them
     env = {**os.environ, "ARCHIPELAGO_SHARED_DIR": os.environ.get("ARCHIPELAGO_SHARED_DIR")
            or str(ROOT.parent / "shared")}
     with open(log, "w") as out:
-        done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
-                              cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *names],
+                              env=env, stdout=out, stderr=subprocess.STDOUT)
     if done.returncode:
         print(log.read_text()[-4000:])
         sys.exit(f"mutmut failed (exit {done.returncode}); its output is in {log}")
@@ -60,10 +61,9 @@ def read_results() -> dict[str, dict[str, str]]:
     return results
 
 
-def changed_lines(mutant: str) -> list[str]:
-    """The lines a survivor changes, from `mutmut show` (its diff without the file headers)."""
-    diff = subprocess.run([sys.executable, "-m", "mutmut", "show", mutant], cwd=ROOT, capture_output=True,
-                          text=True).stdout
+def changed_lines(mutant: str, module: str) -> list[str]:
+    """The lines a survivor changes (its diff, as `mutmut show` prints it, without the file headers)."""
+    diff = get_diff_for_mutant(mutant, path=module)
     return [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
 
 
@@ -79,20 +79,26 @@ def percent(detected: int, total: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
+    parser.add_argument("mutants", nargs="*", help="test only these mutants again (globs such as 'clusters.labels.*'), "
+                                                   "keeping the last run's other results")
     args = parser.parse_args()
 
+    os.chdir(ROOT)  # mutmut's own reading of its results is relative to the project
     log = ROOT / "mutants" / "mutmut.log"
     started = time.monotonic()
-    run_mutmut(args.max_children, log)
+    run_mutmut(args.max_children, args.mutants, log)
     seconds = time.monotonic() - started
     results = read_results()
+    unchecked = sum(status == "not checked" for statuses in results.values() for status in statuses.values())
+    if unchecked:
+        sys.exit(f"mutmut stopped with {unchecked} mutants not checked; its output is in {log}")
 
-    survivors = {name: status for statuses in results.values() for name, status in statuses.items()
+    survivors = {(module, name): status for module, statuses in results.items() for name, status in statuses.items()
                  if status not in DETECTED}
     print(f"{len(survivors)} surviving mutants:")
-    for name, status in sorted(survivors.items()):
+    for (module, name), status in sorted(survivors.items()):
         print(f"  {name} ({status})")
-        for line in changed_lines(name):
+        for line in changed_lines(name, module):
             print(f"      {line}")
     print()
 
@@ -111,7 +117,7 @@ def main() -> None:
         "modules": {m: {"killed": d, "mutants": t} for m, (d, t) in modules.items()},
         "groups": {g: {"killed": d, "mutants": t, "score": round(d / t, 4) if t else None, "target": TARGETS[g]}
                    for g, (d, t) in groups.items()},
-        "survivors": sorted(survivors), "seconds": round(seconds, 1), "below_target": below})
+        "survivors": sorted(name for _, name in survivors), "seconds": round(seconds, 1), "below_target": below})
     sys.exit(1 if below else 0)
 
 

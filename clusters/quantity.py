@@ -33,9 +33,9 @@ def parse_quantity(value: str | int | float) -> Decimal:
         raise ValueError(f"not a resource quantity: {value!r}") from exc
     if suffix in _BINARY:
         return amount * _BINARY[suffix]
-    if suffix[:1] in ("e", "E"):
-        return amount * (Decimal(10) ** int(suffix[1:]))
-    return amount * _DECIMAL[suffix]
+    if suffix in _DECIMAL:  # before the exponent: "2E" is two exa
+        return amount * _DECIMAL[suffix]
+    return amount * (Decimal(10) ** int(suffix[1:]))  # an exponent: e3, E-2
 
 
 @lru_cache(maxsize=16384)

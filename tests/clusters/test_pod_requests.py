@@ -1,0 +1,138 @@
+"""Resource quantities and what one pod reserves on a node, as the kube-scheduler counts them
+(clusters/quantity.py, clusters/pods.py): shared by the broker and the simulator, so exact to the milli-unit."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from clusters.pods import PodSpecError, as_list, as_mapping, container_requests, effective_requests
+from clusters.quantity import add_into, format_quantity, parse_quantity, to_milli
+
+
+@pytest.mark.parametrize("text, value", [
+    ("1", "1"), ("+2", "2"), ("-3", "-3"), ("1.5", "1.5"), (".5", "0.5"), ("5.", "5"), (" 7 ", "7"),
+    ("500m", "0.5"), ("3n", "3e-9"), ("4u", "4e-6"), ("2k", "2000"), ("2M", "2e6"), ("2G", "2e9"),
+    ("2T", "2e12"), ("2P", "2e15"), ("2E", "2e18"),
+    ("1Ki", "1024"), ("1Mi", "1048576"), ("1Gi", "1073741824"), ("1Ti", str(2**40)), ("1Pi", str(2**50)),
+    ("1Ei", str(2**60)), ("1.5Gi", str(3 * 2**29)),
+    ("1e3", "1000"), ("2E+2", "200"), ("5e-1", "0.5"),
+    (3, "3"), (0.25, "0.25"),
+])
+def test_a_quantity_parses_to_its_exact_value(text, value):
+    assert parse_quantity(text) == Decimal(value)
+
+
+@pytest.mark.parametrize("text", ["", "abc", "1.2.3", "1 Gi", "1gi", "Gi", "1e", "--1", True, None, [1]])
+def test_what_is_not_a_quantity_is_refused_naming_it(text):
+    with pytest.raises(ValueError) as raised:
+        parse_quantity(text)
+    assert str(raised.value) == f"not a resource quantity: {text!r}"
+
+
+@pytest.mark.parametrize("text, milli", [("1", 1000), ("250m", 250), ("0.1", 100), ("1n", 1), ("1500u", 2),
+                                         ("-1n", 0), ("1Ki", 1024000), (2, 2000)])
+def test_milli_units_round_up_as_the_scheduler_does(text, milli):
+    assert to_milli(text) == milli
+
+
+@pytest.mark.parametrize("milli, resource, text", [
+    (4000, "cpu", "4"), (500, "cpu", "500m"), (1500, "cpu", "1500m"), (0, "cpu", "0"),
+    (512 * 2**30 * 1000, "memory", "512Gi"), (1536 * 2**20 * 1000, "memory", "1.5Gi"),
+    (2**40 * 1000, "memory", "1Ti"), (int(3.953 * 2**40) * 1000, "memory", "3.953Ti"),
+    (2**20 * 1000, "ephemeral-storage", "1Mi"), (2**10 * 1000, "memory", "1Ki"), (1023 * 1000, "memory", "1023"),
+    (8000, "nvidia.com/gpu", "8"), (2**30 * 1000, "nvidia.com/gpu", "1.07374e+09"), (500, "pods", "0.5"),
+])
+def test_a_quantity_reads_for_people_in_its_resources_unit(milli, resource, text):
+    assert format_quantity(milli, resource) == text
+
+
+def test_amounts_add_into_a_running_total_and_come_off_again():
+    total = {"cpu": 1000}
+    add_into(total, {"cpu": 500, "memory": 7})
+    assert total == {"cpu": 1500, "memory": 7}
+    add_into(total, {"cpu": 1500, "gpu": 2}, sign=-1)
+    assert total == {"cpu": 0, "memory": 7, "gpu": -2}
+
+
+def _container(requests=None, limits=None, **extra) -> dict:
+    resources = {**({"requests": requests} if requests is not None else {}),
+                 **({"limits": limits} if limits is not None else {})}
+    return {"name": "c", "resources": resources, **extra}
+
+
+def test_a_limit_without_a_request_is_the_request():
+    assert container_requests(_container({"cpu": "1"}, {"cpu": "2", "nvidia.com/gpu": "4"}), "c") == {
+        "cpu": 1000, "nvidia.com/gpu": 4000}
+    assert container_requests(_container(limits={"memory": "1Ki"}), "c") == {"memory": 1024000}
+    assert container_requests({"name": "bare"}, "c") == {}
+
+
+@pytest.mark.parametrize("container, path, message", [
+    (_container({"cpu": "lots"}), "c.resources.requests.cpu",
+     "'lots' is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"),
+    (_container(limits={"cpu": "lots"}), "c.resources.limits.cpu",
+     "'lots' is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"),
+    (_container({"cpu": None}), "c.resources.requests.cpu",
+     "None is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"),
+    (_container({"memory": "-1"}), "c.resources.requests.memory", "must not be negative"),
+    ({"resources": []}, "c.resources", "must be an object, got list"),
+    ({"resources": {"requests": "1"}}, "c.resources.requests", "must be an object, got str"),
+    ("c", "c", "must be an object, got str"),
+])
+def test_a_wrong_request_names_its_field(container, path, message):
+    with pytest.raises(PodSpecError) as raised:
+        container_requests(container, "c")
+    assert (raised.value.path, raised.value.message, str(raised.value)) == (path, message, f"{path}: {message}")
+
+
+def test_absent_fields_are_empty_and_wrong_ones_name_their_path():
+    assert as_mapping(None, "x") == {} and as_list(None, "x") == []
+    assert as_mapping({"a": 1}, "x") == {"a": 1} and as_list([1], "x") == [1]
+
+    class Wrong(ValueError):
+        def __init__(self, path, message):
+            super().__init__(f"{path} -> {message}")
+
+    with pytest.raises(Wrong, match="^x -> must be a list, got dict$"):
+        as_list({}, "x", Wrong)
+    with pytest.raises(PodSpecError, match="^x: must be an object, got int$"):
+        as_mapping(1, "x")
+
+
+def test_a_pod_reserves_its_containers_sidecars_and_overhead():
+    assert effective_requests({"containers": [_container({"cpu": "1", "memory": "1Gi"}),
+                                              _container({"cpu": "500m", "nvidia.com/gpu": "0"})],
+                               "overhead": {"cpu": "100m"}}) == {"cpu": 1600, "memory": 2**30 * 1000}
+    assert effective_requests({}) == {}
+
+
+def test_the_largest_init_container_counts_with_the_sidecars_started_before_it():
+    pod = {"initContainers": [_container({"cpu": "1"}, restartPolicy="Always"),  # a sidecar: runs throughout
+                              _container({"cpu": "4", "memory": "1"}),  # runs alone beside the sidecar: 5 cpu
+                              _container({"cpu": "2"}, restartPolicy="Always"),  # a second sidecar
+                              _container({"cpu": "2"})],  # beside both sidecars: 5 cpu
+           "containers": [_container({"cpu": "1", "memory": "2"})]}
+    assert effective_requests(pod) == {"cpu": 5000, "memory": 2000}
+    pod["containers"] = [_container({"cpu": "3"})]  # now the app containers and the sidecars are larger
+    assert effective_requests(pod) == {"cpu": 6000, "memory": 1000}
+    assert effective_requests({"initContainers": [_container({"cpu": "2"})], "containers": [_container({"cpu": "1"})]}
+                              ) == {"cpu": 2000}
+
+
+@pytest.mark.parametrize("pod, path, message", [
+    ({"containers": {}}, "containers", "must be a list, got dict"),
+    ({"initContainers": "x"}, "initContainers", "must be a list, got str"),
+    ({"containers": [_container(), _container({"cpu": "x"})]}, "containers[1].resources.requests.cpu",
+     "'x' is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"),
+    ({"initContainers": [_container({"cpu": "x"})]}, "initContainers[0].resources.requests.cpu",
+     "'x' is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"),
+    ({"overhead": {"cpu": "x"}}, "overhead.cpu", "'x' is not a resource quantity"),
+    ({"overhead": {"cpu": None}}, "overhead.cpu", "None is not a resource quantity"),
+    ({"overhead": []}, "overhead", "must be an object, got list"),
+])
+def test_a_wrong_pod_spec_names_the_field(pod, path, message):
+    with pytest.raises(PodSpecError) as raised:
+        effective_requests(pod)
+    assert (raised.value.path, raised.value.message) == (path, message)
