@@ -51,7 +51,9 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Invalid)
     async def _invalid(_: Request, exc: Invalid) -> JSONResponse:
-        return problem_response(422, "Invalid", str(exc), errors=[{"field": exc.path, "message": exc.message}])
+        extra = {} if exc.clusters is None else {"clusters": exc.clusters}
+        return problem_response(422, "Invalid", str(exc), errors=[{"field": exc.path, "message": exc.message}],
+                                **extra)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

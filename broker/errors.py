@@ -12,9 +12,11 @@ class Conflict(ValueError):
 
 
 class Invalid(ValueError):
-    """A field is wrong; `path` names it (`spec.replicatedJobs[1].replicas`)."""
+    """A field is wrong; `path` names it (`spec.replicatedJobs[1].replicas`). `clusters`: why each
+    cluster refuses it, when that is the problem."""
 
-    def __init__(self, path: str, message: str) -> None:
+    def __init__(self, path: str, message: str, clusters: dict[str, str] | None = None) -> None:
         super().__init__(f"{path}: {message}" if path else message)
         self.path = path
         self.message = message
+        self.clusters = clusters

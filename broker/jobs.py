@@ -6,24 +6,28 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from sqlalchemy import and_, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from broker import events
-from broker.db.models import (JOB_FINISHED_STATES, JOB_STATES, PLACEMENT_LIVE_STATES, Cluster, Event, Job, Node,
-                              Placement, Queue, Tenant, utcnow)
+from broker.db.models import (JOB_FINISHED_STATES, JOB_STATES, PLACEMENT_LIVE_STATES, Event, Job, Placement, Queue,
+                              Tenant, utcnow)
 from broker.errors import Conflict, Invalid, NotFound
 from broker.jobset import (CLUSTER_SELECTOR_ANNOTATION, HIGHEST_TIER_ANNOTATION, MAX_RESTARTS_ANNOTATION,
                            PLACEMENT_ANNOTATION,
                            PRIORITY_CLASS_LABEL, QUEUE_LABEL, TOPOLOGY_MODE_ANNOTATION, JobSetError, JobSpec,
                            parse_jobset)
+from broker.placement import Config
+from broker.placement.feasibility import empty, never_fits
+from broker.placement.snapshot import ClusterIndex
+from broker.scheduling import engine_config, read_clusters
 from broker.settings import Settings
 from broker.tenancy import Principal, default_queue, get_queue
 from clusters.labels import parse_selector
-from clusters.quantity import add_into, format_quantity
+from clusters.quantity import add_into
 
 BROKER_PREFIX = "archipelago.io/"
 TENANT_ANNOTATIONS = frozenset({PLACEMENT_ANNOTATION, CLUSTER_SELECTOR_ANNOTATION, TOPOLOGY_MODE_ANNOTATION,
@@ -31,65 +35,36 @@ TENANT_ANNOTATIONS = frozenset({PLACEMENT_ANNOTATION, CLUSTER_SELECTOR_ANNOTATIO
 MAX_PAGE = 500
 
 
-# Capacity: what the largest cluster could ever hold ---------------------------------------------
+# Capacity: what some cluster could ever hold ------------------------------------------------------
 
 @dataclass(frozen=True)
 class FederationCapacity:
-    """Per registered cluster its total allocatable, and every node shape: enough to refuse a job at once
-    that no cluster could ever run, instead of leaving it queued forever."""
+    """Every registered cluster as it could be (broker.placement.feasibility.empty): enough to refuse at
+    once a job no cluster could ever run, with placement's own filters, instead of leaving it queued forever."""
 
-    cluster_totals: Mapping[str, Mapping[str, int]]
-    node_shapes: tuple[Mapping[str, int], ...]  # each distinct allocatable a node has
+    clusters: tuple[ClusterIndex, ...]
 
     @property
     def totals(self) -> dict[str, int]:
         """The whole federation's allocatable, per resource."""
         total: dict[str, int] = {}
-        for cluster_total in self.cluster_totals.values():
-            add_into(total, cluster_total)
+        for index in self.clusters:
+            for node in index.cluster.nodes:
+                add_into(total, node.allocatable)
         return total
 
-    def unfit_reason(self, spec: JobSpec) -> str | None:
-        if not self.cluster_totals:
-            return None  # nothing registered yet: the job waits and says so
-        groups = [spec.parts] if spec.placement == "whole" else [(part,) for part in spec.parts]
-        for parts in groups:
-            demand: dict[str, int] = {"pods": 1000 * sum(part.pods for part in parts)}
-            for part in parts:
-                add_into(demand, part.requests)
-            if not any(_covers(totals, demand) for totals in self.cluster_totals.values()):
-                return _shortfall("in one cluster", demand, self.cluster_totals.values())
-            for part in parts:
-                if not any(_covers(node, part.pod_requests) for node in self.node_shapes):
-                    return _shortfall(f"on one node for each pod of {part.name}", part.pod_requests,
-                                      self.node_shapes)
-        return None
-
-
-def _covers(available: Mapping[str, int], demand: Mapping[str, int]) -> bool:
-    """Pod slots count only where the nodes report them; every other resource a node lacks, it has none of."""
-    return all(available.get(resource, 0) >= amount for resource, amount in demand.items()
-               if amount and (resource != "pods" or resource in available))
-
-
-def _shortfall(where: str, demand: Mapping[str, int], offers: Iterable[Mapping[str, int]]) -> str:
-    offers = list(offers)
-    for resource, amount in sorted(demand.items()):
-        best = max((offer.get(resource, 0) for offer in offers), default=0)
-        if amount > best:
-            return (f"needs {format_quantity(amount, resource)} {resource} {where}, but the largest registered "
-                    f"cluster has {format_quantity(best, resource)}; no cluster could ever run it")
-    return f"needs more than any registered cluster holds {where}"
+    def refusal(self, spec: JobSpec, config: Config) -> Invalid | None:
+        """The 422 for a job that could never run, with a reason per cluster; None if some cluster could."""
+        reasons = never_fits(self.clusters, spec, config)
+        if not reasons:
+            return None
+        detail = "; ".join(f"{name}: {why}" for name, why in sorted(reasons.items()))
+        return Invalid("spec.replicatedJobs", f"no registered cluster could ever run it ({detail})",
+                       clusters=reasons)
 
 
 def federation_capacity(session: Session) -> FederationCapacity:
-    totals: dict[str, dict[str, int]] = {}
-    shapes: set[tuple[tuple[str, int], ...]] = set()
-    for cluster_name, allocatable in session.execute(select(Cluster.name, Node.allocatable)
-                                                     .join(Node, Node.cluster_id == Cluster.id)):
-        add_into(totals.setdefault(cluster_name, {}), allocatable or {})
-        shapes.add(tuple(sorted((allocatable or {}).items())))
-    return FederationCapacity(totals, tuple(dict(shape) for shape in sorted(shapes)))
+    return FederationCapacity(tuple(empty(cluster) for cluster in read_clusters(session)))
 
 
 class CapacityCache:
@@ -104,6 +79,12 @@ class CapacityCache:
             if self._value is None or time.monotonic() - self._at > self._ttl:
                 self._value, self._at = federation_capacity(session), time.monotonic()
             return self._value
+
+    def forget(self) -> None:
+        """Read again at the next submission: a cluster was added, removed or relabelled (what it may
+        refuse for); node changes from the inventory loop wait out the TTL."""
+        with self._lock:
+            self._value = None
 
 
 # Submission ------------------------------------------------------------------------------------
@@ -140,9 +121,9 @@ def validate_submission(session: Session, tenant: Tenant, manifest: Any, where: 
         raise Invalid(f"{where}metadata.labels[{PRIORITY_CLASS_LABEL!r}]",
                       f"unknown priority class {priority_class!r}; use one of "
                       f"{', '.join(sorted(settings.priority_classes, key=settings.priority_classes.get))}")
-    reason = capacity.unfit_reason(spec)
-    if reason:
-        raise Invalid(f"{where}spec.replicatedJobs", reason)
+    refusal = capacity.refusal(spec, engine_config(settings))
+    if refusal:
+        raise Invalid(f"{where}{refusal.path}", refusal.message, clusters=refusal.clusters)
     return spec, queue, namespace, settings.priority_classes[priority_class]
 
 

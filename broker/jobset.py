@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from clusters.labels import Selector, parse_selector
+from clusters.labels import NodeSelectorTerm, Selector, TermError, node_selector_term, parse_selector
 from clusters.pods import PodSpecError, as_list, as_mapping, effective_requests
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -34,6 +34,8 @@ DEFAULT_HIGHEST_TIER = 1
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _POD_PATH = "template.spec.template.spec"
+_REQUIRED_AFFINITY = "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+POD_SLOT = "pods"  # a node's allocatable `pods`: every pod takes one, as the kube-scheduler counts
 
 
 class JobSetError(ValueError):
@@ -57,10 +59,18 @@ class PartSpec:
     replicas: int
     parallelism: int
     completions: int | None
-    pod_requests: Mapping[str, int]  # effective per-pod request in milli-units, overhead included
+    # effective per-pod request in milli-units, overhead included, and its pod slot (`pods`: 1000)
+    pod_requests: Mapping[str, int]
     tolerations: tuple[Mapping[str, Any], ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     exclusive_topology: str | None = None  # node label whose values each child Job must own
+    # the pod's required node affinity: a node must match one term; None when it has none
+    node_affinity: tuple[NodeSelectorTerm, ...] | None = None
+
+    def may_run_on(self, name: str, labels: Mapping[str, str]) -> bool:
+        """Do the node selector and the required node affinity let a pod of this part onto that node?"""
+        return (all(labels.get(k) == v for k, v in self.node_selector.items())
+                and (self.node_affinity is None or any(t.matches(name, labels) for t in self.node_affinity)))
 
     @property
     def pods(self) -> int:
@@ -166,6 +176,28 @@ def _exclusive_key(annotations: Mapping, path: str) -> str | None:
     return key
 
 
+def _required_affinity(pod_spec: Mapping, pod_path: str) -> tuple[NodeSelectorTerm, ...] | None:
+    """The pod's required node affinity as the API server checks it (terms ORed, each an AND)."""
+    affinity = _mapping(pod_spec.get("affinity"), f"{pod_path}.affinity")
+    node_affinity = _mapping(affinity.get("nodeAffinity"), f"{pod_path}.affinity.nodeAffinity")
+    path = f"{pod_path}.{_REQUIRED_AFFINITY}"
+    if node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") is None:
+        return None
+    required = _mapping(node_affinity["requiredDuringSchedulingIgnoredDuringExecution"], path)
+    terms = _list(required.get("nodeSelectorTerms"), f"{path}.nodeSelectorTerms")
+    if not terms:
+        raise JobSetError(f"{path}.nodeSelectorTerms", "needs at least one term; remove the required node "
+                                                       "affinity if any node will do")
+    parsed = []
+    for i, term in enumerate(terms):
+        try:
+            parsed.append(node_selector_term(term))
+        except TermError as exc:
+            raise JobSetError(f"{path}.nodeSelectorTerms[{i}]{'.' + exc.path if exc.path else ''}",
+                              exc.message) from None
+    return tuple(parsed)
+
+
 def _part(raw: Any, path: str, job_exclusive: str | None) -> PartSpec:
     raw = _mapping(raw, path)
     name = _dns_label(raw.get("name"), f"{path}.name", "the ReplicatedJob name")
@@ -188,10 +220,10 @@ def _part(raw: Any, path: str, job_exclusive: str | None) -> PartSpec:
                         for i, t in enumerate(_list(pod_spec.get("tolerations"), f"{pod_path}.tolerations")))
     return PartSpec(
         name=name, replicas=replicas, parallelism=parallelism, completions=completions,
-        pod_requests=_frozen(effective_pod_requests(pod_spec, pod_path)),
+        pod_requests=_frozen({**effective_pod_requests(pod_spec, pod_path), POD_SLOT: 1000}),
         tolerations=tuple(MappingProxyType(dict(t)) for t in tolerations),
         node_selector=_frozen(_string_map(pod_spec.get("nodeSelector"), f"{pod_path}.nodeSelector")),
-        exclusive_topology=exclusive,
+        exclusive_topology=exclusive, node_affinity=_required_affinity(pod_spec, pod_path),
     )
 
 

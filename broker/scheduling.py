@@ -165,6 +165,11 @@ def _held(reserved: Mapping[str, Mapping[str, int]], pods: Mapping[str, Mapping[
     return held
 
 
+def read_clusters(session: Session) -> list[Cluster]:
+    """Every cluster with its nodes and HyperNodes as the engine reads them (for the submission check)."""
+    return _clusters(session, set())[0]
+
+
 def _clusters(session: Session, live: set[str]
               ) -> tuple[list[Cluster], dict[str, int], dict[str, dict[str, dict[str, int]]]]:
     """Every cluster, whatever its state (the engine places on Ready ones and says why not on the others),

@@ -11,6 +11,7 @@ import copy
 import json
 from typing import Any, Callable, Iterable, Mapping
 
+from clusters.labels import pin_to_nodes
 from clusters.member import JOBSET_GROUP, JOBSET_VERSION, MemberClient, MemberError, WatchStream
 
 JOB_ID_LABEL = "archipelago.io/job-id"
@@ -19,7 +20,7 @@ GENERATION_LABEL = "archipelago.io/generation"
 PART_LABEL = "archipelago.io/part"
 OWNER_ANNOTATION = "archipelago.io/owner"
 FIELD_MANAGER = "archipelago"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 # The broker admitted the JobSet already: a member's own Kueue must not queue it a second time.
 DROPPED_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
 JOBSETS = f"/apis/{JOBSET_GROUP}/{JOBSET_VERSION}/jobsets"
@@ -107,14 +108,10 @@ def _label_pods(rjob: dict[str, Any], labels: Mapping[str, str]) -> None:
 
 
 def _require_nodes(rjob: dict[str, Any], nodes: list[str]) -> None:
-    """AND `kubernetes.io/hostname In nodes` into every required node-affinity term of the pod template."""
+    """Pin the pod template to these nodes by name, within its own required node affinity (labels.pin_to_nodes)."""
     pod = rjob.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
-    required = pod.setdefault("affinity", {}).setdefault("nodeAffinity", {}).setdefault(
-        "requiredDuringSchedulingIgnoredDuringExecution", {})
-    ours = {"key": HOSTNAME_LABEL, "operator": "In", "values": nodes}
-    terms = required.get("nodeSelectorTerms") or [{}]
-    required["nodeSelectorTerms"] = [{**term, "matchExpressions": [*(term.get("matchExpressions") or ()), ours]}
-                                     for term in terms]
+    node_affinity = pod.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    node_affinity[_REQUIRED] = pin_to_nodes(node_affinity.get(_REQUIRED), nodes)
 
 
 # Member calls ------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 _KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
@@ -153,3 +153,94 @@ def selector_from_object(obj: Mapping | None) -> Selector:
             raise ValueError(f"unknown selector operator {operator!r}")
         requirements.append(Requirement(expr["key"], operator, tuple(str(v) for v in expr.get("values") or ())))
     return Selector(tuple(requirements))
+
+
+NODE_NAME_FIELD = "metadata.name"  # the one field a node selector term may match
+
+
+@dataclass(frozen=True)
+class NodeSelectorTerm:
+    """One term of a required node affinity, as the kube-scheduler reads it: every `matchExpressions`
+    requirement holds on the node's labels and every `matchFields` one on its name. A term with
+    neither matches no node; the terms of an affinity are ORed."""
+
+    expressions: Selector = Selector()
+    fields: Selector = Selector()
+
+    def matches(self, name: str, labels: Mapping[str, str]) -> bool:
+        if not self.expressions.requirements and not self.fields.requirements:
+            return False
+        return self.expressions.matches(labels) and self.fields.matches({NODE_NAME_FIELD: name})
+
+
+def node_requirement(expr: Mapping, field: bool) -> Requirement:
+    """One `matchExpressions` (field=False) or `matchFields` (field=True) entry, checked as the API server
+    checks it; ValueError says what is wrong."""
+    if not isinstance(expr, Mapping):
+        raise ValueError("must be an object with key, operator and values")
+    key, operator, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise ValueError(f"values must be a list of strings, got {values!r}")
+    if field:
+        if key != NODE_NAME_FIELD:
+            raise ValueError(f"key {key!r} is not a node field; the only one is {NODE_NAME_FIELD}")
+        if operator not in ("In", "NotIn"):
+            raise ValueError(f"operator {operator!r} is not one of In, NotIn for a node field")
+        if len(values) != 1:
+            raise ValueError(f"{operator} on {NODE_NAME_FIELD} takes exactly one value (use one term per node), "
+                             f"got {len(values)}")
+        return Requirement(key, operator, tuple(values))
+    if not isinstance(key, str) or not _KEY.match(key):
+        raise ValueError(f"key {key!r} is not a label key")
+    if operator not in _OPERATORS:
+        raise ValueError(f"operator {operator!r} is not one of {', '.join(_OPERATORS)}")
+    if operator in ("In", "NotIn") and not values:
+        raise ValueError(f"{operator} needs at least one value")
+    if operator in ("Exists", "DoesNotExist") and values:
+        raise ValueError(f"{operator} takes no values")
+    if operator in ("Gt", "Lt") and (len(values) != 1 or not re.fullmatch(r"-?\d+", values[0])):
+        raise ValueError(f"{operator} takes exactly one integer value, got {values!r}")
+    return Requirement(key, operator, tuple(values))
+
+
+class TermError(ValueError):
+    """A wrong entry of a node selector term: `path` is relative to the term (`matchFields[0]`)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path, self.message = path, message
+
+
+def node_selector_term(term: Any) -> NodeSelectorTerm:
+    """A node selector term (`matchExpressions`, `matchFields`); TermError names its first wrong entry."""
+    if not isinstance(term, Mapping):
+        raise TermError("", "a node selector term must be an object with matchExpressions and/or matchFields")
+    selectors = []
+    for name, field in (("matchExpressions", False), ("matchFields", True)):
+        entries = term.get(name) or []
+        if not isinstance(entries, list):
+            raise TermError(name, f"must be a list, got {type(entries).__name__}")
+        requirements = []
+        for j, expr in enumerate(entries):
+            try:
+                requirements.append(node_requirement(expr, field))
+            except ValueError as exc:
+                raise TermError(f"{name}[{j}]", str(exc)) from None
+        selectors.append(Selector(tuple(requirements)))
+    return NodeSelectorTerm(*selectors)
+
+
+def pin_to_nodes(required: Mapping | None, nodes: Iterable[str]) -> dict:
+    """The required node affinity (`requiredDuringSchedulingIgnoredDuringExecution`) that admits only
+    `nodes` and keeps the pod's own (`required`, or None), as the DaemonSet controller pins a pod: a
+    `matchFields` requirement `metadata.name In [node]` (the API server takes one value there), ANDed
+    into each of the pod's terms, one copy per node. A copy whose own `matchFields` rule the node out,
+    and a term that matches nothing (empty), are left out: no term admits what the pod's did not."""
+    own = None if required is None else [t for t in required.get("nodeSelectorTerms") or ()
+                                         if t.get("matchExpressions") or t.get("matchFields")]
+    terms = [{}] if own is None else own
+    pinned = [{**term, "matchFields": [*(term.get("matchFields") or ()),
+                                       {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}]}
+              for node in nodes for term in terms
+              if node_selector_term({"matchFields": term.get("matchFields")}).fields.matches({NODE_NAME_FIELD: node})]
+    return {**(required or {}), "nodeSelectorTerms": pinned}

@@ -29,3 +29,13 @@ def untolerated(taints: Iterable[Mapping], tolerations: Iterable[Mapping]) -> li
 def describe_taint(taint: Mapping) -> str:
     value = taint.get("value")
     return f"{taint.get('key')}{'=' + value if value else ''}:{taint.get('effect')}"
+
+
+# The node lifecycle controller taints a node while a condition lasts (not-ready, unreachable,
+# unschedulable, memory-pressure, ...): they go when the node is back, unlike an admin's taints.
+CONDITION_TAINT_PREFIX = "node.kubernetes.io/"
+
+
+def lasting(taints: Iterable[Mapping]) -> tuple[Mapping, ...]:
+    """The taints that stay when the node's conditions clear."""
+    return tuple(t for t in taints if not str(t.get("key", "")).startswith(CONDITION_TAINT_PREFIX))

@@ -55,6 +55,7 @@ def register(body: ClusterIn, request: Request, session: SessionDep, settings: S
     finally:
         client.close()
     request.app.state.services.wake("inventory-sync")
+    request.app.state.capacity.forget()
     session.refresh(cluster)
     return inventory.cluster_view(session, cluster)
 
@@ -74,6 +75,7 @@ def get_cluster(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, An
 def patch_cluster(name: str, body: ClusterPatch, request: Request, session: SessionDep, _: AdminDep) -> dict[str, Any]:
     cluster = inventory.update_cluster(session, name, labels=body.labels, taints=body.taints)
     session.commit()
+    request.app.state.capacity.forget()
     request.app.state.services.wake("scheduler")
     return inventory.cluster_view(session, cluster)
 
@@ -107,5 +109,6 @@ def drain(name: str, request: Request, session: SessionDep, _: AdminDep) -> dict
 def remove(name: str, request: Request, session: SessionDep, _: AdminDep, force: bool = False) -> Response:
     inventory.remove_cluster(session, name, force=force, settings=request.app.state.settings)
     session.commit()
+    request.app.state.capacity.forget()
     request.app.state.services.wake("inventory-sync")
     return Response(status_code=204)

@@ -29,8 +29,8 @@ from broker.placement.plugins import FILTERS, SCORES, Candidate, HeldNodes, Requ
 from broker.placement.snapshot import ClusterIndex, Fit, HyperNodeState, QueueState, Snapshot, fits
 from clusters.quantity import add_into
 
-DEFAULT_FILTERS = ("ClusterState", "JobSetCRD", "ClusterSelector", "TaintToleration", "Reservation",
-                   "Capacity", "ExclusiveTopology", "TopologyBound")
+DEFAULT_FILTERS = ("ClusterState", "JobSetCRD", "ClusterSelector", "TaintToleration",
+                   "NodeEligibility", "Reservation", "Capacity", "ExclusiveTopology", "TopologyBound")
 DEFAULT_SCORE_WEIGHTS = MappingProxyType({"TightestTier": 4.0, "BinPacking": 2.0, "Spread": 0.0, "Locality": 1.0})
 
 

@@ -12,8 +12,6 @@ from typing import Mapping
 
 from broker.placement.model import Resources, RunningPlacement
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-
 
 @dataclass(frozen=True, slots=True)
 class NodeAssignment:
@@ -48,12 +46,6 @@ class Placement:
     def node_names(self, replicated_job: str | None = None) -> tuple[str, ...]:
         return tuple(sorted({a.node for a in self.assignments
                              if replicated_job is None or a.replicated_job == replicated_job}))
-
-    def required_node_affinity(self, replicated_job: str | None = None) -> dict:
-        """The `nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution` that pins the pods to the
-        nodes the engine counted them on (per ReplicatedJob, or all of the placement's nodes)."""
-        return {"nodeSelectorTerms": [{"matchExpressions": [
-            {"key": HOSTNAME_LABEL, "operator": "In", "values": list(self.node_names(replicated_job))}]}]}
 
     def as_running(self, *, tenant: str, queue: str, priority: int, started_at: float,
                    exclusive_topology: str | None = None) -> RunningPlacement:

@@ -107,6 +107,37 @@ class TaintToleration:
         return None
 
 
+class NodeEligibility:
+    """Some node must take a pod of each part: schedulable, its taints tolerated, the pod's node
+    selector and required node affinity matched (room on it is the search's to find). It reads the
+    nodes, so where they are not known yet (the submission check) it is not asked."""
+
+    name, depends_on_capacity = "NodeEligibility", True
+
+    def filter(self, request, cluster):
+        for part in request.parts:
+            if not cluster.eligible_count(part):
+                return f"no node can take a pod of {part.name}: {_why_no_node(part, cluster)}"
+        return None
+
+
+def _why_no_node(part: PartSpec, cluster: ClusterIndex) -> str:
+    """Per node the first thing that keeps the pod off, counted, as the kube-scheduler reports it."""
+    if not cluster.nodes:
+        return "it has no nodes"
+    counts: dict[str, int] = {}
+    for node in cluster.nodes:
+        blocking = untolerated(node.taints, part.tolerations)
+        if node.unschedulable:
+            why = "cordoned or not ready"
+        elif not part.may_run_on(node.name, node.labels):
+            why = "do not match its node selector or required node affinity"
+        else:
+            why = f"have taint {describe_taint(blocking[0])} it does not tolerate"
+        counts[why] = counts.get(why, 0) + 1
+    return ", ".join(f"{n} of {len(cluster.nodes)} nodes {why}" for why, n in sorted(counts.items()))
+
+
 class Reservation:
     """Nodes held for a job that has waited too long are not free for others.
 
@@ -239,5 +270,6 @@ class Locality:
 
 
 FILTERS: dict[str, type] = {p.name: p for p in (
-    ClusterState, JobSetCRD, ClusterSelector, TaintToleration, Reservation, Capacity, ExclusiveTopology, TopologyBound)}
+    ClusterState, JobSetCRD, ClusterSelector, TaintToleration, NodeEligibility, Reservation, Capacity, ExclusiveTopology,
+    TopologyBound)}
 SCORES: dict[str, type] = {p.name: p for p in (TightestTier, BinPacking, Spread, Locality)}

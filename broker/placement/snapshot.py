@@ -10,12 +10,12 @@ free cpu, so "the smallest HyperNode of tier t with at least g free GPUs" is one
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
-from broker.jobset import PartSpec
+from broker.jobset import POD_SLOT, PartSpec
 from clusters.quantity import add_into
-from broker.placement.model import GPU, Cluster, Queue, Resources, RunningPlacement, Tenant
+from broker.placement.model import GPU, Cluster, Node, Queue, Resources, RunningPlacement, Tenant
 from clusters.taints import untolerated
 
 INDEXED_RESOURCES = (GPU, "cpu")
@@ -63,20 +63,24 @@ class ClusterIndex:
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
         self.name = cluster.name
-        self.nodes = sorted(cluster.nodes, key=lambda n: n.name)
+        self.nodes = sorted((_with_pod_limit(n) for n in cluster.nodes), key=lambda n: n.name)
         self.position = {n.name: i for i, n in enumerate(self.nodes)}
+        # A cordoned or NotReady node takes no new pod: its capacity is free nowhere (cluster, HyperNodes).
+        self.usable = [not n.unschedulable for n in self.nodes]
         self.free: list[dict[str, int]] = []
         self.free_total: dict[str, int] = {}
         self.allocatable_total: dict[str, int] = {}
-        for node in self.nodes:
+        for i, node in enumerate(self.nodes):
             free = dict(node.allocatable)
             add_into(free, node.used, -1)
             self.free.append(free)
-            add_into(self.free_total, free)
+            if self.usable[i]:
+                add_into(self.free_total, free)
             add_into(self.allocatable_total, node.allocatable)
         self.broker_pods = [0] * len(self.nodes)  # pods of placements per node (exclusive domains)
         self.locks = [0] * len(self.nodes)  # > 0: inside a domain another job holds exclusively
         self._eligible: dict[tuple, bytearray] = {}
+        self._eligible_counts: dict[tuple, int] = {}
         self._domains: dict[str, dict[str, list[int]]] = {}
         self._build_hypernodes()
 
@@ -103,8 +107,9 @@ class ClusterIndex:
         for name in sorted(specs):
             state = HyperNodeState(name, specs[name].tier, collect(name, frozenset()))
             for i in state.nodes:
-                add_into(state.free, self.free[i])
                 add_into(state.allocatable, self.nodes[i].allocatable)
+                if self.usable[i]:
+                    add_into(state.free, self.free[i])
                 self.node_hypernodes[i].append(state)
             self.hypernodes[name] = state
         self.tiers = sorted({h.tier for h in self.hypernodes.values()})
@@ -134,15 +139,31 @@ class ClusterIndex:
 
     # -- node eligibility and exclusive domains ----------------------------------------------
     def eligible(self, part: PartSpec) -> bytearray:
-        """Which nodes a pod of this part may use: schedulable, taints tolerated, nodeSelector matched."""
-        key = (tuple(tuple(sorted(t.items())) for t in part.tolerations), tuple(sorted(part.node_selector.items())))
+        """Which nodes a pod of this part may use: schedulable, taints tolerated, node selector and
+        required node affinity matched (the pod slots left are counted as a resource, `pods`)."""
+        key = _eligibility_key(part)
         if key not in self._eligible:
-            selector = part.node_selector.items()
             self._eligible[key] = bytearray(
-                not n.unschedulable and not untolerated(n.taints, part.tolerations)
-                and all(n.labels.get(k) == v for k, v in selector)
-                for n in self.nodes)
+                self.usable[i] and not untolerated(n.taints, part.tolerations) and part.may_run_on(n.name, n.labels)
+                for i, n in enumerate(self.nodes))
+            self._eligible_counts[key] = sum(self._eligible[key])
         return self._eligible[key]
+
+    def eligible_count(self, part: PartSpec) -> int:
+        """How many nodes a pod of this part may use (`eligible`)."""
+        self.eligible(part)
+        return self._eligible_counts[_eligibility_key(part)]
+
+    def _eligible_hold(self, parts: Sequence[PartSpec], state: HyperNodeState) -> bool:
+        """Could the nodes of `state` each part may use hold its pods by their free totals?"""
+        for part in parts:
+            eligible, free = self.eligible(part), {}
+            for i in state.nodes:
+                if eligible[i] and not self.locks[i]:
+                    add_into(free, self.free[i])
+            if not fits(free, part.requests):
+                return False
+        return True
 
     def domains(self, label: str) -> dict[str, list[int]]:
         """Nodes grouped by their value of `label` (nodes without it belong to no domain)."""
@@ -232,8 +253,9 @@ class ClusterIndex:
 
         Stops at the first tier that fits. With `bind=False` it only checks HyperNode totals (an
         optimistic estimate for scoring); with `bind=True` it assigns every pod to a node. At most
-        `max_candidates` HyperNodes per tier are tried, so a fragmented tier costs a bounded time.
-        With no bound (soft), a gang no HyperNode holds may still span the cluster.
+        `max_candidates` HyperNodes per tier are tried, so a fragmented tier costs a bounded time; one
+        whose nodes the pods may not use (taints, selector, affinity) or that lacks room on them is
+        skipped without counting. With no bound (soft), a gang no HyperNode holds may still span the cluster.
         """
         resource = primary_resource(demand)
         need = demand.get(resource, 0)
@@ -252,6 +274,8 @@ class ClusterIndex:
                     binding = self.bind(parts, state.nodes)
                     if binding is not None:
                         return Fit(state, binding)
+                    if not self._eligible_hold(parts, state):
+                        continue
                 tried += 1
                 if tried >= max_candidates:
                     break
@@ -265,15 +289,17 @@ class ClusterIndex:
     # -- applying and undoing decisions -------------------------------------------------------
     def apply(self, usage: Mapping[int, Resources], pods: Mapping[int, int],
               domains: Iterable[tuple[str, str]], sign: int) -> None:
-        """Take (sign=+1) or give back (sign=-1) the pods of one placement."""
-        touched = {h.name: h for i in usage for h in self.node_hypernodes[i]}
+        """Take (sign=+1) or give back (sign=-1) the pods of one placement (on a cordoned or NotReady
+        node they change only the node's own free amounts: the totals never counted it)."""
+        touched = {h.name: h for i in usage if self.usable[i] for h in self.node_hypernodes[i]}
         for state in touched.values():
             self._unindex(state)
         for i, amounts in usage.items():
             add_into(self.free[i], amounts, -sign)
-            add_into(self.free_total, amounts, -sign)
-            for state in self.node_hypernodes[i]:
-                add_into(state.free, amounts, -sign)
+            if self.usable[i]:
+                add_into(self.free_total, amounts, -sign)
+                for state in self.node_hypernodes[i]:
+                    add_into(state.free, amounts, -sign)
         for state in touched.values():
             self._index(state)
         for i, count in pods.items():
@@ -281,6 +307,20 @@ class ClusterIndex:
         for label, value in domains:
             for i in self.domains(label).get(value, ()):
                 self.locks[i] += sign
+
+
+def _eligibility_key(part: PartSpec) -> tuple:
+    """What decides which nodes a part's pods may use; parts alike share `ClusterIndex.eligible`."""
+    return (tuple(tuple(sorted(t.items())) for t in part.tolerations), tuple(sorted(part.node_selector.items())),
+            part.node_affinity)
+
+
+def _with_pod_limit(node: Node) -> Node:
+    """Every kubelet states how many pods its node takes (allocatable `pods`); a node record without
+    it (a hand-made inventory) is taken to have no limit."""
+    if POD_SLOT in node.allocatable:
+        return node
+    return replace(node, allocatable={**node.allocatable, POD_SLOT: _UNBOUNDED_ROOM * 1000})
 
 
 def _pod_size_descending(part: PartSpec) -> tuple:

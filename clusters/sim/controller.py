@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING, Iterable
 
-from clusters.labels import selector_from_object
+from clusters.labels import NodeSelectorTerm, node_selector_term
 from clusters.pods import effective_requests
 from clusters.quantity import to_milli
 from clusters.sim.clock import rfc3339
@@ -101,18 +101,15 @@ def _suffix() -> str:
     return "".join(random.choices(_NAME_CHARS, k=5))
 
 
-def _node_term_matches(term: dict, node: dict) -> bool:
-    labels = node["metadata"].get("labels") or {}
-    exprs = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not exprs and not fields:
-        return False  # an empty term matches nothing
-    if exprs and not selector_from_object({"matchExpressions": exprs}).matches(labels):
-        return False
-    if fields and not selector_from_object({"matchExpressions": fields}).matches(
-            {"metadata.name": node["metadata"]["name"]}):
-        return False
-    return True
+def _node_terms(terms: list) -> list[NodeSelectorTerm]:
+    """The terms the kube-scheduler can read; one it cannot (e.g. `matchFields` In with two values) matches nothing."""
+    parsed = []
+    for term in terms:
+        try:
+            parsed.append(node_selector_term(term))
+        except ValueError:
+            continue
+    return parsed
 
 
 class Controller:
@@ -403,15 +400,16 @@ class Controller:
         spec = pod["spec"]
         requests = pod_requests(spec)
         selector = spec.get("nodeSelector") or {}
-        terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+        required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution")
+        terms = None if required is None else _node_terms(required.get("nodeSelectorTerms") or [])
         tolerations = spec.get("tolerations") or ()
         reasons: Counter = Counter()
         for node in nodes:
             labels = node["metadata"].get("labels") or {}
             name = node["metadata"]["name"]
             if any(labels.get(k) != v for k, v in selector.items()) or (
-                    terms and not any(_node_term_matches(t, node) for t in terms)):
+                    terms is not None and not any(t.matches(name, labels) for t in terms)):
                 reasons["node(s) didn't match Pod's node affinity/selector"] += 1
                 continue
             taints = untolerated(node["spec"]["taints"], tolerations) if node["spec"].get("taints") else ()

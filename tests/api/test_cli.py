@@ -89,6 +89,7 @@ def test_an_unreachable_server_is_one_line(monkeypatch):
 
 def test_dry_run_prints_where_or_why(server, admin, db, settings, tmp_path):
     from broker.db.crypto import KubeconfigCipher
+    from broker.db.models import Node
     from tests.api.conftest import add_cluster_with_leaves, make_tenant
 
     with db.sessions() as session, session.begin():
@@ -97,15 +98,18 @@ def test_dry_run_prints_where_or_why(server, admin, db, settings, tmp_path):
     fits, too_big = tmp_path / "fits.yaml", tmp_path / "big.yaml"
     hard = {"archipelago.io/network-topology-mode": "hard"}
     fits.write_text(yaml.safe_dump(jobset("small", replicas=2, annotations=hard)))
-    too_big.write_text(yaml.safe_dump(jobset("big", replicas=5, annotations=hard)))
+    too_big.write_text(yaml.safe_dump(jobset("big", replicas=4, annotations=hard)))
     env = {"ARCHIPELAGO_TOKEN": token}
     placed = run("submit", str(fits), "--dry-run", env=env)
     assert placed.exit_code == 0, placed.output
     assert "would run now" in placed.output and "eu-west" in placed.output and "leaf-" in placed.output
+    with db.sessions() as session, session.begin():  # someone else's pod on one node of each leaf
+        for node in session.query(Node).filter(Node.name.in_(["eu-west-l0-n0", "eu-west-l1-n0"])):
+            node.used = {"nvidia.com/gpu": 8000}
     waits = run("submit", str(too_big), "--dry-run", env=env)
     assert waits.exit_code == 0, waits.output
     assert f"{too_big}: would wait: no cluster can take it now" in waits.output
-    assert "eu-west: needs 40 GPUs in one tier-1 HyperNode; the largest free one has 32" in waits.output
+    assert "eu-west: needs 32 GPUs in one tier-1 HyperNode; the largest free one has 24" in waits.output
     as_json = json.loads(run("submit", str(fits), "--dry-run", "-o", "json", env=env).output)
     assert as_json["fits"] is True and as_json["placements"][0]["cluster"] == "eu-west"
     assert json.loads(run("jobs", "list", "-o", "json", env=env).output) == []  # nothing was submitted

@@ -176,8 +176,9 @@ def test_a_job_no_cluster_could_ever_hold_is_refused_at_once(research, db, setti
     assert submit(research, jobset("fits", replicas=8, gpus=8)).status_code == 201
     answer = submit(research, jobset("too-big", replicas=9, gpus=8))
     assert answer.status_code == 422
-    assert answer.json()["detail"] == ("spec.replicatedJobs: needs 72 nvidia.com/gpu in one cluster, but the largest "
-                                       "registered cluster has 64; no cluster could ever run it")
+    assert answer.json()["clusters"] == {"large": "needs 72 GPUs; 64 GPUs free", "small": "needs 72 GPUs; 8 GPUs free"}
+    assert answer.json()["detail"] == ("spec.replicatedJobs: no registered cluster could ever run it "
+                                       "(large: needs 72 GPUs; 64 GPUs free; small: needs 72 GPUs; 8 GPUs free)")
     with db.sessions() as session, session.begin():  # nodes that report their pod slots: 110 each
         for node in session.query(Node):
             node.allocatable = {**node.allocatable, "pods": 110_000}
@@ -187,10 +188,10 @@ def test_a_job_no_cluster_could_ever_hold_is_refused_at_once(research, db, setti
                         {"requests": {"cpu": "10m"}})
     too_many_pods = submit(research, swarm)
     assert too_many_pods.status_code == 422
-    assert too_many_pods.json()["detail"].startswith("spec.replicatedJobs: needs 881 pods in one cluster")
+    assert too_many_pods.json()["clusters"]["large"] == "needs 881 pods; 880 pods free"
     pod_too_big = submit(research, jobset("fat-pod", replicas=1, gpus=16))
     assert pod_too_big.status_code == 422
-    assert "on one node for each pod of workers" in pod_too_big.json()["detail"]
+    assert pod_too_big.json()["clusters"]["large"] == "even empty, its nodes cannot hold 1 pod of 16 GPUs"
 
 
 def test_listing_pages_and_filters(research):
@@ -298,12 +299,18 @@ def test_dry_run_says_where_a_job_would_go_and_writes_nothing(research, db, sett
     assert len(placement["nodes"]) == 4
 
     eu_only = {**hard, "archipelago.io/cluster-selector": "region=eu"}
-    waits = research.post("/api/v1/jobs:dry-run", json=jobset("big", replicas=5, gpus=8, annotations=eu_only)).json()
+    with db.sessions() as session, session.begin():  # someone else's pod on one node of each eu-west leaf
+        for node in session.query(Node).filter(Node.name.in_(["eu-west-l0-n0", "eu-west-l1-n0"])):
+            node.used = {"nvidia.com/gpu": 8000}
+    waits = research.post("/api/v1/jobs:dry-run", json=jobset("big", replicas=4, gpus=8, annotations=eu_only)).json()
     assert waits["fits"] is False
     assert set(waits["waiting_reasons"]) == {"eu-west", "us-east"}
-    assert waits["waiting_reasons"]["eu-west"] == ("needs 40 GPUs in one tier-1 HyperNode; "
-                                                   "the largest free one has 32")
+    assert waits["waiting_reasons"]["eu-west"] == ("needs 32 GPUs in one tier-1 HyperNode; "
+                                                   "the largest free one has 24")
     assert "region=eu" in waits["waiting_reasons"]["us-east"]
+    never = research.post("/api/v1/jobs:dry-run", json=jobset("huge", replicas=5, gpus=8, annotations=eu_only))
+    assert never.status_code == 422, "a dry run answers as the submission would"
+    assert set(never.json()["clusters"]) == {"eu-west", "us-east"}
     assert research.get("/api/v1/jobs").json()["items"] == []
     invalid = research.post("/api/v1/jobs:dry-run", json=with_change(jobset("x"), "kind", "Job"))
     assert invalid.status_code == 422

@@ -37,7 +37,8 @@ def test_split_example_reads_selector_and_mode():
 def test_driver_workers_priority_class_and_demand():
     spec = parse_jobset(load("jobset-driver-workers.yaml"))
     assert spec.priority_class == "high"
-    assert spec.requests == {"cpu": 4000 + 8 * 8000, "memory": (16 + 8 * 64) * GiB, "nvidia.com/gpu": 8 * 4000}
+    assert spec.requests == {"cpu": 4000 + 8 * 8000, "memory": (16 + 8 * 64) * GiB, "nvidia.com/gpu": 8 * 4000,
+                             "pods": 9 * 1000}  # every pod takes one of its node's pod slots
 
 
 def test_soft_mode_has_no_bound():
