@@ -10,7 +10,7 @@ free cpu, so "the smallest HyperNode of tier t with at least g free GPUs" is one
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from broker.jobset import POD_SLOT, PartSpec
@@ -67,6 +67,7 @@ class ClusterIndex:
         self.position = {n.name: i for i, n in enumerate(self.nodes)}
         # A cordoned or NotReady node takes no new pod: its capacity is free nowhere (cluster, HyperNodes).
         self.usable = [not n.unschedulable for n in self.nodes]
+        self.usable_count = sum(self.usable)
         self.free: list[dict[str, int]] = []
         self.free_total: dict[str, int] = {}
         self.allocatable_total: dict[str, int] = {}
@@ -143,20 +144,27 @@ class ClusterIndex:
         required node affinity matched (the pod slots left are counted as a resource, `pods`)."""
         key = _eligibility_key(part)
         if key not in self._eligible:
+            choosy = bool(part.node_selector) or part.node_affinity is not None
             self._eligible[key] = bytearray(
-                self.usable[i] and not untolerated(n.taints, part.tolerations) and part.may_run_on(n.name, n.labels)
+                self.usable[i] and not (n.taints and untolerated(n.taints, part.tolerations))
+                and not (choosy and not part.may_run_on(n.name, n.labels))
                 for i, n in enumerate(self.nodes))
             self._eligible_counts[key] = sum(self._eligible[key])
         return self._eligible[key]
 
     def eligible_count(self, part: PartSpec) -> int:
         """How many nodes a pod of this part may use (`eligible`)."""
-        self.eligible(part)
-        return self._eligible_counts[_eligibility_key(part)]
+        key = _eligibility_key(part)
+        if key not in self._eligible_counts:
+            self.eligible(part)
+        return self._eligible_counts[key]
 
     def _eligible_hold(self, parts: Sequence[PartSpec], state: HyperNodeState) -> bool:
-        """Could the nodes of `state` each part may use hold its pods by their free totals?"""
+        """Could the nodes of `state` each part may use hold its pods by their free totals? (When every
+        schedulable node of the cluster is one it may use, the HyperNode's own totals said so already.)"""
         for part in parts:
+            if self.eligible_count(part) == self.usable_count:
+                continue
             eligible, free = self.eligible(part), {}
             for i in state.nodes:
                 if eligible[i] and not self.locks[i]:
@@ -309,8 +317,13 @@ class ClusterIndex:
                 self.locks[i] += sign
 
 
+_UNCONSTRAINED = ((), (), None)
+
+
 def _eligibility_key(part: PartSpec) -> tuple:
     """What decides which nodes a part's pods may use; parts alike share `ClusterIndex.eligible`."""
+    if not part.tolerations and not part.node_selector and part.node_affinity is None:
+        return _UNCONSTRAINED
     return (tuple(tuple(sorted(t.items())) for t in part.tolerations), tuple(sorted(part.node_selector.items())),
             part.node_affinity)
 
@@ -320,7 +333,8 @@ def _with_pod_limit(node: Node) -> Node:
     it (a hand-made inventory) is taken to have no limit."""
     if POD_SLOT in node.allocatable:
         return node
-    return replace(node, allocatable={**node.allocatable, POD_SLOT: _UNBOUNDED_ROOM * 1000})
+    return Node(node.name, {**node.allocatable, POD_SLOT: _UNBOUNDED_ROOM * 1000}, node.used, node.labels, node.taints,
+                node.unschedulable)
 
 
 def _pod_size_descending(part: PartSpec) -> tuple:
