@@ -27,8 +27,9 @@ from broker import events
 from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES,
                               PLACEMENT_UNSTARTED_STATES, Cluster, Event, Job, Placement, as_utc)
 from broker.db.session import in_chunks
+from broker.jobset import STARTUP_TIMEOUT_ANNOTATION, startup_timeout
 from broker.status import (Aggregate, PartView, Policy, aggregate, failure_message, member_status, newer,
-                           part_failure, placement_state)
+                           not_ready, part_failure, placement_state)
 from clusters.jobsets import member_name, render
 
 ON_MEMBER_STATES = ("Starting", "Running")  # a copy the status watch follows
@@ -473,6 +474,76 @@ def fail_over(session: Session, now: datetime, toleration: float) -> Changes:
             changes.requeued.add(job.id)
         changes.add(settle_job(session, job.id, now))
     return changes
+
+
+@dataclass(frozen=True)
+class Unready:
+    """A placement Starting for longer than its startup timeout: its member is asked why before it goes."""
+
+    placement_id: int
+    job_id: int
+    cluster_id: int
+    namespace: str
+    name: str  # the JobSet's name on the member
+    timeout: float
+
+
+@dataclass(frozen=True)
+class StartupPolicy:
+    """Kueue's waitForPodsReady, for the federation (the settings of the same names)."""
+
+    timeout: float
+    backoff: float
+    avoid: float
+    eviction_limit: int
+    backoff_cap: float = 3600.0
+
+
+def overdue_startups(session: Session, now: datetime, default_timeout: float) -> list[Unready]:
+    """Placements whose pods are not all ready within the startup timeout (the job's annotation, or the default)."""
+    overdue = []
+    for row in session.execute(
+            select(Placement.id, Placement.job_id, Placement.cluster_id, Placement.part, Placement.applied_at,
+                   Job.namespace, Job.name,
+                   Job.manifest[("metadata", "annotations", STARTUP_TIMEOUT_ANNOTATION)].as_string().label("timeout"))
+            .join(Job, Job.id == Placement.job_id)
+            .where(Placement.state == "Starting", Placement.applied_at.is_not(None),
+                   Placement.cluster_id.is_not(None))):
+        timeout = (startup_timeout(row.timeout) if row.timeout else None) or default_timeout
+        if now - as_utc(row.applied_at) >= timedelta(seconds=timeout):
+            overdue.append(Unready(row.id, row.job_id, row.cluster_id, row.namespace, member_name(row.name, row.part),
+                                   timeout))
+    return overdue
+
+
+def evict_unready(session: Session, unready: Unready, pods: str, now: datetime, policy: StartupPolicy) -> Changes:
+    """Its pods did not all become ready in time: the whole gang goes (parts already done stay done); the
+    job is placed again after an exponential back-off, away from that member for a while, or fails once
+    it was evicted `eviction_limit` times. `pods` is what the member said of the pods not ready."""
+    job = _lock_job(session, unready.job_id)
+    placement = _lock_placement(session, unready.placement_id)
+    if job is None or placement is None or placement.state != "Starting" or job.cancel_requested_at is not None \
+            or job.state in JOB_FINISHED_STATES:
+        return Changes()  # ready, moved or cancelled meanwhile
+    why = (f"{_part_where(placement)}: pods not all ready within {unready.timeout:.0f}s "
+           f"({not_ready(placement.status)}{'; ' + pods if pods else ''})")
+    job.evictions += 1
+    _job_event(session, job, "Evicted", why, warning=True)
+    for other in session.scalars(select(Placement).where(Placement.job_id == job.id,
+                                                         Placement.state.in_(PLACEMENT_ACTIVE_STATES))
+                                 .with_for_update()):
+        other.state, other.last_error, other.next_attempt_at = "Deleting", why, None
+    if job.evictions >= policy.eviction_limit:
+        _finish_job(session, job, "Failed", f"evicted {job.evictions} times, the last: {why}", now)
+    else:
+        delay = min(policy.backoff * 2 ** (job.evictions - 1), policy.backoff_cap)
+        until = now + timedelta(seconds=policy.avoid)
+        job.requeue_at = now + timedelta(seconds=delay)
+        job.avoid = {**{c: t for c, t in (job.avoid or {}).items() if datetime.fromisoformat(t) > now},
+                     placement.cluster_name: until.isoformat()}
+        _requeue(session, job, f"evicted ({job.evictions} of {policy.eviction_limit}): placed again after "
+                               f"{delay:.0f}s, not on {placement.cluster_name} until {until:%H:%M:%S} UTC")
+    return settle_job(session, job.id, now).add(Changes(dispatch=True, freed=True))
 
 
 def _not_ready_since(session: Session, cluster: Cluster) -> datetime | None:

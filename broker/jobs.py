@@ -18,7 +18,8 @@ from broker.db.models import (JOB_FINISHED_STATES, JOB_STATES, PLACEMENT_LIVE_ST
 from broker.errors import Conflict, Invalid, NotFound
 from broker.jobset import (CLUSTER_SELECTOR_ANNOTATION, HIGHEST_TIER_ANNOTATION, MAX_RESTARTS_ANNOTATION,
                            PLACEMENT_ANNOTATION,
-                           PRIORITY_CLASS_LABEL, QUEUE_LABEL, TOPOLOGY_MODE_ANNOTATION, JobSetError, JobSpec,
+                           PRIORITY_CLASS_LABEL, QUEUE_LABEL, STARTUP_TIMEOUT_ANNOTATION, TOPOLOGY_MODE_ANNOTATION,
+                           JobSetError, JobSpec,
                            parse_jobset)
 from broker.placement import Config
 from broker.placement.feasibility import empty, never_fits
@@ -31,7 +32,7 @@ from clusters.quantity import add_into
 
 BROKER_PREFIX = "archipelago.io/"
 TENANT_ANNOTATIONS = frozenset({PLACEMENT_ANNOTATION, CLUSTER_SELECTOR_ANNOTATION, TOPOLOGY_MODE_ANNOTATION,
-                                HIGHEST_TIER_ANNOTATION, MAX_RESTARTS_ANNOTATION})
+                                HIGHEST_TIER_ANNOTATION, MAX_RESTARTS_ANNOTATION, STARTUP_TIMEOUT_ANNOTATION})
 MAX_PAGE = 500
 
 

@@ -26,6 +26,9 @@ HIGHEST_TIER_ANNOTATION = "archipelago.io/highest-tier-allowed"
 # How often the broker may restart failed parts of a split job (default: failurePolicy.maxRestarts).
 MAX_RESTARTS_ANNOTATION = "archipelago.io/max-restarts"
 EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+# How long its pods may take to be ready on a member before the placement is evicted ("10m", "90s").
+STARTUP_TIMEOUT_ANNOTATION = "archipelago.io/startup-timeout"
+_DURATION = re.compile(r"([1-9]\d{0,6})(s|m|h)?")
 
 PLACEMENT_MODES = ("whole", "split")
 TOPOLOGY_MODES = ("hard", "soft")
@@ -250,6 +253,14 @@ def _success_policy(raw: Any, names: set[str]) -> None:
                               f"{target!r} is not a ReplicatedJob of this JobSet; name one of {', '.join(sorted(names))}")
 
 
+def startup_timeout(text: str) -> float | None:
+    """Seconds in `archipelago.io/startup-timeout` ("600", "600s", "10m", "1h"), or None if it is not one."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        return None
+    return int(match[1]) * {"s": 1, "m": 60, "h": 3600}[match[2] or "s"]
+
+
 def parse_jobset(manifest: Any) -> JobSpec:
     """Validate a JobSet manifest and return what placement needs; raise JobSetError on the first problem."""
     manifest = _mapping(manifest, "$")
@@ -314,6 +325,11 @@ def parse_jobset(manifest: Any) -> JobSpec:
             raise JobSetError(f"metadata.annotations[{MAX_RESTARTS_ANNOTATION!r}]",
                               f"{text!r} must be a whole number ≥ 0, e.g. \"3\"")
         max_restarts = int(text)
+
+    if STARTUP_TIMEOUT_ANNOTATION in annotations and startup_timeout(annotations[STARTUP_TIMEOUT_ANNOTATION]) is None:
+        raise JobSetError(f"metadata.annotations[{STARTUP_TIMEOUT_ANNOTATION!r}]",
+                          f"{annotations[STARTUP_TIMEOUT_ANNOTATION]!r} must be a duration such as \"600s\", "
+                          "\"10m\" or \"1h\"")
 
     return JobSpec(
         name=name, namespace=namespace, labels=_frozen(labels), annotations=_frozen(annotations),

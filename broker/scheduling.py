@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import bindparam, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from broker.db.models import (PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES, Cluster as ClusterRow, Event,
@@ -201,11 +201,12 @@ def _clusters(session: Session, live: set[str]
 
 
 def _read_pending(session: Session, inventory: Inventory, specs: dict[str, JobSpec]) -> None:
+    now = datetime.fromtimestamp(inventory.snapshot.now, timezone.utc)
     rows = session.execute(
         select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason, Job.waiting_reasons,
-               QueueRow.name, TenantRow.name)
+               QueueRow.name, TenantRow.name, Job.avoid)
         .join(QueueRow, QueueRow.id == Job.queue_id).join(TenantRow, TenantRow.id == Job.tenant_id)
-        .where(*_PENDING)).all()
+        .where(*_PENDING, or_(Job.requeue_at.is_(None), Job.requeue_at <= now))).all()  # not backing off
     ids = {str(row.id) for row in rows}
     for stale in specs.keys() - ids:
         del specs[stale]
@@ -242,7 +243,13 @@ def _read_pending(session: Session, inventory: Inventory, specs: dict[str, JobSp
         if spec is not None and spec.parts:
             inventory.pending.append(PendingJob(
                 job_id, row[7], row[6], row.priority, as_utc(row.submitted_at).timestamp(), spec,
-                tuple(sorted(previous.get(job_id, ())))))
+                tuple(sorted(previous.get(job_id, ()))), _avoided(row.avoid, now)))
+
+
+def _avoided(avoid: Mapping[str, str] | None, now: datetime) -> Mapping[str, str]:
+    """The clusters a job still avoids after startup evictions, with until when (`04:42:10 UTC`)."""
+    until = {cluster: datetime.fromisoformat(moment) for cluster, moment in (avoid or {}).items()}
+    return MappingProxyType({cluster: f"{moment:%H:%M:%S} UTC" for cluster, moment in until.items() if moment > now})
 
 
 # -- 3. the commit -----------------------------------------------------------------------------------

@@ -58,6 +58,14 @@ class Settings(BaseSettings):
     # Member health and recovery.
     not_ready_grace: float = Field(20.0, ge=0)
     failover_toleration: float = Field(300.0, ge=0)
+    # Kueue's waitForPodsReady for the federation: a placement whose pods are not all ready this long
+    # after it was applied is evicted (per job: archipelago.io/startup-timeout); its job waits
+    # startup_backoff × 2^(evictions−1) seconds (at most an hour), avoids that member for
+    # startup_avoid seconds, and fails at its startup_eviction_limit-th eviction.
+    startup_timeout: float = Field(300.0, gt=0)
+    startup_backoff: float = Field(60.0, ge=0)
+    startup_avoid: float = Field(1800.0, ge=0)
+    startup_eviction_limit: int = Field(3, ge=1)
     member_timeout: float = Field(5.0, gt=0)
     member_workers: int = Field(16, ge=1)  # members synced or probed at once
 

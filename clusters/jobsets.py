@@ -178,3 +178,9 @@ def delete_owned(client: MemberClient, kept: Callable[[set[int]], set[int]]) -> 
 
 def watch_owned(client: MemberClient, resource_version: str) -> WatchStream:
     return client.watch(JOBSETS, resource_version, {"labelSelector": JOB_ID_LABEL}, WATCH_SECONDS)
+
+
+def pods_of(client: MemberClient, namespace: str, placement_id: int) -> list[dict]:
+    """The pods of one placement's copy (the broker's label on its pod templates), as the member has them."""
+    query = {"labelSelector": f"{PLACEMENT_ID_LABEL}={placement_id}"}
+    return client.list(f"/api/v1/namespaces/{namespace}/pods", query)[0]

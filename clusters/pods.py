@@ -1,4 +1,4 @@
-"""What one pod reserves on a node, as the kube-scheduler counts it.
+"""What one pod reserves on a node, as the kube-scheduler counts it; and why pods are not ready.
 
 Shared by the broker (job demand, member usage) and the simulator (binding), so that all three
 agree to the milli-unit.
@@ -6,7 +6,8 @@ agree to the milli-unit.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections import Counter
+from typing import Any, Iterable, Mapping
 
 from clusters.quantity import to_milli
 
@@ -83,3 +84,24 @@ def effective_requests(pod_spec: Mapping) -> dict[str, int]:
         except (ValueError, TypeError):
             raise PodSpecError(f"overhead.{resource}", f"{quantity!r} is not a resource quantity") from None
     return {r: a for r, a in sorted(effective.items()) if a > 0}
+
+
+def why_not_ready(pods: Iterable[Mapping[str, Any]], limit: int = 3) -> str:
+    """Why these pods are not ready, in the member's words, most common first:
+    `3 pods Pending: 0/8 nodes are available: 8 Insufficient nvidia.com/gpu.; 1 pod ImagePullBackOff: …`."""
+    reasons: Counter[str] = Counter()
+    for pod in pods:
+        status = pod.get("status") or {}
+        conditions = {c.get("type"): c for c in status.get("conditions") or ()}
+        if (conditions.get("Ready") or {}).get("status") == "True" or status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        scheduled = conditions.get("PodScheduled") or {}
+        waiting = next(((s.get("state") or {}).get("waiting") for s in status.get("containerStatuses") or ()
+                        if (s.get("state") or {}).get("waiting")), None)
+        if scheduled.get("status") == "False":
+            reasons[f"{status.get('phase', 'Pending')}: {scheduled.get('message') or scheduled.get('reason')}"] += 1
+        elif waiting:
+            reasons[f"{waiting.get('reason')}: {waiting.get('message') or 'waiting'}"] += 1
+        else:
+            reasons[f"{status.get('phase', 'Pending')}: not ready"] += 1
+    return "; ".join(f"{n} pod{'s' if n > 1 else ''} {why}" for why, n in reasons.most_common(limit))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
+from broker.jobset import POD_SLOT
 from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, Hold, NodeAssignment, Placement,
                                         Preemption, Waiting)
 from broker.placement.explain import amount, duration, pods_phrase
@@ -29,8 +30,9 @@ from broker.placement.plugins import FILTERS, SCORES, Candidate, HeldNodes, Requ
 from broker.placement.snapshot import ClusterIndex, Fit, HyperNodeState, QueueState, Snapshot, fits
 from clusters.quantity import add_into
 
-DEFAULT_FILTERS = ("ClusterState", "JobSetCRD", "ClusterSelector", "TaintToleration",
+DEFAULT_FILTERS = ("ClusterState", "JobSetCRD", "RecentEviction", "ClusterSelector", "TaintToleration",
                    "NodeEligibility", "Reservation", "Capacity", "ExclusiveTopology", "TopologyBound")
+_NO_POD_LIMIT = 1 << 40  # milli-pods, more than any gang asks
 DEFAULT_SCORE_WEIGHTS = MappingProxyType({"TightestTier": 4.0, "BinPacking": 2.0, "Spread": 0.0, "Locality": 1.0})
 
 
@@ -358,6 +360,7 @@ class _Cycle:
         request = self._whole(job)
         demand, bound, resource = request.demand, request.bound, request.primary
         need = demand.get(resource, 0)
+        sized = {r: q for r, q in demand.items() if r != POD_SLOT}  # pod limits are checked per node below
         candidates: list[tuple] = []
         for cluster in self.snapshot.clusters.values():
             open_hypernodes = self.open.get(cluster.name, cluster.hypernodes.values())
@@ -368,9 +371,9 @@ class _Cycle:
             sets: list[tuple[HyperNodeState | None, Mapping[str, int], Mapping[str, int], int]] = [
                 (h, h.allocatable, h.free, h.tier) for h in open_hypernodes
                 if h.allocatable.get(resource, 0) >= need and (bound is None or h.tier <= bound)
-                and fits(h.allocatable, demand)]
+                and fits(h.allocatable, sized)]
             if (not sets and bound is None and cluster.name not in self.held
-                    and fits(cluster.allocatable_total, demand)):
+                    and fits(cluster.allocatable_total, sized)):
                 sets = [(None, cluster.allocatable_total, cluster.free_total, 1 << 30)]
             for state, allocatable, free, tier in sets:
                 total = allocatable.get(resource, 0)
@@ -418,10 +421,11 @@ class _Cycle:
 
 
 def _empty_capacity(cluster: ClusterIndex, positions: list[int]) -> dict[str, int]:
-    """What these nodes could hold with nothing running."""
+    """What these nodes could hold with nothing running; a node that states no pod limit has none."""
     total: dict[str, int] = {}
     for i in positions:
-        add_into(total, cluster.nodes[i].allocatable)
+        allocatable = cluster.nodes[i].allocatable
+        add_into(total, allocatable if POD_SLOT in allocatable else {**allocatable, POD_SLOT: _NO_POD_LIMIT})
     return total
 
 

@@ -109,3 +109,5 @@ class PendingJob:
     submitted_at: float  # seconds, same clock as `Snapshot.now`
     spec: JobSpec
     previous_clusters: tuple[str, ...] = ()  # where it ran before (restarts, data locality)
+    # clusters it was evicted from because its pods did not become ready in time -> until when (for people)
+    avoided: Mapping[str, str] = field(default_factory=_empty)

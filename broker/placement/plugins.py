@@ -222,6 +222,16 @@ class TopologyBound:
         return None
 
 
+class RecentEviction:
+    name, depends_on_capacity = "RecentEviction", False
+
+    def filter(self, request, cluster):
+        until = request.job.avoided.get(cluster.name)
+        if until is not None:
+            return f"its pods did not all become ready here within the startup timeout; avoided until {until}"
+        return None
+
+
 class TightestTier:
     """Prefer the lowest tier (tier 1 = 100, tier 2 = 50, ...; spanning HyperNodes = 0)."""
 
@@ -271,5 +281,5 @@ class Locality:
 
 FILTERS: dict[str, type] = {p.name: p for p in (
     ClusterState, JobSetCRD, ClusterSelector, TaintToleration, NodeEligibility, Reservation, Capacity, ExclusiveTopology,
-    TopologyBound)}
+    TopologyBound, RecentEviction)}
 SCORES: dict[str, type] = {p.name: p for p in (TightestTier, BinPacking, Spread, Locality)}

@@ -4,6 +4,8 @@ One pass (`run_once`):
 1. In one transaction: cancelled jobs' placements to Deleting; fail-over of members NotReady for
    longer than ARCHIPELAGO_FAILOVER_TOLERATION, of Draining members' unstarted placements, of
    removed members' placements.
+   Then placements whose pods are not all ready within their startup timeout: their member is asked why
+   (its pods' scheduler and kubelet messages), and the gang is evicted, its job re-queued with back-off.
 2. Deletions due, on every member that answers (a member still down keeps them for later).
 3. A member seen for the first time by this process, or back from NotReady, is swept first: copies
    labelled by the broker that no placement owns any more are deleted before anything starts there.
@@ -36,9 +38,9 @@ from broker import events
 from broker.db.models import PLACEMENT_ACTIVE_STATES, Cluster, utcnow
 from broker.db.runtime import Database
 from broker.db.session import transaction
-from broker.dispatch import (Changes, Work, begin_write, due_work, fail_apply, fail_over,
-                             finish_apply, finish_delete, kept_placements, lock_jobs, placement_owner,
-                             request_deletions, retry_later, start_apply)
+from broker.dispatch import (Changes, StartupPolicy, Unready, Work, begin_write, due_work, evict_unready, fail_apply,
+                             fail_over, finish_apply, finish_delete, kept_placements, lock_jobs, overdue_startups,
+                             placement_owner, request_deletions, retry_later, start_apply)
 from broker.metrics import MEMBER_ERRORS
 from broker.services.inventory import WRITES, MemberClients, backoff
 from broker.services.loop import LoopService
@@ -46,6 +48,7 @@ from broker.settings import Settings
 from clusters import jobsets
 from clusters.kubeconfig import KubeconfigError
 from clusters.member import MemberClient, MemberError
+from clusters.pods import why_not_ready
 
 log = logging.getLogger("archipelago.dispatcher")
 
@@ -102,6 +105,11 @@ class DispatcherService(LoopService):
             members = {row.id: row for row in session.execute(
                 select(Cluster.id, Cluster.name, Cluster.state, Cluster.kubeconfig_encrypted, Cluster.context))}
             reachable = {i: row for i, row in members.items() if row.state not in UNAVAILABLE_STATES}
+            overdue = [u for u in overdue_startups(session, now, self.settings.startup_timeout)
+                       if u.cluster_id in reachable]  # on a member that is away, fail-over decides
+        if overdue:
+            changes.add(self._evict(overdue, reachable, now))
+        with self.database.sessions() as session:
             work = due_work(session, now, reachable)
         self._swept &= set(reachable)  # a member that was away is swept again when it returns
 
@@ -184,6 +192,24 @@ class DispatcherService(LoopService):
                     retry_later(session, o.work, o.error, o.delay if o.delay is not None else
                                 backoff(o.work.attempts + 1, RETRY_BASE, RETRY_CAP), now)
         return changes
+
+    def _evict(self, overdue: list[Unready], members: dict[int, Any], now: datetime) -> Changes:
+        """Placements not ready in time go (their deletion is the next step of this pass); the member is asked
+        first why their pods are not ready, so that the job's event says it."""
+        why = list(self._pool.map(lambda u: self._not_ready(members[u.cluster_id], u), overdue))
+        policy = StartupPolicy(self.settings.startup_timeout, self.settings.startup_backoff,
+                               self.settings.startup_avoid, self.settings.startup_eviction_limit)
+        changes = Changes()
+        with writing(self.database) as session:
+            for unready, pods in zip(overdue, why):
+                changes.add(evict_unready(session, unready, pods, now, policy))
+        return changes
+
+    def _not_ready(self, member: Any, unready: Unready) -> str:
+        try:
+            return why_not_ready(jobsets.pods_of(self._client(member), unready.namespace, unready.placement_id))
+        except (MemberError, KubeconfigError) as exc:
+            return f"its member did not say which pods are waiting: {exc}"
 
     # one placement's member calls (no database writes: the pass records the outcomes) -----------------
     def _client(self, row: Any) -> MemberClient:

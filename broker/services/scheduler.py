@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime
+from typing import Callable
 
+from broker.db.models import utcnow
 from broker.db.runtime import Database
 from broker.db.session import transaction
 from broker.jobset import JobSpec
@@ -26,9 +29,9 @@ log = logging.getLogger("archipelago.scheduler")
 class SchedulerService(LoopService):
     name = "scheduler"
 
-    def __init__(self, database: Database, settings: Settings) -> None:
+    def __init__(self, database: Database, settings: Settings, *, now: Callable[[], datetime] = utcnow) -> None:
         super().__init__(settings.scheduler_interval)
-        self.sessions = database.sessions
+        self.sessions, self.now = database.sessions, now
         self.config = engine_config(settings)
         self.specs: dict[str, JobSpec] = {}  # parsed manifests of pending jobs, by job id
 
@@ -39,7 +42,7 @@ class SchedulerService(LoopService):
                 return CommitOutcome()
         started = time.perf_counter()
         with self.sessions() as session:
-            inventory = read_inventory(session, now=time.time(), specs=self.specs)
+            inventory = read_inventory(session, now=self.now().timestamp(), specs=self.specs)
         result = schedule(inventory.snapshot, inventory.pending, self.config)
         with transaction(self.sessions) as session:
             outcome = commit_decisions(session, inventory, result)

@@ -149,9 +149,12 @@ def test_preemption_never_overcommits_and_stays_within_the_tenant(inventory, fir
     spec = {j.id: j for j in first}
     # Running work of two tenants, at priorities on both sides of the urgent jobs': a victim must be of
     # the preemptor's tenant and of lower priority, whatever else would make room.
+    # (a job's placements share its tenant, queue, priority and start, as the scheduler reads them)
     owner = {p.job_id: rnd.choice([("t", spec[p.job_id].queue), ("u", "c")]) for p in placed}
-    running = [p.as_running(tenant=owner[p.job_id][0], queue=owner[p.job_id][1], priority=rnd.randint(0, 10),
-                            started_at=rnd.random()) for p in placed]
+    priority = {job_id: rnd.randint(0, 10) for job_id in owner}
+    started = {job_id: rnd.random() for job_id in owner}
+    running = [p.as_running(tenant=owner[p.job_id][0], queue=owner[p.job_id][1], priority=priority[p.job_id],
+                            started_at=started[p.job_id]) for p in placed]
     urgent = [PendingJob(f"u-{j.id}", "t", "a", j.priority + 5, j.submitted_at, j.spec) for j in second]
     s2 = snapshot(inventory, queues() + [queue("c", tenant="u", preemption="LowerPriority")], running=running)
     result = schedule(s2, urgent)

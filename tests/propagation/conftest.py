@@ -4,8 +4,6 @@ the loop services driven one `run_once()` at a time."""
 from __future__ import annotations
 
 import copy
-import math
-from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -15,11 +13,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from api.app import create_app
-from broker.db.models import Event, Placement, utcnow
-from broker.services.dispatcher import DispatcherService
-from broker.services.inventory import ClusterHealthService, InventorySyncService, MemberClients
-from broker.services.scheduler import SchedulerService
-from broker.services.status import StatusService
+from broker.db.models import Event, Placement
+from broker.services.inventory import MemberClients
+from broker.services.stepper import Stepper
 from clusters.jobsets import JOB_ID_LABEL
 from clusters.sim.resources import JOBSETS
 from clusters.sim.testing import SimHandle, running_simulator
@@ -68,27 +64,12 @@ def jobset(name: str, *, namespace: str = "team-a", parts=(("workers", 1, 2, 8),
             "spec": spec}
 
 
-class Federation:
+class Federation(Stepper):
     """The broker's loops, one step at a time, over a simulator whose clock moves only when told."""
 
     def __init__(self, sim: SimHandle, api: TestClient, db, settings) -> None:
+        super().__init__(db, settings, MemberClients(settings), sim)
         self.sim, self.api, self.db = sim, api, db
-        self.elapsed = timedelta()  # the broker's clock runs ahead of the wall clock with the simulator's
-        self.members = MemberClients(settings)
-        self.scheduler = SchedulerService(db, settings)
-        self.dispatcher = DispatcherService(db, settings, self.members, now=self.now)
-        self.status = StatusService(db, settings, self.members, watch=False, now=self.now)
-        self.health = ClusterHealthService(db, settings, self.members, now=self.now)
-        # every member resynced at each step (its clock says every sync is due): nodes and pods as they are
-        self.inventory = InventorySyncService(db, settings, self.members, watch=False, clock=lambda: math.inf)
-
-    def now(self):
-        return utcnow() + self.elapsed
-
-    def close(self) -> None:
-        for service in (self.dispatcher, self.status, self.health, self.inventory):
-            service.stop()
-        self.members.close()
 
     def submit(self, manifest: dict) -> int:
         tenant = manifest["metadata"]["namespace"]
@@ -98,19 +79,6 @@ class Federation:
 
     def job(self, job_id: int) -> dict:
         return self.api.get(f"/api/v1/jobs/{job_id}").json()
-
-    def step(self, seconds: float = 0.0) -> None:
-        """Simulated time forward, then one pass of each loop in the order work flows (the inventory first:
-        the scheduler sees the members' nodes and pods as they are)."""
-        if seconds:
-            self.sim.advance(seconds)
-            self.elapsed += timedelta(seconds=seconds)
-        self.inventory.run_once()
-        self.scheduler.run_once()
-        self.dispatcher.run_once()
-        self.sim.settle()
-        self.status.run_once()
-        self.dispatcher.run_once()
 
     def run_until(self, done: Callable[[], bool], *, seconds: float = 5.0, steps: int = 60) -> None:
         for _ in range(steps):

@@ -18,14 +18,16 @@ from clusters.sim.testing import running_simulator
 from .helpers import SCENARIO, api_client
 
 @pytest.fixture(scope="module")
-def sim():
-    with running_simulator(SCENARIO, speed=0, tls=True) as handle:
+def sim(request):
+    """The helpers' SCENARIO, or the test module's own."""
+    with running_simulator(getattr(request.module, "SCENARIO", SCENARIO), speed=0, tls=True) as handle:
         yield handle
 
 
 @pytest.fixture(scope="module")
-def api(sim):
-    with api_client(sim, "eu-west") as api:
+def api(request, sim):
+    """A client of eu-west, or of the test module's MEMBER."""
+    with api_client(sim, getattr(request.module, "MEMBER", "eu-west")) as api:
         yield api
 
 

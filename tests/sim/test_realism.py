@@ -3,31 +3,17 @@ that never pull, a JobSet controller whose counts are missing or late, and pods 
 
 from __future__ import annotations
 
-import pytest
 from kubernetes import client
-
-from clusters.sim.testing import running_simulator
 
 from .helpers import api_client, jobset
 from .test_controller import _create, _pod_template, _pods, _status
 
-REALISTIC = {"clusters": [
+SCENARIO = {"clusters": [
     {"name": "busy", "nodes": 4, "node": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "8"},
      "controller_lag": "10s", "unpullable_images": ["registry.invalid/*"]},
     {"name": "old", "nodes": 2, "node": {"cpu": "8", "memory": "32Gi"}, "jobset_counts": "omitted"},
 ]}
-
-
-@pytest.fixture(scope="module")
-def sim():
-    with running_simulator(REALISTIC, speed=0, tls=True) as handle:
-        yield handle
-
-
-@pytest.fixture(scope="module")
-def api(sim):
-    with api_client(sim, "busy") as api:
-        yield api
+MEMBER = "busy"
 
 
 def test_a_lagging_control_plane_makes_jobs_and_pods_only_after_its_lag(sim, api, namespace):
