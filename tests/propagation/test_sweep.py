@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from broker.services.dispatcher import DispatcherService
 from clusters.jobsets import JOB_ID_LABEL, PLACEMENT_ID_LABEL
-from clusters.sim.resources import JOBSETS, NAMESPACES
+from clusters.sim.resources import JOBSETS
 from tests.propagation.conftest import jobset
+from tests.propagation.members import put_jobset
 
 LONG = {"sim.archipelago.io/duration": "1h"}
 
@@ -14,14 +15,10 @@ LONG = {"sim.archipelago.io/duration": "1h"}
 def _put(federation, cluster: str, copy: dict, name: str, labels: dict[str, str]) -> None:
     """A JobSet like `copy`, named `name` and labelled `labels`, written on the member by someone else."""
     meta = copy["metadata"]
-    body = {"apiVersion": copy["apiVersion"], "kind": copy["kind"], "spec": copy["spec"],
-            "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels,
-                         "annotations": meta.get("annotations", {})}}
-    member = federation.sim.cluster(cluster)
-    with member.lock:
-        if not member.list(NAMESPACES, None, None, f"metadata.name={meta['namespace']}")[0]:
-            member.create(NAMESPACES, "", {"metadata": {"name": meta["namespace"]}}, "test")
-        member.create(JOBSETS, meta["namespace"], body, "archipelago")
+    put_jobset(federation, cluster, {
+        "apiVersion": copy["apiVersion"], "kind": copy["kind"], "spec": copy["spec"],
+        "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels,
+                     "annotations": meta.get("annotations", {})}})
 
 
 def test_a_member_holding_copies_no_placement_owns_is_swept_on_the_dispatchers_first_pass(federation, settings, db):

@@ -1,0 +1,15 @@
+"""Objects written on a simulated member by someone other than the broker."""
+
+from __future__ import annotations
+
+from clusters.sim.resources import JOBSETS, NAMESPACES
+
+
+def put_jobset(federation, cluster: str, body: dict) -> None:
+    """Create the JobSet `body` on the member (its namespace too, if missing), as kubectl would."""
+    namespace = body["metadata"]["namespace"]
+    member = federation.sim.cluster(cluster)
+    with member.lock:
+        if not member.list(NAMESPACES, None, None, f"metadata.name={namespace}")[0]:
+            member.create(NAMESPACES, "", {"metadata": {"name": namespace}}, "kubectl")
+        member.create(JOBSETS, namespace, body, "kubectl")
