@@ -50,7 +50,7 @@ def engine_config(settings: Settings) -> Config:
     try:
         return Config(filters=tuple(f for f in DEFAULT_FILTERS if f not in settings.placement_disabled_filters),
                       score_weights=MappingProxyType({**DEFAULT_SCORE_WEIGHTS, **settings.placement_score_weights}),
-                      starvation_after_s=settings.placement_starvation_after,
+                      starvation_after_s=settings.placement_starvation_after, max_holds=settings.placement_max_holds,
                       preemption=settings.placement_preemption)
     except ValueError as exc:
         raise ConfigError(f"ARCHIPELAGO_PLACEMENT_SCORE_WEIGHTS: {exc}") from None

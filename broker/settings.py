@@ -49,11 +49,13 @@ class Settings(BaseSettings):
 
     # Placement engine: score weights override the defaults (TightestTier 4, BinPacking 2, Spread 0,
     # Locality 1); a queue's LowerPriority policy applies only while preemption is on; a job waiting
-    # longer than starvation_after seconds goes first and may hold a cluster for itself.
+    # longer than starvation_after seconds goes first and, if it does not fit, may hold the nodes of one
+    # HyperNode for itself (the oldest max_holds such jobs in a cycle).
     placement_score_weights: dict[str, float] = {}
     placement_disabled_filters: list[str] = []  # e.g. ["TaintToleration"]; the gang's fit is always checked
     placement_preemption: bool = True
     placement_starvation_after: float = Field(900.0, gt=0)
+    placement_max_holds: int = Field(32, ge=0)
 
     # Member health and recovery.
     not_ready_grace: float = Field(20.0, ge=0)

@@ -44,6 +44,9 @@ class Config:
     score_weights: Mapping[str, float] = field(default_factory=lambda: DEFAULT_SCORE_WEIGHTS)
     max_candidates_per_tier: int = 16  # HyperNodes tried per tier before moving up (bounds fragmented tiers)
     starvation_after_s: float = 900.0  # a job waiting longer goes first and may hold the nodes it needs
+    # the oldest this many starving jobs that do not fit get a hold each cycle (Slurm's backfill reservation
+    # depth): every hold idles nodes, and looking for one costs a pass over every HyperNode
+    max_holds: int = 32
     preemption: bool = True  # master switch over the queues' LowerPriority policies
 
     def __post_init__(self):
@@ -182,7 +185,7 @@ class _Cycle:
             return outcome
         part = "" if request.part is None else f" (ReplicatedJob {request.part})"
         summary = f"no cluster can take it now{part}"
-        hold = self._hold(job) if self._starving(job) else None
+        hold = self._hold(job) if self._starving(job) and len(self.holds) < self.config.max_holds else None
         if hold:
             summary += (f"; {hold.where()} {'is' if len(hold.nodes) == 1 else 'are'} held for it because it has "
                         f"waited over {duration(self.config.starvation_after_s)}; it waits there for running work "

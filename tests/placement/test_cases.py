@@ -264,6 +264,17 @@ def test_each_starving_job_holds_one_set_of_its_own_and_prefers_the_least_busy()
     assert "held for it" not in result.waiting["old-4"].message, "nothing is left to hold: no hold, no claim"
 
 
+def test_only_the_oldest_starving_jobs_get_holds_each_cycle():
+    """Every hold idles nodes: beyond `max_holds` a starving job that does not fit waits without one."""
+    layout = fabric(leaves=4)
+    s = snapshot([cluster("eu", layout)], [queue("q")], now=10_000.0)
+    s.clusters["eu"].apply({i: {GPU: 4000} for i in range(32)}, {}, [], +1)
+    starving = [job("q", pods=8, submitted_at=float(k), job_id=f"old-{k}") for k in range(3)]
+    result = schedule(s, starving, Config(starvation_after_s=600, max_holds=2))
+    assert sorted(result.holds) == ["old-0", "old-1"]
+    assert "held for it" not in result.waiting["old-2"].message
+
+
 def test_a_starving_job_that_fits_is_simply_placed():
     s = snapshot([cluster("eu", half_busy("", 2))], [queue("q")], now=10_000.0)
     old = job("q", pods=8, gpus=4, submitted_at=0.0)
