@@ -4,7 +4,8 @@ mutmut (configured in pyproject.toml's [tool.mutmut]) changes one thing at a tim
 the pure core (broker/placement, broker/status.py, broker/jobset.py, the pure Kubernetes helpers in
 clusters/) and of the outbox rules (broker/dispatch.py), and runs the tests that reach that function
 (SQLite only, no browser, no crash subprocesses) against each change. A change no test notices is a
-surviving mutant. A run starts from scratch (mutants/ is wiped) unless it names mutants to test again.
+surviving mutant. A run starts from scratch (mutants/ is wiped); `--again` keeps the mutants the last run
+killed and tests only the rest again, with the tests written since.
 
 Prints the score per module (mutants killed or timed out ÷ mutants), per group against its target,
 every survivor's diff, then one JSON object as the last line. Exits 1 when a group is below its target.
@@ -36,19 +37,30 @@ def group_of(module: str) -> str:
     return "outbox" if module == OUTBOX else "pure core"
 
 
-def run_mutmut(max_children: int, names: list[str], log: Path) -> None:
-    if not names:
+def run_mutmut(max_children: int, again: bool, log: Path) -> None:
+    if again:
+        forget_survivors()
+    else:
         shutil.rmtree(log.parent, ignore_errors=True)
     log.parent.mkdir(exist_ok=True)
     # the tests run inside mutants/, where ../shared is not beside them
     env = {**os.environ, "ARCHIPELAGO_SHARED_DIR": os.environ.get("ARCHIPELAGO_SHARED_DIR")
            or str(ROOT.parent / "shared")}
     with open(log, "w") as out:
-        done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *names],
+        done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
                               env=env, stdout=out, stderr=subprocess.STDOUT)
     if done.returncode:
         print(log.read_text()[-4000:])
         sys.exit(f"mutmut failed (exit {done.returncode}); its output is in {log}")
+
+
+def forget_survivors() -> None:
+    """Make mutmut test again every mutant the last run did not kill (it tests only mutants without a result)."""
+    for meta in (ROOT / "mutants").rglob("*.py.meta"):
+        data = json.loads(meta.read_text())
+        codes = data["exit_code_by_key"]
+        codes.update({name: None for name, code in codes.items() if status_by_exit_code[code] not in DETECTED})
+        meta.write_text(json.dumps(data))
 
 
 def read_results() -> dict[str, dict[str, str]]:
@@ -79,14 +91,14 @@ def percent(detected: int, total: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
-    parser.add_argument("mutants", nargs="*", help="test only these mutants again (globs such as 'clusters.labels.*'), "
-                                                   "keeping the last run's other results")
+    parser.add_argument("--again", action="store_true",
+                        help="keep the last run's killed mutants and test only the others again (after new tests)")
     args = parser.parse_args()
 
     os.chdir(ROOT)  # mutmut's own reading of its results is relative to the project
     log = ROOT / "mutants" / "mutmut.log"
     started = time.monotonic()
-    run_mutmut(args.max_children, args.mutants, log)
+    run_mutmut(args.max_children, args.again, log)
     seconds = time.monotonic() - started
     results = read_results()
     unchecked = sum(status == "not checked" for statuses in results.values() for status in statuses.values())
