@@ -1,14 +1,16 @@
 """Mutation testing of the pure core and the outbox (`make mutants`; not part of `make test`, too slow).
 
-mutmut (configured in pyproject.toml's [tool.mutmut]) changes one thing at a time in every function of
-the pure core (broker/placement, broker/status.py, broker/jobset.py, the pure Kubernetes helpers in
-clusters/) and of the outbox rules (broker/dispatch.py), and runs the tests that reach that function
-(SQLite only, no browser, no crash subprocesses) against each change. A change no test notices is a
-surviving mutant. A run starts from scratch (mutants/ is wiped); `--again` keeps the mutants the last run
-killed and tests only the rest again, with the tests written since.
+mutmut changes one thing at a time in every function of the pure core (broker/placement, broker/status.py,
+broker/jobset.py, the pure Kubernetes rules in clusters/) and of the outbox rules (broker/dispatch.py), and
+runs the tests that reach that function against each change; a change no test notices is a surviving
+mutant. Each group is tested by its own tests: the pure core by the unit tests (no database, no simulator),
+the outbox by the propagation tests over the simulator (SQLite only, no crash subprocesses). A group runs in
+its own folder under mutants/, a view of the checkout with that group's [tool.mutmut] settings.
 
-Prints the score per module (mutants killed or timed out ÷ mutants), per group against its target,
-every survivor's diff, then one JSON object as the last line. Exits 1 when a group is below its target.
+A run starts from scratch (mutants/ is wiped); `--again` keeps the mutants the last run killed and tests
+only the rest again, with the tests written since. Prints every survivor's diff, the score per module
+(mutants killed or timed out ÷ mutants) and per group against its target, then one JSON object as the
+last line. Exits 1 when a group is below its target.
 """
 
 from __future__ import annotations
@@ -22,59 +24,88 @@ import sys
 import time
 from pathlib import Path
 
+from mutmut.configuration import reset_config
 from mutmut.mutation.diff_apply import get_diff_for_mutant
 from mutmut.stats import status_by_exit_code
 
 from table import print_table
 
 ROOT = Path(__file__).resolve().parent.parent
-OUTBOX = "broker/dispatch.py"
-TARGETS = {"pure core": 0.90, "outbox": 0.80}
+WORK = ROOT / "mutants"
 DETECTED = ("killed", "timeout")
+ONLY_SQLITE = ["-m", "not postgres and not browser", "-p", "no:cacheprovider"]
 
 
-def group_of(module: str) -> str:
-    return "outbox" if module == OUTBOX else "pure core"
+class Group:
+    def __init__(self, name: str, target: float, mutate: list[str], tests: list[str]) -> None:
+        self.name, self.target, self.mutate, self.tests = name, target, mutate, tests
+        self.folder = WORK / name.replace(" ", "-")
+
+    def settings(self) -> str:
+        """The [tool.mutmut] table of this group's view (mutmut reads it from the folder it runs in)."""
+        return "\n".join([
+            "[tool.mutmut]",
+            f"source_paths = {json.dumps(['broker/', 'clusters/', 'api/', 'migrations/'])}",  # all it imports
+            f"only_mutate = {json.dumps(self.mutate)}",
+            f"pytest_add_cli_args = {json.dumps(ONLY_SQLITE)}",
+            f"pytest_add_cli_args_test_selection = {json.dumps(self.tests)}", ""])
 
 
-def run_mutmut(max_children: int, again: bool, log: Path) -> None:
-    if again:
-        forget_survivors()
-    else:
-        shutil.rmtree(log.parent, ignore_errors=True)
-    log.parent.mkdir(exist_ok=True)
-    # the tests run inside mutants/, where ../shared is not beside them
-    env = {**os.environ, "ARCHIPELAGO_SHARED_DIR": os.environ.get("ARCHIPELAGO_SHARED_DIR")
-           or str(ROOT.parent / "shared")}
-    with open(log, "w") as out:
-        done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
-                              env=env, stdout=out, stderr=subprocess.STDOUT)
-    if done.returncode:
-        print(log.read_text()[-4000:])
-        sys.exit(f"mutmut failed (exit {done.returncode}); its output is in {log}")
+GROUPS = [
+    Group("pure core", 0.90,
+          ["broker/placement/*", "broker/status.py", "broker/jobset.py", "clusters/labels.py", "clusters/quantity.py",
+           "clusters/pods.py", "clusters/taints.py", "clusters/topology.py"],
+          ["tests/placement", "tests/status", "tests/clusters/test_topology.py", "tests/clusters/test_label_selectors.py",
+           "tests/clusters/test_pod_requests.py", "tests/clusters/test_tolerations.py"]),
+    Group("outbox", 0.80, ["broker/dispatch.py"], ["tests/propagation", "--ignore=tests/propagation/test_crash.py"]),
+]
 
 
-def forget_survivors() -> None:
+def prepare(group: Group) -> None:
+    """The group's view of the checkout: its code and tests linked, pyproject.toml with its settings added."""
+    group.folder.mkdir(parents=True)
+    for name in ("broker", "clusters", "api", "migrations", "tests"):
+        (group.folder / name).symlink_to(ROOT / name)
+    (group.folder / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + "\n" + group.settings())
+
+
+def forget_survivors(group: Group) -> None:
     """Make mutmut test again every mutant the last run did not kill (it tests only mutants without a result)."""
-    for meta in (ROOT / "mutants").rglob("*.py.meta"):
+    for meta in (group.folder / "mutants").rglob("*.py.meta"):
         data = json.loads(meta.read_text())
         codes = data["exit_code_by_key"]
         codes.update({name: None for name, code in codes.items() if status_by_exit_code[code] not in DETECTED})
         meta.write_text(json.dumps(data))
 
 
-def read_results() -> dict[str, dict[str, str]]:
+def run_mutmut(group: Group, max_children: int) -> None:
+    # the tests run inside the view's mutants/, where ../shared is not beside them
+    env = {**os.environ, "ARCHIPELAGO_SHARED_DIR": os.environ.get("ARCHIPELAGO_SHARED_DIR")
+           or str(ROOT.parent / "shared")}
+    log = group.folder / "mutmut.log"
+    with open(log, "w") as out:
+        done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
+                              cwd=group.folder, env=env, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode:
+        print(log.read_text()[-4000:])
+        sys.exit(f"mutmut failed on the {group.name} (exit {done.returncode}); its output is in {log}")
+
+
+def read_results(group: Group) -> dict[str, dict[str, str]]:
     """module path → mutant name → status, from the .meta files mutmut leaves beside each mutated file."""
     results = {}
-    for meta in sorted((ROOT / "mutants").rglob("*.py.meta")):
-        module = str(meta.relative_to(ROOT / "mutants"))[:-len(".meta")]
+    for meta in sorted((group.folder / "mutants").rglob("*.py.meta")):
         codes = json.loads(meta.read_text())["exit_code_by_key"]
-        results[module] = {name: status_by_exit_code[code] for name, code in codes.items()}
+        if codes:
+            module = str(meta.relative_to(group.folder / "mutants"))[:-len(".meta")]
+            results[module] = {name: status_by_exit_code[code] for name, code in codes.items()}
     return results
 
 
-def changed_lines(mutant: str, module: str) -> list[str]:
+def changed_lines(group: Group, mutant: str, module: str) -> list[str]:
     """The lines a survivor changes (its diff, as `mutmut show` prints it, without the file headers)."""
+    os.chdir(group.folder)  # mutmut reads its files relative to where it ran
+    reset_config()
     diff = get_diff_for_mutant(mutant, path=module)
     return [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
 
@@ -95,41 +126,46 @@ def main() -> None:
                         help="keep the last run's killed mutants and test only the others again (after new tests)")
     args = parser.parse_args()
 
-    os.chdir(ROOT)  # mutmut's own reading of its results is relative to the project
-    log = ROOT / "mutants" / "mutmut.log"
-    started = time.monotonic()
-    run_mutmut(args.max_children, args.again, log)
-    seconds = time.monotonic() - started
-    results = read_results()
-    unchecked = sum(status == "not checked" for statuses in results.values() for status in statuses.values())
-    if unchecked:
-        sys.exit(f"mutmut stopped with {unchecked} mutants not checked; its output is in {log}")
+    if not args.again:
+        shutil.rmtree(WORK, ignore_errors=True)
+    rows, figures, below = [], {"modules": {}, "groups": {}, "survivors": []}, []
+    for group in GROUPS:
+        if args.again:
+            forget_survivors(group)
+        else:
+            prepare(group)
+        started = time.monotonic()
+        run_mutmut(group, args.max_children)
+        minutes = (time.monotonic() - started) / 60
+        results = read_results(group)
+        unchecked = sum(s == "not checked" for statuses in results.values() for s in statuses.values())
+        if unchecked:
+            sys.exit(f"mutmut stopped with {unchecked} mutants of the {group.name} not checked; see "
+                     f"{group.folder / 'mutmut.log'}")
 
-    survivors = {(module, name): status for module, statuses in results.items() for name, status in statuses.items()
-                 if status not in DETECTED}
-    print(f"{len(survivors)} surviving mutants:")
-    for (module, name), status in sorted(survivors.items()):
-        print(f"  {name} ({status})")
-        for line in changed_lines(name, module):
-            print(f"      {line}")
-    print()
+        survivors = sorted((module, name, status) for module, statuses in results.items()
+                           for name, status in statuses.items() if status not in DETECTED)
+        print(f"{group.name}: {len(survivors)} surviving mutants")
+        for module, name, status in survivors:
+            print(f"  {name} ({status})")
+            for line in changed_lines(group, name, module):
+                print(f"      {line}")
+        print()
 
-    rows, modules = [], {}
-    for module, statuses in results.items():
-        detected, total = modules[module] = score(statuses.values())
-        rows.append((module, percent(detected, total), ""))
-    groups = {}
-    for group, target in TARGETS.items():
-        detected, total = groups[group] = score(s for module, statuses in results.items()
-                                                if group_of(module) == group for s in statuses.values())
-        rows.append((group, percent(detected, total), f"≥ {100 * target:.0f}%"))
-    rows.append(("run time", f"{seconds / 60:.1f} min", f"{args.max_children} at once"))
-    below = [g for g, (detected, total) in groups.items() if not total or detected / total < TARGETS[g]]
-    print_table(rows, {
-        "modules": {m: {"killed": d, "mutants": t} for m, (d, t) in modules.items()},
-        "groups": {g: {"killed": d, "mutants": t, "score": round(d / t, 4) if t else None, "target": TARGETS[g]}
-                   for g, (d, t) in groups.items()},
-        "survivors": sorted(name for _, name in survivors), "seconds": round(seconds, 1), "below_target": below})
+        for module, statuses in results.items():
+            detected, total = score(statuses.values())
+            rows.append((module, percent(detected, total), ""))
+            figures["modules"][module] = {"killed": detected, "mutants": total}
+        detected, total = score(s for statuses in results.values() for s in statuses.values())
+        rows.append((f"{group.name} ({minutes:.0f} min)", percent(detected, total), f"≥ {100 * group.target:.0f}%"))
+        figures["groups"][group.name] = {"killed": detected, "mutants": total, "target": group.target,
+                                         "score": round(detected / total, 4) if total else None,
+                                         "minutes": round(minutes, 1)}
+        figures["survivors"] += [name for _, name, _ in survivors]
+        if not total or detected / total < group.target:
+            below.append(group.name)
+    figures["below_target"] = below
+    print_table(rows, figures)
     sys.exit(1 if below else 0)
 
 
