@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
-from broker.jobset import POD_SLOT
 from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, Hold, NodeAssignment, Placement,
                                         Preemption, Waiting)
 from broker.placement.explain import amount, duration, pods_phrase
@@ -32,7 +31,6 @@ from clusters.quantity import add_into
 
 DEFAULT_FILTERS = ("ClusterState", "JobSetCRD", "RecentEviction", "ClusterSelector", "TaintToleration",
                    "NodeEligibility", "Reservation", "Capacity", "ExclusiveTopology", "TopologyBound")
-_NO_POD_LIMIT = 1 << 40  # milli-pods, more than any gang asks
 DEFAULT_SCORE_WEIGHTS = MappingProxyType({"TightestTier": 4.0, "BinPacking": 2.0, "Spread": 0.0, "Locality": 1.0})
 
 
@@ -363,7 +361,6 @@ class _Cycle:
         request = self._whole(job)
         demand, bound, resource = request.demand, request.bound, request.primary
         need = demand.get(resource, 0)
-        sized = {r: q for r, q in demand.items() if r != POD_SLOT}  # pod limits are checked per node below
         candidates: list[tuple] = []
         for cluster in self.snapshot.clusters.values():
             open_hypernodes = self.open.get(cluster.name, cluster.hypernodes.values())
@@ -374,9 +371,9 @@ class _Cycle:
             sets: list[tuple[HyperNodeState | None, Mapping[str, int], Mapping[str, int], int]] = [
                 (h, h.allocatable, h.free, h.tier) for h in open_hypernodes
                 if h.allocatable.get(resource, 0) >= need and (bound is None or h.tier <= bound)
-                and fits(h.allocatable, sized)]
+                and fits(h.allocatable, demand)]
             if (not sets and bound is None and cluster.name not in self.held
-                    and fits(cluster.allocatable_total, sized)):
+                    and fits(cluster.allocatable_total, demand)):
                 sets = [(None, cluster.allocatable_total, cluster.free_total, 1 << 30)]
             for state, allocatable, free, tier in sets:
                 total = allocatable.get(resource, 0)
@@ -424,11 +421,10 @@ class _Cycle:
 
 
 def _empty_capacity(cluster: ClusterIndex, positions: list[int]) -> dict[str, int]:
-    """What these nodes could hold with nothing running; a node that states no pod limit has none."""
+    """What these nodes could hold with nothing running."""
     total: dict[str, int] = {}
     for i in positions:
-        allocatable = cluster.nodes[i].allocatable
-        add_into(total, allocatable if POD_SLOT in allocatable else {**allocatable, POD_SLOT: _NO_POD_LIMIT})
+        add_into(total, cluster.nodes[i].allocatable)
     return total
 
 
