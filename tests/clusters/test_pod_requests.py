@@ -1,4 +1,4 @@
-"""Resource quantities and what one pod reserves on a node, as the kube-scheduler counts them
+"""Resource quantities, what one pod reserves on a node as the kube-scheduler counts it, and why pods are not ready
 (clusters/quantity.py, clusters/pods.py): shared by the broker and the simulator, so exact to the milli-unit."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from clusters.pods import PodSpecError, as_list, as_mapping, container_requests, effective_requests
+from clusters.pods import PodSpecError, as_list, as_mapping, container_requests, effective_requests, why_not_ready
 from clusters.quantity import add_into, format_quantity, parse_quantity, to_milli
 
 
@@ -128,11 +128,47 @@ def test_the_largest_init_container_counts_with_the_sidecars_started_before_it()
      "'x' is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"),
     ({"initContainers": [_container({"cpu": "x"})]}, "initContainers[0].resources.requests.cpu",
      "'x' is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"),
-    ({"overhead": {"cpu": "x"}}, "overhead.cpu", "'x' is not a resource quantity"),
-    ({"overhead": {"cpu": None}}, "overhead.cpu", "None is not a resource quantity"),
+    ({"overhead": {"cpu": "x"}}, "overhead.cpu", "'x' is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"),
+    ({"overhead": {"cpu": None}}, "overhead.cpu", "None is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"),
+    ({"overhead": {"nvidia.com/gpu": "-8"}}, "overhead.nvidia.com/gpu", "must not be negative"),
+    ({"overhead": {"cpu": "1e5000"}}, "overhead.cpu",
+     "'1e5000' is out of range: a quantity is at most 9223372036854775807"),
+    ({"containers": [_container({"cpu": 1e300})]}, "containers[0].resources.requests.cpu",
+     "'1e+300' is out of range: a quantity is at most 9223372036854775807"),
     ({"overhead": []}, "overhead", "must be an object, got list"),
 ])
 def test_a_wrong_pod_spec_names_the_field(pod, path, message):
     with pytest.raises(PodSpecError) as raised:
         effective_requests(pod)
     assert (raised.value.path, raised.value.message) == (path, message)
+
+
+def _pod(phase: str | None = "Pending", ready: str | None = None, scheduled: dict | None = None,
+         waiting: dict | None = None) -> dict:
+    conditions = ([{"type": "Ready", "status": ready}] if ready else []) + \
+        ([{"type": "PodScheduled", **scheduled}] if scheduled else [])
+    statuses = [{"name": "sidecar", "state": {"running": {}}}] + ([{"name": "c", "state": {"waiting": waiting}}]
+                                                                   if waiting else [])
+    return {"status": {**({"phase": phase} if phase else {}), "conditions": conditions, "containerStatuses": statuses}}
+
+
+UNSCHEDULABLE = {"status": "False", "reason": "Unschedulable",
+                 "message": "0/8 nodes are available: 8 Insufficient nvidia.com/gpu."}
+PULLING = {"reason": "ImagePullBackOff", "message": "Back-off pulling image \"nope\""}
+
+
+def test_pods_not_ready_are_told_in_the_members_words_most_common_first():
+    pods = [_pod(scheduled=UNSCHEDULABLE), _pod(scheduled=UNSCHEDULABLE), _pod(scheduled=UNSCHEDULABLE),
+            _pod("Running", "False", {"status": "True"}, PULLING),
+            _pod("Running", "True"), _pod("Succeeded"), _pod("Failed"),  # ready or done: nothing to say
+            _pod("Running", "False", {"status": "True"}, {"reason": "ContainerCreating"}),
+            _pod("Running", "False", {"status": "True"}, {"reason": "ContainerCreating"}),
+            _pod(None, scheduled={"status": "False", "reason": "SchedulingGated"})]
+    assert why_not_ready(pods) == ("3 pods Pending: 0/8 nodes are available: 8 Insufficient nvidia.com/gpu.; "
+                                   "2 pods ContainerCreating: waiting; 1 pod ImagePullBackOff: Back-off pulling image "
+                                   "\"nope\"")
+    assert why_not_ready(pods, limit=5).endswith("; 1 pod Pending: SchedulingGated")
+    assert why_not_ready([_pod("Running", "False", {"status": "True"}), _pod(None)]) == (
+        "1 pod Running: not ready; 1 pod Pending: not ready")
+    assert why_not_ready([{}, {"status": None}]) == "2 pods Pending: not ready"
+    assert why_not_ready([_pod("Running", "True")]) == why_not_ready([]) == ""
