@@ -34,21 +34,30 @@ class Strict(BaseModel):
 
 # Tenants and queues
 
+TENANT_WEIGHT = "the tenant's share of the federation relative to the other tenants' (its queues share its part)"
+
+
 class TenantIn(Strict):
     name: str = Field(description="DNS-1123 label")
     namespaces: list[str] | None = Field(None, description="namespaces the tenant's JobSets run in on every "
                                                            "member; defaults to one named after the tenant")
+    weight: float = Field(1.0, gt=0, le=1e6, description=TENANT_WEIGHT)
 
 
 class TenantPatch(Strict):
-    namespaces: list[str]
+    namespaces: list[str] | None = None
+    weight: float | None = Field(None, gt=0, le=1e6, description=TENANT_WEIGHT)
 
 
 class TenantOut(BaseModel):
     name: str
     namespaces: list[str]
+    weight: float
     queues: list[str]
     created_at: datetime
+    fair_share: float = Field(description="the share of the federation its weight entitles it to, among the "
+                                          "tenants that have work")
+    dominant_share: float = Field(description="its largest share of any resource of the federation now")
 
 
 class QueueSettings(Strict):

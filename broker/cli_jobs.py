@@ -156,6 +156,8 @@ def queues_update(name: str, weight: Optional[float] = None, priority: Optional[
 
 
 TENANT_COLUMNS = [("NAME", lambda t: t["name"]), ("NAMESPACES", lambda t: ",".join(t["namespaces"])),
+                  ("WEIGHT", lambda t: f"{t['weight']:g}"), ("FAIR SHARE", lambda t: f"{t['fair_share']:.0%}"),
+                  ("SHARE", lambda t: f"{t['dominant_share']:.0%}"),
                   ("QUEUES", lambda t: ",".join(t["queues"]))]
 
 
@@ -166,21 +168,26 @@ def tenants_list(output: Output = OutputOption, server: Optional[str] = ServerOp
     emit(calling(lambda: client(server, token).get("/api/v1/tenants")), output, TENANT_COLUMNS)
 
 
+TENANT_WEIGHT_HELP = "its share of the federation relative to the other tenants' (its queues share its part)"
+
+
 @tenants_app.command("create")
 def tenants_create(name: str, namespace: list[str] = typer.Option([], help="repeatable; default: NAME"),
+                   weight: float = typer.Option(1.0, help=TENANT_WEIGHT_HELP),
                    output: Output = OutputOption, server: Optional[str] = ServerOption,
                    token: Optional[str] = TokenOption) -> None:
     """Create a tenant owning namespaces."""
-    body = {"name": name, **({"namespaces": namespace} if namespace else {})}
+    body = {"name": name, "weight": weight, **({"namespaces": namespace} if namespace else {})}
     emit(calling(lambda: client(server, token).post("/api/v1/tenants", json=body)), output, TENANT_COLUMNS)
 
 
 @tenants_app.command("update")
-def tenants_update(name: str, namespace: list[str] = typer.Option(..., help="the full list, repeatable"),
+def tenants_update(name: str, namespace: list[str] = typer.Option([], help="the full list, repeatable"),
+                   weight: Optional[float] = typer.Option(None, help=TENANT_WEIGHT_HELP),
                    output: Output = OutputOption, server: Optional[str] = ServerOption,
                    token: Optional[str] = TokenOption) -> None:
-    """Set the namespaces a tenant owns."""
-    body = {"namespaces": namespace}
+    """Set the namespaces a tenant owns, or its weight."""
+    body = {**({"namespaces": namespace} if namespace else {}), **({"weight": weight} if weight is not None else {})}
     emit(calling(lambda: client(server, token).patch(f"/api/v1/tenants/{name}", json=body)), output, TENANT_COLUMNS)
 
 

@@ -74,23 +74,38 @@ def _check_namespaces(session: Session, namespaces: list[str], tenant_id: int | 
     return namespaces
 
 
-def create_tenant(session: Session, name: str, namespaces: list[str] | None = None) -> Tenant:
+def _check_weight(weight: float) -> float:
+    if not weight > 0:
+        raise Invalid("weight", "must be greater than 0")
+    return weight
+
+
+def create_tenant(session: Session, name: str, namespaces: list[str] | None = None, weight: float = 1.0) -> Tenant:
     check_name(name)
     if session.scalar(select(Tenant.id).where(Tenant.name == name)) is not None:
         raise Conflict(f"tenant {name!r} already exists")
-    tenant = Tenant(name=name, namespaces=_check_namespaces(session, namespaces or [name], None))
+    tenant = Tenant(name=name, namespaces=_check_namespaces(session, namespaces or [name], None),
+                    weight=_check_weight(weight))
     session.add(tenant)
     session.flush()
     events.record(session, "tenant", name, "Created", f"tenant {name} created with namespaces "
-                  f"{', '.join(tenant.namespaces)}", tenant_id=tenant.id)
+                  f"{', '.join(tenant.namespaces)} and weight {weight:g}", tenant_id=tenant.id)
     return tenant
 
 
-def update_tenant(session: Session, name: str, namespaces: list[str]) -> Tenant:
+def update_tenant(session: Session, name: str, namespaces: list[str] | None = None,
+                  weight: float | None = None) -> Tenant:
+    """Change what is given (None: unchanged)."""
     tenant = get_tenant(session, name)
-    tenant.namespaces = _check_namespaces(session, namespaces, tenant.id)
-    events.record(session, "tenant", name, "Updated", f"namespaces now {', '.join(namespaces)}",
-                  tenant_id=tenant.id)
+    changed = []
+    if namespaces is not None:
+        tenant.namespaces = _check_namespaces(session, namespaces, tenant.id)
+        changed.append(f"namespaces now {', '.join(namespaces)}")
+    if weight is not None:
+        tenant.weight = _check_weight(weight)
+        changed.append(f"weight now {weight:g}")
+    if changed:
+        events.record(session, "tenant", name, "Updated", "; ".join(changed), tenant_id=tenant.id)
     return tenant
 
 

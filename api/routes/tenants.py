@@ -14,45 +14,69 @@ from api.views import queue_out
 from broker import tenancy
 from broker.db.models import JOB_FINISHED_STATES, Job, Queue, Tenant
 from broker.errors import NotFound
-from broker.placement.fairness import dominant_share
+from broker.placement.fairness import dominant_share, fair_shares
+from clusters.quantity import add_into
 
 router = APIRouter(prefix="/api/v1")
 AUTH_ERRORS = (401, 403)
 
 
-def _tenant_out(tenant: Tenant) -> schemas.TenantOut:
-    return schemas.TenantOut(name=tenant.name, namespaces=tenant.namespaces,
-                             queues=sorted(q.name for q in tenant.queues), created_at=tenant.created_at)
+def _fair_shares(session) -> dict[int, float]:
+    """Each queue's fair share (by id): its tenant's weight among the tenants with work, then its own weight
+    among its tenant's queues with work."""
+    rows = session.execute(select(Queue.id, Queue.weight, Tenant.id, Tenant.weight).join(Tenant)).all()
+    active = session.scalars(select(Queue.id).where(
+        exists().where(Job.queue_id == Queue.id, Job.state.not_in(JOB_FINISHED_STATES)))).all()
+    return fair_shares({tenant: weight for _, _, tenant, weight in rows},
+                       {queue: (tenant, weight) for queue, weight, tenant, _ in rows}, active)
+
+
+def _tenants_out(request: Request, session, tenants: list[Tenant]) -> list[schemas.TenantOut]:
+    """Each tenant with its fair share (the sum of its queues') and its dominant share of the federation."""
+    totals = request.app.state.capacity.get(session).totals
+    shares = _fair_shares(session)
+    stats = tenancy.queue_stats(session, [q.id for t in tenants for q in t.queues])
+    out = []
+    for tenant in tenants:
+        usage: dict[str, int] = {}
+        for q in tenant.queues:
+            add_into(usage, stats[q.id].usage)
+        out.append(schemas.TenantOut(
+            name=tenant.name, namespaces=tenant.namespaces, weight=tenant.weight,
+            queues=sorted(q.name for q in tenant.queues), created_at=tenant.created_at,
+            fair_share=round(sum(shares.get(q.id, 0.0) for q in tenant.queues), 4),
+            dominant_share=round(dominant_share(usage, totals), 4)))
+    return out
 
 
 @router.get("/tenants", tags=["tenants"], response_model=list[schemas.TenantOut], responses=problems(401))
-def list_tenants(session: SessionDep, principal: PrincipalDep):
-    return [_tenant_out(t) for t in tenancy.list_tenants(session, None if principal.is_admin
-                                                          else principal.tenant_id)]
+def list_tenants(request: Request, session: SessionDep, principal: PrincipalDep):
+    return _tenants_out(request, session, tenancy.list_tenants(session, None if principal.is_admin
+                                                               else principal.tenant_id))
 
 
 @router.post("/tenants", tags=["tenants"], status_code=201, response_model=schemas.TenantOut,
              responses=problems(*AUTH_ERRORS, 409, 422))
-def create_tenant(body: schemas.TenantIn, session: SessionDep, _: AdminDep):
-    tenant = tenancy.create_tenant(session, body.name, body.namespaces)
+def create_tenant(body: schemas.TenantIn, request: Request, session: SessionDep, _: AdminDep):
+    tenant = tenancy.create_tenant(session, body.name, body.namespaces, body.weight)
     session.commit()
-    return _tenant_out(tenant)
+    return _tenants_out(request, session, [tenant])[0]
 
 
 @router.get("/tenants/{name}", tags=["tenants"], response_model=schemas.TenantOut, responses=problems(401, 404))
-def get_tenant(name: str, session: SessionDep, principal: PrincipalDep):
+def get_tenant(name: str, request: Request, session: SessionDep, principal: PrincipalDep):
     tenant = tenancy.get_tenant(session, name)
     if not principal.may_see(tenant.id):
         raise NotFound(f"tenant {name!r} does not exist")
-    return _tenant_out(tenant)
+    return _tenants_out(request, session, [tenant])[0]
 
 
 @router.patch("/tenants/{name}", tags=["tenants"], response_model=schemas.TenantOut,
               responses=problems(*AUTH_ERRORS, 404, 409, 422))
-def update_tenant(name: str, body: schemas.TenantPatch, session: SessionDep, _: AdminDep):
-    tenant = tenancy.update_tenant(session, name, body.namespaces)
+def update_tenant(name: str, body: schemas.TenantPatch, request: Request, session: SessionDep, _: AdminDep):
+    tenant = tenancy.update_tenant(session, name, body.namespaces, body.weight)
     session.commit()
-    return _tenant_out(tenant)
+    return _tenants_out(request, session, [tenant])[0]
 
 
 @router.delete("/tenants/{name}", tags=["tenants"], status_code=204, responses=problems(*AUTH_ERRORS, 404, 409))
@@ -63,16 +87,12 @@ def delete_tenant(name: str, session: SessionDep, _: AdminDep):
 
 
 def _queues_out(request: Request, session, queues: list[Queue]) -> list[schemas.QueueOut]:
-    """Each queue with its usage and depth, its fair share among the queues that have work, and its
-    dominant share of the federation."""
+    """Each queue with its usage and depth, its fair share (`_fair_shares`), and its dominant share of the
+    federation."""
     totals = request.app.state.capacity.get(session).totals
-    active = session.execute(select(Queue.id, Queue.weight).where(
-        exists().where(Job.queue_id == Queue.id, Job.state.not_in(JOB_FINISHED_STATES)))).all()
-    active_weight = sum(weight for _, weight in active)
-    working = {queue_id for queue_id, _ in active}
+    shares = _fair_shares(session)
     stats = tenancy.queue_stats(session, [q.id for q in queues])
-    return [queue_out(queue, stats[queue.id],
-                      queue.weight / active_weight if queue.id in working else 0.0,
+    return [queue_out(queue, stats[queue.id], shares.get(queue.id, 0.0),
                       dominant_share(stats[queue.id].usage, totals)) for queue in queues]
 
 

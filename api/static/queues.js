@@ -8,10 +8,12 @@
   const NAMES = Object.fromEntries(AP.RESOURCES);
 
   async function load() {
-    const [queues, history] = await Promise.all([api("/queues"), api("/queue-history", { minutes: 60, points: 60 })]);
-    return { queues, history };
+    const [queues, tenants, history] = await Promise.all([api("/queues"), api("/tenants"),
+                                                          api("/queue-history", { minutes: 60, points: 60 })]);
+    return { queues, tenants, history };
   }
 
+  // a queue or a tenant: its dominant share (actual) against its fair share (the mark)
   function shareBar(queue) {
     const words = `dominant share ${pct(queue.dominant_share)}, fair share ${pct(queue.fair_share)}`;
     const over = queue.dominant_share > queue.fair_share + 1e-9;
@@ -62,13 +64,17 @@
       h("polyline", { class: "spark-share", points: line }));
   }
 
-  function show({ queues, history }) {
+  function show({ queues, tenants: tenantList, history }) {
     const container = document.getElementById("queues");
     if (!queues.length) return render(container, empty("No queue yet: POST /api/v1/queues."));
     const series = Object.fromEntries(history.queues.map((q) => [q.name, q]));
+    const tenantOf = Object.fromEntries(tenantList.map((t) => [t.name, t]));
     const tenants = [...new Set(queues.map((q) => q.tenant))];
     render(container, tenants.map((tenant) => h("section", { class: "card tenant", "data-tenant": tenant, "aria-labelledby": "t-" + tenant },
       h("h2", { id: "t-" + tenant }, "Tenant ", tenant),
+      tenantOf[tenant] ? h("div", { class: "tenant-share", "data-testid": "tenant-share" },
+        h("span", {}, "weight ", h("span", { "data-testid": "tenant-weight" }, tenantOf[tenant].weight)),
+        shareBar(tenantOf[tenant])) : null,
       AP.table({ testid: "queues-table", caption: `Queues of ${tenant}`, rowKey: (q) => q.name,
         rows: queues.filter((q) => q.tenant === tenant), columns: [
           { key: "name", label: "Queue", header: true, cell: (q) => h("a", { href: "/jobs?queue=" + encodeURIComponent(q.name), "data-key": "q-" + q.name },

@@ -137,11 +137,15 @@ class HyperNode(Base):
 
 
 class Tenant(Base):
+    """A tenant: it owns namespaces and queues, and shares the federation with the others by `weight`."""
+
     __tablename__ = "tenants"
+    __table_args__ = (CheckConstraint("weight > 0", name="weight"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(63), unique=True)
     namespaces: Mapped[list[str]] = mapped_column(Json, default=list)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
     queues: Mapped[list[Queue]] = relationship(back_populates="tenant")

@@ -87,17 +87,22 @@ class _Cycle:
 
         1. jobs that have waited past `starvation_after_s`, oldest first (so none starves forever);
         2. a job that fits its queue's nominal quota before one that must borrow;
-        3. the lowest weighted dominant share of the queue once the job is admitted (DRF);
-        4. the higher job priority;
-        5. the higher queue priority;
-        6. the earlier submission;
-        7. tie-break: queue name, then job id.
+        3. the lowest weighted dominant share of the queue's tenant once the job is admitted, by
+           tenant weight (hierarchical DRF: tenants share the federation, whatever their queues);
+        4. the lowest weighted dominant share of the queue, by queue weight (its tenant's queues
+           share what the tenant gets);
+        5. the higher job priority;
+        6. the higher queue priority;
+        7. the earlier submission;
+        8. tie-break: queue name, then job id.
         """
-        starving = self._starving(job)
+        starving, queue, totals, demand = self._starving(job), state.queue, self.snapshot.totals, job.spec.requests
         return (not starving, job.submitted_at if starving else 0.0,
                 self._quota(job).borrowing,
-                weighted_share(state.usage, job.spec.requests, self.snapshot.weight(state.queue), self.snapshot.totals),
-                -job.priority, -state.queue.priority, job.submitted_at, state.queue.name, job.id)
+                weighted_share(self.snapshot.tenant_usage[queue.tenant], demand,
+                               self.snapshot.tenant_weight(queue.tenant), totals),
+                weighted_share(state.usage, demand, queue.weight, totals),
+                -job.priority, -queue.priority, job.submitted_at, queue.name, job.id)
 
     def run(self, pending: Iterable[PendingJob]) -> CycleResult:
         # Phase 1: each queue in its own order: 1. priority, 2. submission time, 3. job id.

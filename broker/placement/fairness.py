@@ -1,8 +1,10 @@
 """Weighted dominant-resource fairness and quotas with borrowing, as pure functions.
 
 The cycle asks two questions of every queue head and nothing else:
-- `weighted_share`: how big is the queue's slice of the federation, in its dominant resource,
-  divided by its weight, once this job is admitted? (Armada's and Kueue's DRF: lowest goes next.)
+- `weighted_share`: how big is a slice of the federation, in its dominant resource, divided by its
+  weight, once this job is admitted? Asked twice (hierarchical DRF, as Kueue's hierarchical cohorts
+  and Volcano's hierarchical queues): of the job's tenant, by tenant weight, then of its queue, by
+  queue weight; the lowest pair goes next. A tenant's share never depends on how many queues it has.
 - `check_quota`: does the job fit the queue's nominal quota, or must it borrow from its tenant's
   other queues (its cohort), and if it cannot, why not?
 """
@@ -10,7 +12,7 @@ The cycle asks two questions of every queue head and nothing else:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from broker.placement.explain import amount
 from broker.placement.model import Queue, Resources
@@ -25,6 +27,25 @@ def weighted_share(usage: Resources, demand: Resources, weight: float, totals: R
     """Dominant share after admitting `demand`, divided by the queue's weight."""
     after = {r: usage.get(r, 0) + demand.get(r, 0) for r in usage.keys() | demand.keys()}
     return dominant_share(after, totals) / max(weight, 1e-9)
+
+
+def fair_shares(tenant_weights: Mapping[str, float], queue_weights: Mapping[str, tuple[str, float]],
+                active: Iterable[str]) -> dict[str, float]:
+    """Each queue's fair share of the federation: its tenant's weight among the tenants with an `active`
+    queue, times the queue's weight among its tenant's active queues (0 for an idle queue).
+
+    `queue_weights` maps each queue to (its tenant, its weight); a tenant absent from `tenant_weights`
+    weighs 1.
+    """
+    active = set(active)
+    by_tenant: dict[str, float] = {}
+    for name in active:
+        tenant, weight = queue_weights[name]
+        by_tenant[tenant] = by_tenant.get(tenant, 0.0) + weight
+    tenants_total = sum(tenant_weights.get(t, 1.0) for t in by_tenant)
+    return {name: (tenant_weights.get(tenant, 1.0) / tenants_total * weight / by_tenant[tenant]
+                   if name in active else 0.0)
+            for name, (tenant, weight) in queue_weights.items()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -364,8 +364,10 @@ class Snapshot:
         self.tenants = {t.name: t for t in tenants}
         self.queues = {q.name: QueueState(q, {}) for q in sorted(queues, key=lambda q: q.name)}
         self.cohorts: dict[str, list[QueueState]] = {}
+        self.tenant_usage: dict[str, dict[str, int]] = {}  # tenant -> what its queues use, summed
         for state in self.queues.values():
             self.cohorts.setdefault(state.queue.tenant, []).append(state)
+            self.tenant_usage.setdefault(state.queue.tenant, {})
         self.totals: dict[str, int] = {}
         for index in self.clusters.values():
             if index.cluster.state == "Ready":
@@ -377,16 +379,19 @@ class Snapshot:
             self.occupy(placement.cluster, placement.queue if placement.charged else None, placement.node_usage,
                         placement.node_pods, placement.exclusive_topology, +1)
 
-    def weight(self, queue: Queue) -> float:
-        tenant = self.tenants.get(queue.tenant)
-        return queue.weight * (tenant.weight if tenant else 1.0)
+    def tenant_weight(self, name: str) -> float:
+        tenant = self.tenants.get(name)
+        return tenant.weight if tenant else 1.0
 
     def occupy(self, cluster: str, queue: str | None, node_usage: Mapping[str, Resources],
                node_pods: Mapping[str, int], exclusive_label: str | None, sign: int) -> None:
         """Account a placement's pods (sign=+1) or remove them (sign=-1): nodes, HyperNodes, queue (if any)."""
         if queue in self.queues:
+            state = self.queues[queue]
+            tenant = self.tenant_usage[state.queue.tenant]
             for amounts in node_usage.values():
-                add_into(self.queues[queue].usage, amounts, sign)
+                add_into(state.usage, amounts, sign)
+                add_into(tenant, amounts, sign)
         index = self.clusters.get(cluster)
         if index is None:
             return

@@ -35,7 +35,11 @@ def run(*args: str, env: dict | None = None):
 
 
 def test_admin_sets_up_a_tenant_and_a_tenant_submits(server, tmp_path, settings, monkeypatch):
-    assert run("tenants", "create", "research", "--namespace", "research").exit_code == 0
+    assert run("tenants", "create", "research", "--namespace", "research", "--weight", "2").exit_code == 0
+    weighed = run("tenants", "update", "research", "--weight", "3", "-o", "json")
+    assert weighed.exit_code == 0, weighed.output
+    assert (json.loads(weighed.output)["weight"], json.loads(weighed.output)["namespaces"]) == (3, ["research"])
+    assert "WEIGHT" in run("tenants", "list").output
     created = run("queues", "create", "training", "--tenant", "research", "--weight", "2",
                   "--quota", "nvidia.com/gpu=64", "-o", "json")
     assert created.exit_code == 0, created.output

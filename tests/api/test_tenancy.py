@@ -9,6 +9,7 @@ from sqlalchemy import text
 
 from broker.db.models import Token, utcnow
 from tests.api.conftest import make_tenant
+from tests.api.jobsets import jobset
 
 
 def test_tenant_lifecycle(admin):
@@ -21,6 +22,24 @@ def test_tenant_lifecycle(admin):
     assert patched.json()["namespaces"] == ["team-a"]
     assert admin.delete("/api/v1/tenants/team-a").status_code == 204
     assert admin.get("/api/v1/tenants/team-a").status_code == 404
+
+
+def test_tenant_weight_round_trips_and_sets_fair_shares(admin):
+    assert admin.post("/api/v1/tenants", json={"name": "bad", "weight": 0}).status_code == 422
+    heavy = make_tenant(admin, "heavy", queues={"h1": {}, "h2": {}, "h3": {}})
+    light = make_tenant(admin, "light", queues={"l1": {}})
+    assert admin.patch("/api/v1/tenants/heavy", json={"weight": 3}).json()["weight"] == 3
+    assert admin.get("/api/v1/tenants/light").json()["weight"] == 1
+    for client, queue in ((heavy, "h1"), (heavy, "h2"), (heavy, "h3"), (light, "l1")):
+        assert client.post("/api/v1/jobs", json=jobset(f"job-{queue}", queue=queue)).status_code == 201
+    shares = {t["name"]: t["fair_share"] for t in admin.get("/api/v1/tenants").json()}
+    assert shares == {"heavy": 0.75, "light": 0.25}  # three queues buy heavy nothing beyond its weight
+    assert {q["name"]: q["fair_share"] for q in admin.get("/api/v1/queues").json()} == {
+        "h1": 0.25, "h2": 0.25, "h3": 0.25, "l1": 0.25}
+    patched = admin.patch("/api/v1/tenants/light", json={"weight": 1.5}).json()
+    assert (patched["weight"], patched["namespaces"], patched["fair_share"]) == (1.5, ["light"], 0.3333)
+    assert admin.get("/api/v1/tenants/heavy").json()["fair_share"] == 0.6667
+    assert admin.patch("/api/v1/tenants/light", json={"weight": -1}).status_code == 422
 
 
 def test_a_namespace_belongs_to_one_tenant(admin):

@@ -160,9 +160,10 @@ def federation(migrated_sqlite_template, tmp_path_factory) -> Iterator[Federatio
             fed.run(jobs["segmenter"]["id"])
             fed.run(jobs["eval-suite"]["id"])
             fed.finish(jobs["eval-suite"]["id"])
-            # 5 nodes' worth inside one leaf switch (4 nodes): it waits, and every cluster says why.
-            fed.submit("vision", jobset("detector-xl", queue="vision-batch", replicas=5, annotations={
-                "archipelago.io/network-topology-mode": "hard", "archipelago.io/highest-tier-allowed": "1"}))
+            # all 16 nodes of eu-west's fabric (tier 3), where work runs: it waits, and every cluster says why
+            # (one that could never run anywhere would be refused at submission).
+            fed.submit("vision", jobset("detector-xl", queue="vision-batch", replicas=16, annotations={
+                "archipelago.io/network-topology-mode": "hard", "archipelago.io/highest-tier-allowed": "3"}))
             fed.schedule()
             yield fed
     finally:

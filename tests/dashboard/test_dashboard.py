@@ -131,6 +131,11 @@ def test_queues_show_fair_share_quota_depth_and_history(page, federation):
         expect(row.get_by_role("img", name=re.compile(r"^Last hour: pending now \d+"))).to_be_visible()
         if queue["oldest_pending_at"] is None:
             expect(row.get_by_test_id("oldest-wait")).to_have_text("—")
+    for tenant in federation.get("/tenants"):  # each tenant: its weight, its share against its fair share
+        section = page.locator(f'[data-tenant="{tenant["name"]}"]').get_by_test_id("tenant-share")
+        expect(section.get_by_test_id("tenant-weight")).to_have_text(f'{tenant["weight"]:g}')
+        expect(section.get_by_test_id("fair-share")).to_have_text(pct(tenant["fair_share"]))
+        expect(section.get_by_test_id("dominant-share")).to_have_text(pct(tenant["dominant_share"]))
     training = next(q for q in queues if q["name"] == "training")
     expect(page.locator('tr[data-row="training"]').get_by_test_id(f"quota-{GPU}")).to_contain_text(
         f"GPU {training['usage'][GPU]} / {training['nominal_quota'][GPU]}")

@@ -3,7 +3,7 @@
 import pytest
 
 from broker.placement import Tenant, schedule
-from broker.placement.fairness import check_quota, dominant_share, weighted_share
+from broker.placement.fairness import check_quota, dominant_share, fair_shares, weighted_share
 
 from .fixtures import GPU, cluster, fabric, gpus_by_queue, job, n_jobs, queue, running, snapshot
 
@@ -29,6 +29,46 @@ def test_weights_hold_across_tenants_too():
     jobs = n_jobs("a", 64, gpus=1, tenant="x") + n_jobs("b", 64, gpus=1, tenant="y")
     got = shares([queue("a", tenant="x"), queue("b", tenant="y")], jobs, tenants=[Tenant("x", 3), Tenant("y", 1)])
     assert abs(got["a"] - 0.75) <= 0.05
+
+
+def gpus_by_tenant(jobs, tenants=(), queues=None):
+    queues = queues or sorted({(j.queue, j.tenant) for j in jobs})
+    result = schedule(snapshot(ONE_CLUSTER_64_GPUS, [queue(q, tenant=t) for q, t in queues], tenants=tenants), jobs)
+    tenant_of = {j.id: j.tenant for j in jobs}
+    used: dict[str, int] = {}
+    for p in result.placements:
+        used[tenant_of[p.job_id]] = used.get(tenant_of[p.job_id], 0) + sum(
+            u.get(GPU, 0) for u in p.node_usage.values()) // 1000
+    return used
+
+
+def test_three_queues_vs_one_at_equal_tenant_weights_share_32_32_of_64():
+    # Tenant x opens three queues, tenant y one; each tenant's weight is 1, so each gets half the federation.
+    jobs = [j for q in ("x1", "x2", "x3") for j in n_jobs(q, 64, gpus=1, tenant="x")] + \
+        n_jobs("y1", 64, gpus=1, tenant="y")
+    assert gpus_by_tenant(jobs) == {"x": 32, "y": 32}
+
+
+def test_adding_a_queue_never_changes_another_tenants_share():
+    y_jobs = n_jobs("y1", 64, gpus=1, tenant="y")
+    one = gpus_by_tenant(n_jobs("x1", 64, gpus=1, tenant="x") + y_jobs, tenants=[Tenant("x", 1), Tenant("y", 3)])
+    four = gpus_by_tenant([j for q in ("x1", "x2", "x3", "x4") for j in n_jobs(q, 64, gpus=1, tenant="x")]
+                          + y_jobs, tenants=[Tenant("x", 1), Tenant("y", 3)])
+    assert one["y"] == four["y"] == 48
+
+
+def test_a_tenants_queues_share_its_part_by_queue_weight():
+    jobs = n_jobs("a", 64, gpus=1, tenant="x") + n_jobs("b", 64, gpus=1, tenant="x") + \
+        n_jobs("c", 64, gpus=1, tenant="y")
+    result = schedule(snapshot(ONE_CLUSTER_64_GPUS, [queue("a", tenant="x", weight=3), queue("b", tenant="x"),
+                                                     queue("c", tenant="y")]), jobs)
+    assert gpus_by_queue(result.placements, jobs) == {"a": 24, "b": 8, "c": 32}
+
+
+def test_fair_shares_are_tenant_weight_then_queue_weight_among_the_active():
+    queues = {"a": ("x", 3.0), "b": ("x", 1.0), "c": ("y", 1.0), "idle": ("z", 5.0)}
+    shares = fair_shares({"x": 1.0, "y": 3.0, "z": 2.0}, queues, active=["a", "b", "c"])
+    assert shares == {"a": 0.1875, "b": 0.0625, "c": 0.75, "idle": 0.0}
 
 
 def test_fair_share_is_by_dominant_resource_not_gpus_alone():
