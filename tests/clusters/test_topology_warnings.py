@@ -1,0 +1,82 @@
+"""A member's broken HyperNode objects, word for word: which warnings, grouped by kind in the order the
+kinds first appear, at most five of a kind (clusters/topology.py); and the order of the resolved tree."""
+
+from __future__ import annotations
+
+from clusters.topology import derive_from_labels, resolve_hypernodes
+from tests.clusters.test_topology import hn, tree
+
+NODES = {"n1": {"pool": "a"}, "n2": {"pool": "b"}}
+
+
+def test_every_broken_member_is_one_warning_grouped_by_kind_at_most_five_of_a_kind():
+    # the names alternate the kinds (dangling, member), so that a warning filed under another kind moves
+    result = resolve_hypernodes([
+        hn("h00", True), hn("h00-str", "1"),
+        hn("h01", 1, ("Node", {"exactMatch": {"name": "ghost"}})),
+        hn("h02", 1, ("Pod", {"exactMatch": {"name": "n1"}})),
+        hn("h03", 2, ("HyperNode", {"exactMatch": {"name": "nowhere"}})),
+        hn("h04", 1, ("Node", {"fieldMatch": {}})),
+        hn("h05", 1, ("Node", {"regexMatch": {"pattern": "zzz"}})),
+        hn("h06", 1, ("Node", {"labelMatch": {"matchExpressions": [{"key": "pool", "operator": "Like"}]}})),
+        hn("h07", 2, ("HyperNode", {"regexMatch": {"pattern": "^zzz"}})),
+        hn("h08", 1, ("Node", {"regexMatch": {"pattern": "("}})),
+        hn("h09", 2, ("HyperNode", {"labelMatch": {"matchLabels": {"a": "b"}}})),
+        hn("h10", 2, ("HyperNode", {"regexMatch": {"pattern": "["}})),
+        hn("h11", 2, ("Pod", {})),
+    ], NODES)
+    assert result.warnings == [
+        "HyperNode h00: tier True is not a positive integer; ignored",
+        "HyperNode h00-str: tier '1' is not a positive integer; ignored",
+        "HyperNode h01: member node 'ghost' does not exist",
+        "HyperNode h03: member HyperNode 'nowhere' does not exist",
+        "HyperNode h05: member selector {'regexMatch': {'pattern': 'zzz'}} matches no node",
+        "HyperNode h07: regexMatch '^zzz' matches no HyperNode",
+        "HyperNode h02: unknown member type 'Pod'; ignored",
+        "HyperNode h04: a member has no exactMatch, regexMatch or labelMatch",
+        "HyperNode h06: labelMatch is not a label selector (unknown selector operator 'Like')",
+        "HyperNode h08: regexMatch '(' is not a regular expression (missing ), unterminated subpattern at position 0)",
+        "HyperNode h09: a HyperNode member needs exactMatch or regexMatch",
+        "... and 2 more like it",
+    ]
+    assert [(h.name, h.tier) for h in result.hypernodes] == [  # highest tier first, then by name
+        ("h03", 2), ("h07", 2), ("h09", 2), ("h10", 2), ("h11", 2),
+        ("h01", 1), ("h02", 1), ("h04", 1), ("h05", 1), ("h06", 1), ("h08", 1)]
+
+
+def test_five_warnings_of_a_kind_are_all_shown():
+    result = resolve_hypernodes([hn(f"h{i}", 1, ("Node", {"exactMatch": {"name": f"ghost{i}"}})) for i in range(5)],
+                                NODES)
+    assert result.warnings == [f"HyperNode h{i}: member node 'ghost{i}' does not exist" for i in range(5)]
+
+
+def test_a_regex_with_no_pattern_matches_every_node_and_a_hypernode_regex_never_its_owner():
+    result = resolve_hypernodes([hn("all", 1, ("Node", {"regexMatch": {}})),
+                                 hn("spine-a", 2, ("HyperNode", {"regexMatch": {"pattern": "^all$|^spine"}})),
+                                 hn("spine-b", 1, ("Node", {"regexMatch": {"pattern": None}}))], NODES)
+    assert tree(result) == {"spine-a": (2, None, ("n1", "n2")), "all": (1, "spine-a", ("n1", "n2")),
+                            "spine-b": (1, "spine-a", ("n1", "n2"))}
+    assert result.warnings == ["node n1 is in both all and spine-b of tier 1",
+                               "node n2 is in both all and spine-b of tier 1"]
+
+
+def test_a_hypernode_claimed_twice_and_a_cycle_each_say_which_edge_went():
+    result = resolve_hypernodes([
+        hn("a", 3, ("HyperNode", {"exactMatch": {"name": "b"}})),
+        hn("b", 2, ("HyperNode", {"exactMatch": {"name": "c"}})),
+        hn("c", 1, ("HyperNode", {"exactMatch": {"name": "a"}}), ("Node", {"exactMatch": {"name": "n1"}})),
+        hn("d", 2, ("HyperNode", {"exactMatch": {"name": "c"}}), ("HyperNode", {"exactMatch": {"name": "d"}})),
+    ], NODES)
+    assert tree(result) == {"a": (3, None, ("n1",)), "b": (2, "a", ("n1",)), "d": (2, None, ()),
+                            "c": (1, "b", ("n1",))}
+    assert result.warnings == ["HyperNode cycle a -> b -> c -> a; the member a of c is ignored",
+                               "HyperNode cycle d -> d; the member d of d is ignored",
+                               "HyperNode c is a member of both b and d; kept under b"]
+
+
+def test_label_tiers_are_listed_highest_first_and_a_node_without_labels_is_in_none():
+    result = derive_from_labels({"n1": {"leaf": "b", "zone": "z"}, "n2": {"leaf": "a"}, "n3": {"spine": ""}},
+                                [["leaf"], ["spine"], ["zone"]])
+    assert [(h.name, h.tier, h.parent, h.nodes) for h in result.hypernodes] == [
+        ("z", 3, None, ("n1",)), ("a", 1, None, ("n2",)), ("b", 1, "z", ("n1",))]
+    assert result.warnings == []
