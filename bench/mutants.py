@@ -82,7 +82,7 @@ def forget_survivors(group: Group) -> None:
 def run_mutmut(group: Group, max_children: int) -> None:
     # the tests run inside the view's mutants/, where ../shared is not beside them
     env = {**os.environ, "ARCHIPELAGO_SHARED_DIR": os.environ.get("ARCHIPELAGO_SHARED_DIR")
-           or str(ROOT.parent / "shared")}
+           or str(ROOT.parent / "shared"), "ARCHIPELAGO_HYPOTHESIS_PROFILE": "mutants"}
     log = group.folder / "mutmut.log"
     with open(log, "w") as out:
         done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],

@@ -15,6 +15,8 @@ from typing import Iterator
 
 import pytest
 from cryptography.fernet import Fernet
+from hypothesis import Phase
+from hypothesis import settings as hypothesis_settings
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -29,6 +31,10 @@ HOW_TO_START_POSTGRES = (
     "(Debian) or `docker run -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:16`, "
     "or point ARCHIPELAGO_TEST_POSTGRES_URL at a server where you may create databases")
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+# bench/mutants.py runs the property tests against thousands of mutants: there a failure needs no shrinking.
+hypothesis_settings.register_profile("mutants", phases=(Phase.explicit, Phase.reuse, Phase.generate))
+hypothesis_settings.load_profile(os.environ.get("ARCHIPELAGO_HYPOTHESIS_PROFILE", "default"))
 
 
 def postgres_server_url() -> str:
