@@ -67,7 +67,11 @@ class QueueSettings(Strict):
     nominal_quota: dict[str, Quantity] | None = Field(None, description='per resource, e.g. {"nvidia.com/gpu": "64"}')
     borrowing_limit: dict[str, Quantity] | None = Field(None, description="how much above its quota the queue may "
                                                                           "borrow from its tenant's other queues")
-    preemption_policy: Literal["Never", "LowerPriority"] | None = None
+    preemption_policy: Literal["Never", "LowerPriority"] | None = Field(
+        None, description="LowerPriority: a job may preempt the queue's own work of lower priority")
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] | None = Field(
+        None, description="a job within the queue's nominal quota may preempt what the tenant's other queues "
+                          "borrowed: LowerPriority, their lower-priority work; Any, any of it")
     default: bool | None = Field(None, description="the queue for the tenant's JobSets that name none")
 
 
@@ -84,6 +88,7 @@ class QueueOut(BaseModel):
     nominal_quota: dict[str, str]
     borrowing_limit: dict[str, str] | None
     preemption_policy: str
+    reclaim_within_cohort: str
     default: bool
     usage: dict[str, str]
     pending: int

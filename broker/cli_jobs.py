@@ -110,15 +110,17 @@ def jobs_events(job_id: int, output: Output = OutputOption, server: Optional[str
 RESOURCE_AMOUNT = "RESOURCE=AMOUNT (e.g. nvidia.com/gpu=64)"
 QuotaOption = typer.Option([], "--quota", help="RESOURCE=AMOUNT, repeatable")
 BorrowingOption = typer.Option([], "--borrowing-limit", help="RESOURCE=AMOUNT, repeatable")
-PreemptionOption = typer.Option(None, "--preemption", help="Never or LowerPriority")
+PreemptionOption = typer.Option(None, "--preemption", help="within the queue: Never or LowerPriority")
+ReclaimOption = typer.Option(None, "--reclaim", help="what the tenant's other queues borrowed, for a job within "
+                                                     "the queue's nominal quota: Never, LowerPriority or Any")
 DefaultQueueOption = typer.Option(None, "--default/--no-default", help="the tenant's queue for unlabelled JobSets")
 
 
-def _queue_fields(weight, priority, quota, borrow, preemption, default) -> dict:
+def _queue_fields(weight, priority, quota, borrow, preemption, reclaim, default) -> dict:
     fields = {"weight": weight, "priority": priority,
               "nominal_quota": key_values(quota, "--quota", RESOURCE_AMOUNT) or None,
               "borrowing_limit": key_values(borrow, "--borrowing-limit", RESOURCE_AMOUNT) or None,
-              "preemption_policy": preemption,
+              "preemption_policy": preemption, "reclaim_within_cohort": reclaim,
               "default": default}
     return {k: v for k, v in fields.items() if v is not None}
 
@@ -135,23 +137,25 @@ def queues_list(tenant: Optional[str] = None, output: Output = OutputOption, ser
 def queues_create(name: str, tenant: str = typer.Option(..., help="the tenant that owns it"),
                   weight: Optional[float] = None, priority: Optional[int] = None,
                   quota: list[str] = QuotaOption, borrowing_limit: list[str] = BorrowingOption,
-                  preemption: Optional[str] = PreemptionOption, default: Optional[bool] = DefaultQueueOption,
+                  preemption: Optional[str] = PreemptionOption, reclaim: Optional[str] = ReclaimOption,
+                  default: Optional[bool] = DefaultQueueOption,
                   output: Output = OutputOption, server: Optional[str] = ServerOption,
                   token: Optional[str] = TokenOption) -> None:
     """Create a queue."""
     body = {"name": name, "tenant": tenant, **_queue_fields(weight, priority, quota, borrowing_limit, preemption,
-                                                             default)}
+                                                             reclaim, default)}
     emit(calling(lambda: client(server, token).post("/api/v1/queues", json=body)), output, QUEUE_COLUMNS)
 
 
 @queues_app.command("update")
 def queues_update(name: str, weight: Optional[float] = None, priority: Optional[int] = None,
                   quota: list[str] = QuotaOption, borrowing_limit: list[str] = BorrowingOption,
-                  preemption: Optional[str] = PreemptionOption, default: Optional[bool] = DefaultQueueOption,
+                  preemption: Optional[str] = PreemptionOption, reclaim: Optional[str] = ReclaimOption,
+                  default: Optional[bool] = DefaultQueueOption,
                   output: Output = OutputOption, server: Optional[str] = ServerOption,
                   token: Optional[str] = TokenOption) -> None:
     """Change a queue's settings."""
-    body = _queue_fields(weight, priority, quota, borrowing_limit, preemption, default)
+    body = _queue_fields(weight, priority, quota, borrowing_limit, preemption, reclaim, default)
     emit(calling(lambda: client(server, token).patch(f"/api/v1/queues/{name}", json=body)), output, QUEUE_COLUMNS)
 
 

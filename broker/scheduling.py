@@ -135,7 +135,7 @@ def read_inventory(session: Session, *, now: float, specs: dict[str, JobSpec] | 
     tenants = [Tenant(name, weight) for name, weight in session.execute(select(TenantRow.name, TenantRow.weight))]
     queues = [Queue(name=q.name, tenant=tenant, weight=q.weight, priority=q.priority,
                     nominal_quota=q.nominal_quota or {}, borrowing_limit=q.borrowing_limit,
-                    preemption=q.preemption_policy)
+                    preemption=q.preemption_policy, reclaim_within_cohort=q.reclaim_within_cohort)
               for q, tenant in session.execute(select(QueueRow, TenantRow.name).join(TenantRow))]
     inventory = Inventory(Snapshot(clusters, queues, tenants, running, now), [], {}, {}, cluster_ids, {},
                           tenant_ids, fence)
@@ -287,13 +287,17 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     outcome.admitted = sorted(admitted)
     outcome.dropped = sorted(int(j) for j in by_job if int(j) not in admitted)
 
+    victims: dict[str, dict[str, str]] = {}  # preemptor -> victim job id -> rule
+    for preemption in result.preemptions:
+        victims.setdefault(preemption.preemptor, {})[preemption.job_id] = preemption.rule
     rows = []
     for job_id, placements in by_job.items():
         if int(job_id) not in admitted:
             continue
         for placement in placements:
             rows.append(_placement_row(placement, inventory, now))
-        events.append(_event(job_id, "Admitted", _placed_message(placements), inventory.tenant_ids[job_id], now))
+        events.append(_event(job_id, "Admitted", _placed_message(placements) + _preempting(victims.get(job_id, {})),
+                             inventory.tenant_ids[job_id], now))
     if rows:
         session.execute(insert(PlacementRow), rows)
     outcome.placements = len(rows)
@@ -370,6 +374,18 @@ def _placed_message(placements: list[Placement]) -> str:
         where = f"HyperNode {p.hypernode} (tier {p.tier})" if p.hypernode else "spanning HyperNodes"
         clauses.append(f"{p.part + ' ' if p.part else ''}on {p.cluster}, {where}")
     return "placed " + "; ".join(clauses)
+
+
+RULE_WORDS = {"WithinQueue": "lower priority, same queue",
+              "ReclaimWithinCohort": "borrowed from this queue's nominal quota, reclaimed",
+              "FairSharing": "its tenant above its fair share, this one below"}
+
+
+def _preempting(victims: Mapping[str, str]) -> str:
+    """"; preempting job 4 (lower priority, same queue)" — the preemptor's side of its preemptions."""
+    if not victims:
+        return ""
+    return "; preempting " + ", ".join(f"job {v} ({RULE_WORDS[rule]})" for v, rule in sorted(victims.items()))
 
 
 def _event(job_id: str, reason: str, message: str, tenant_id: int | None, now: datetime, *,

@@ -15,8 +15,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from broker import events
-from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, Job, Placement, Queue, Tenant, Token,
-                              as_utc, utcnow)
+from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PREEMPTION_POLICIES, RECLAIM_POLICIES,
+                              Job, Placement, Queue, Tenant, Token, as_utc, utcnow)
 from broker.errors import Conflict, Invalid, NotFound
 from clusters.quantity import add_into, to_milli
 
@@ -120,9 +120,6 @@ def delete_tenant(session: Session, name: str) -> None:
 
 # Queues ----------------------------------------------------------------------------------------
 
-PREEMPTION_POLICIES = ("Never", "LowerPriority")
-
-
 @dataclass
 class QueueChanges:
     weight: float | None = None
@@ -130,6 +127,7 @@ class QueueChanges:
     nominal_quota: Mapping[str, Any] | None = None
     borrowing_limit: Mapping[str, Any] | None = None
     preemption_policy: str | None = None
+    reclaim_within_cohort: str | None = None
     default: bool | None = None
     clear_borrowing_limit: bool = False  # back to no limit (None above means "unchanged")
 
@@ -159,6 +157,10 @@ def _apply_queue_changes(session: Session, queue: Queue, changes: QueueChanges) 
         if changes.preemption_policy not in PREEMPTION_POLICIES:
             raise Invalid("preemption_policy", f"must be one of {', '.join(PREEMPTION_POLICIES)}")
         queue.preemption_policy = changes.preemption_policy
+    if changes.reclaim_within_cohort is not None:
+        if changes.reclaim_within_cohort not in RECLAIM_POLICIES:
+            raise Invalid("reclaim_within_cohort", f"must be one of {', '.join(RECLAIM_POLICIES)}")
+        queue.reclaim_within_cohort = changes.reclaim_within_cohort
     if changes.default:
         for other in session.scalars(select(Queue).where(Queue.tenant_id == queue.tenant_id, Queue.id != queue.id,
                                                          Queue.is_default.is_(True))):
@@ -175,7 +177,7 @@ def create_queue(session: Session, name: str, tenant_name: str, changes: QueueCh
         raise Conflict(f"queue {name!r} already exists")
     first = session.scalar(select(func.count()).select_from(Queue).where(Queue.tenant_id == tenant.id)) == 0
     queue = Queue(name=name, tenant_id=tenant.id, weight=1.0, priority=0, nominal_quota={},
-                  preemption_policy="Never", is_default=False)
+                  preemption_policy="Never", reclaim_within_cohort="Never", is_default=False)
     session.add(queue)
     try:
         session.flush()

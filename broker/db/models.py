@@ -22,7 +22,8 @@ PLACEMENT_STATES = ("Decided", "Applying", "Starting", "Running", "Succeeded", "
 PLACEMENT_LIVE_STATES = ("Decided", "Applying", "Starting", "Running", "Deleting")
 PLACEMENT_ACTIVE_STATES = tuple(s for s in PLACEMENT_LIVE_STATES if s != "Deleting")  # live and meant to stay
 PLACEMENT_UNSTARTED_STATES = ("Decided", "Applying", "Starting")  # what a drain moves elsewhere
-PREEMPTION_POLICIES = ("Never", "LowerPriority")
+PREEMPTION_POLICIES = ("Never", "LowerPriority")  # within the queue
+RECLAIM_POLICIES = ("Never", "LowerPriority", "Any")  # from the queues of its cohort that borrow
 TOKEN_ROLES = ("admin", "tenant")
 EVENT_KINDS = ("cluster", "job", "queue", "tenant", "placement")
 EVENT_TYPES = ("Normal", "Warning")
@@ -158,6 +159,7 @@ class Queue(Base):
     __table_args__ = (
         CheckConstraint("weight > 0", name="weight"),
         CheckConstraint(_in("preemption_policy", PREEMPTION_POLICIES), name="preemption_policy"),
+        CheckConstraint(_in("reclaim_within_cohort", RECLAIM_POLICIES), name="reclaim_within_cohort"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -168,6 +170,7 @@ class Queue(Base):
     nominal_quota: Mapped[dict[str, int]] = mapped_column(Json, default=dict)
     borrowing_limit: Mapped[dict[str, int] | None] = mapped_column(Json)
     preemption_policy: Mapped[str] = mapped_column(String(16), default="Never")
+    reclaim_within_cohort: Mapped[str] = mapped_column(String(16), default="Never")
     is_default: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 

@@ -24,7 +24,7 @@ from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, Hol
                                         Preemption, Waiting)
 from broker.placement.explain import amount, duration, pods_phrase
 from broker.placement.fairness import QuotaVerdict, check_quota, weighted_share
-from broker.placement.model import PendingJob
+from broker.placement.model import PendingJob, RunningPlacement
 from broker.placement.plugins import FILTERS, SCORES, Candidate, HeldNodes, Request
 from broker.placement.snapshot import ClusterIndex, Fit, HyperNodeState, QueueState, Snapshot, fits
 from clusters.quantity import add_into
@@ -137,6 +137,9 @@ class _Cycle:
                 waiting[job.id] = outcome.waiting
             if jobs:
                 heapq.heappush(heap, (self._queue_key(state, jobs[-1]), name))
+            if outcome.preemptions:  # the victims' queues (and tenants) now hold less: their keys went down
+                heap = [(self._queue_key(self.snapshot.queues[n], queued[n][-1]), n) for _, n in heap]
+                heapq.heapify(heap)
         self.release_holds()
         return CycleResult(tuple(placements), tuple(preemptions), MappingProxyType(waiting),
                            MappingProxyType(dict(self.holds)), tuple(order))
@@ -158,7 +161,8 @@ class _Cycle:
             return outcome
         verdict = self._quota(job)
         if not verdict.admissible:
-            outcome.waiting = Waiting(job.id, verdict.message)
+            if not self._preempt(job, outcome, verdict):  # only its own queue's work can make it fit its quota
+                outcome.waiting = Waiting(job.id, verdict.message)
             return outcome
         reasons: dict[str, str] = {}
         verdicts = outcome.verdicts if explain else None
@@ -184,7 +188,7 @@ class _Cycle:
             for placement in outcome.placements:  # gang: all parts or none
                 self._unapply(placement, job)
             outcome.placements = []
-        if self._preempt(job, outcome):
+        if self._preempt(job, outcome, verdict):
             return outcome
         part = "" if request.part is None else f" (ReplicatedJob {request.part})"
         summary = f"no cluster can take it now{part}"
@@ -277,34 +281,67 @@ class _Cycle:
             self.snapshot.occupy(r.cluster, r.queue, r.node_usage, r.node_pods, r.exclusive_topology, -sign)
 
     # -- when it does not fit -------------------------------------------------------------------
-    def _preempt(self, job: PendingJob, outcome: _Outcome) -> bool:
-        """Evict the fewest lower-priority placements of the same tenant that make a whole job fit.
+    def _candidates(self, job: PendingJob, verdict: QuotaVerdict) -> dict[str, str]:
+        """The running jobs the queue's policies let this job preempt, each with the rule that allows it.
 
-        Victims are whole jobs (gangs), taken in the order 1. lowest priority, 2. most recently
-        started, 3. job id, then pruned: a victim whose return still leaves room is spared.
-        Only the job's own tenant is touched, so no tenant pays for another beyond its share.
+        - WithinQueue (queue policy `LowerPriority`): the queue's own work of lower priority.
+        - ReclaimWithinCohort (`reclaim_within_cohort`), only for a job within its queue's nominal quota:
+          work of the tenant's other queues (`LowerPriority`: of lower priority; `Any`: any), taken
+          only while its queue borrows (`_borrowing`).
         """
         queue = self.snapshot.queues[job.queue].queue
-        if not self.config.preemption or queue.preemption != "LowerPriority" or job.spec.placement == "split":
-            return False
-        request = self._whole(job)
-        victims_by_job = {}
+        within = queue.preemption == "LowerPriority"
+        reclaim = queue.reclaim_within_cohort if verdict.admissible and not verdict.borrowing else "Never"
+        if not self.config.preemption or (not within and reclaim == "Never"):
+            return {}
+        rules = {}
         for job_id, placements in self.snapshot.running.items():
             first = placements[0]
-            if job_id not in self.evicted and first.tenant == job.tenant and first.priority < job.priority:
-                victims_by_job[job_id] = first
-        if not victims_by_job:
+            if job_id in self.evicted or first.tenant != job.tenant:
+                continue
+            if first.queue == job.queue:
+                if within and first.priority < job.priority:
+                    rules[job_id] = "WithinQueue"
+            elif reclaim == "Any" or reclaim == "LowerPriority" and first.priority < job.priority:
+                rules[job_id] = "ReclaimWithinCohort"
+        return rules
+
+    def _borrowing(self, queue_name: str, demand: Mapping[str, int]) -> bool:
+        """Does the queue use more than its nominal quota of a resource the demand asks for?"""
+        state = self.snapshot.queues.get(queue_name)
+        return state is not None and any(
+            wanted and state.usage.get(r, 0) > state.queue.nominal_quota[r]
+            for r, wanted in demand.items() if r in state.queue.nominal_quota)
+
+    def _preempt(self, job: PendingJob, outcome: _Outcome, verdict: QuotaVerdict) -> bool:
+        """Evict the fewest running jobs the rules allow (`_candidates`) so that the job fits its quota and a cluster.
+
+        Victims are whole jobs (gangs), tried per cluster in the order
+        1. those running on that cluster (they make room there; the others only give quota back);
+        2. work of the cohort's other queues before the queue's own (borrowed capacity goes back first);
+        3. the lowest priority;
+        4. the most recently started;
+        5. tie-break: job id;
+        then pruned: a victim whose return still leaves room is spared. The cluster that needs the fewest
+        victims, then the lowest-priority ones, then by name, is taken.
+        """
+        if job.spec.placement == "split":
             return False
+        rules = self._candidates(job, verdict)
+        if not rules:
+            return False
+        request = self._whole(job)
+        running = self.snapshot.running
         best = None
         for cluster in self.snapshot.clusters.values():
             if self._filter(request, cluster, capacity=False):
                 continue
-            local = sorted((v for j, v in victims_by_job.items()
-                            if any(p.cluster == cluster.name for p in self.snapshot.running[j])),
-                           key=lambda v: (v.priority, -v.started_at, v.job_id))
-            chosen = self._victims_for(request, cluster, [v.job_id for v in local])
+            ordered = sorted(rules, key=lambda v: (all(p.cluster != cluster.name for p in running[v]),
+                                                   rules[v] == "WithinQueue", running[v][0].priority,
+                                                   -running[v][0].started_at, v))
+            chosen = self._victims_for(request, cluster, ordered, rules)
             if chosen is not None:
-                rank = (len(chosen), max(victims_by_job[v].priority for v in chosen), cluster.name)
+                rank = (len(chosen), max(running[v][0].priority for v in chosen), cluster.name)
                 if best is None or rank < best[0]:
                     best = (rank, cluster, chosen)
         if best is None:
@@ -318,21 +355,29 @@ class _Cycle:
         self._apply(placement, job)
         outcome.placements.append(placement)
         for victim in chosen:
-            for r in self.snapshot.running[victim]:
-                outcome.preemptions.append(Preemption(
-                    r.job_id, r.part, r.cluster, job.id,
-                    f"preempted by higher-priority job {job.id} (priority {job.priority} > {r.priority}) "
-                    f"of the same tenant to make room on {cluster.name}"))
+            for r in running[victim]:
+                outcome.preemptions.append(Preemption(r.job_id, r.part, r.cluster, job.id,
+                                                      _why(rules[victim], job, r, cluster.name), rules[victim]))
         return True
 
-    def _victims_for(self, request: Request, cluster: ClusterIndex, ordered: list[str]) -> list[str] | None:
-        """The victims among `ordered` whose eviction lets the request fit here; the snapshot is left as found."""
-        cap = self.config.max_candidates_per_tier
+    def _victims_for(self, request: Request, cluster: ClusterIndex, ordered: list[str],
+                     rules: Mapping[str, str]) -> list[str] | None:
+        """The victims among `ordered` whose eviction lets the request fit its quota and this cluster;
+        the snapshot is left as found."""
+        cap, job = self.config.max_candidates_per_tier, request.job
+
+        def fits_now() -> bool:
+            return (self._quota(job).admissible
+                    and cluster.search(request.parts, request.demand, request.bound, cap, bind=True) is not None)
+
         taken = []
         for victim in ordered:
+            if rules[victim] == "ReclaimWithinCohort" and not self._borrowing(
+                    self.snapshot.running[victim][0].queue, request.demand):
+                continue  # its queue is back within its nominal quota: what is left is its own
             self._evict(victim, +1)
             taken.append(victim)
-            if cluster.search(request.parts, request.demand, request.bound, cap, bind=True):
+            if fits_now():
                 break
         else:
             for victim in taken:
@@ -340,7 +385,7 @@ class _Cycle:
             return None
         for victim in reversed(taken[:-1]):  # spare those not needed, most important first
             self._evict(victim, -1)
-            if cluster.search(request.parts, request.demand, request.bound, cap, bind=True):
+            if fits_now():
                 taken.remove(victim)
             else:
                 self._evict(victim, +1)
@@ -423,6 +468,15 @@ class _Cycle:
         cluster.apply(taken, {}, (), sign)
         for i in taken:
             cluster.locks[i] += sign
+
+
+def _why(rule: str, job: PendingJob, victim: RunningPlacement, cluster: str) -> str:
+    """The victim's side of a preemption, in words: who took its place, and by which rule."""
+    if rule == "WithinQueue":
+        return (f"preempted by higher-priority job {job.id} (priority {job.priority} > {victim.priority}) "
+                f"of the same queue {job.queue} to make room on {cluster}")
+    return (f"preempted by job {job.id} of queue {job.queue}, which takes back capacity within its nominal quota "
+            f"that queue {victim.queue} of tenant {victim.tenant} had borrowed (reclaim within the cohort), on {cluster}")
 
 
 def _empty_capacity(cluster: ClusterIndex, positions: list[int]) -> dict[str, int]:

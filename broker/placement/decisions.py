@@ -64,7 +64,8 @@ class Preemption:
     part: str | None
     cluster: str
     preemptor: str
-    message: str
+    message: str  # why, for the victim's events: names the preemptor and the rule
+    rule: str = ""  # WithinQueue | ReclaimWithinCohort | FairSharing
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,8 @@ Resources = Mapping[str, int]
 GPU = "nvidia.com/gpu"
 
 CLUSTER_STATES = ("Pending", "Ready", "NotReady", "Cordoned", "Draining")
-PREEMPTION_POLICIES = ("Never", "LowerPriority")
+PREEMPTION_POLICIES = ("Never", "LowerPriority")  # within the queue (Kueue's withinClusterQueue)
+RECLAIM_POLICIES = ("Never", "LowerPriority", "Any")  # from the cohort's borrowers (Kueue's reclaimWithinCohort)
 
 
 def _empty() -> Mapping:
@@ -69,6 +70,10 @@ class Queue:
 
     A queue may use its nominal quota plus what the other queues of its tenant (its cohort) leave
     unused, up to `borrowing_limit` per resource (absent resource or None: no limit on borrowing).
+    Its nominal quota is a guarantee: a job that fits within it may take back, per
+    `reclaim_within_cohort`, what other queues of the cohort borrowed (`LowerPriority`: their
+    lower-priority work; `Any`: any of it). `preemption` is what it may do within itself
+    (`LowerPriority`: a job preempts the queue's own lower-priority work).
     """
 
     name: str
@@ -78,6 +83,7 @@ class Queue:
     nominal_quota: Resources = field(default_factory=_empty)
     borrowing_limit: Resources | None = None
     preemption: str = "Never"  # one of PREEMPTION_POLICIES
+    reclaim_within_cohort: str = "Never"  # one of RECLAIM_POLICIES
 
 
 @dataclass(frozen=True, slots=True)

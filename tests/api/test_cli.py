@@ -41,9 +41,10 @@ def test_admin_sets_up_a_tenant_and_a_tenant_submits(server, tmp_path, settings,
     assert (json.loads(weighed.output)["weight"], json.loads(weighed.output)["namespaces"]) == (3, ["research"])
     assert "WEIGHT" in run("tenants", "list").output
     created = run("queues", "create", "training", "--tenant", "research", "--weight", "2",
-                  "--quota", "nvidia.com/gpu=64", "-o", "json")
+                  "--quota", "nvidia.com/gpu=64", "--reclaim", "LowerPriority", "-o", "json")
     assert created.exit_code == 0, created.output
     assert json.loads(created.output)["nominal_quota"] == {"nvidia.com/gpu": "64"}
+    assert json.loads(created.output)["reclaim_within_cohort"] == "LowerPriority"
 
     for key, value in {"ARCHIPELAGO_DATABASE_URL": settings.database_url,
                        "ARCHIPELAGO_SECRET_KEY": settings.secret_key}.items():

@@ -63,12 +63,16 @@ def test_queue_settings_round_trip(admin):
     created = admin.post("/api/v1/queues", json={
         "name": "training", "tenant": "research", "weight": 3, "priority": 5,
         "nominal_quota": {"nvidia.com/gpu": "64", "memory": "2Ti"}, "borrowing_limit": {"nvidia.com/gpu": 16},
-        "preemption_policy": "LowerPriority"})
+        "preemption_policy": "LowerPriority", "reclaim_within_cohort": "Any"})
     assert created.status_code == 201, created.text
     queue = created.json()
     assert queue["nominal_quota"] == {"memory": "2Ti", "nvidia.com/gpu": "64"}
     assert queue["borrowing_limit"] == {"nvidia.com/gpu": "16"}
-    assert (queue["weight"], queue["priority"], queue["preemption_policy"]) == (3, 5, "LowerPriority")
+    assert (queue["weight"], queue["priority"], queue["preemption_policy"], queue["reclaim_within_cohort"]) == (
+        3, 5, "LowerPriority", "Any")
+    assert admin.patch("/api/v1/queues/training", json={"reclaim_within_cohort": "Sometimes"}).status_code == 422
+    assert admin.patch("/api/v1/queues/training", json={"reclaim_within_cohort": "LowerPriority"}).json()[
+        "reclaim_within_cohort"] == "LowerPriority"
     assert queue["default"] is True  # a tenant's first queue
     assert (queue["pending"], queue["running"], queue["usage"]) == (0, 0, {})
     patched = admin.patch("/api/v1/queues/training", json={"weight": 1.5}).json()

@@ -51,9 +51,9 @@ def cluster(name: str, layout=None, state: str = "Ready", labels=None, taints=()
 
 
 def queue(name: str, tenant: str = "t", weight: float = 1.0, quota=None, borrow=None, preemption="Never",
-          priority: int = 0) -> Queue:
+          priority: int = 0, reclaim: str = "Never") -> Queue:
     return Queue(name, tenant, weight, priority, {GPU: g * 1000 for g in [quota] if g is not None},
-                 None if borrow is None else {GPU: borrow * 1000}, preemption)
+                 None if borrow is None else {GPU: borrow * 1000}, preemption, reclaim)
 
 
 def manifest(name: str = "job", parts=(("workers", 1, 1, 8),), annotations=None, queue_name: str = "q",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from sqlalchemy import event, select
@@ -10,7 +10,7 @@ from sqlalchemy import event, select
 from broker.db.models import Job, Node, Placement, Queue
 from broker.services import build_services
 from tests.placement.fixtures import GPU
-from tests.scheduler.conftest import add_cluster, add_queue, count, job_events, placements_of, submit
+from tests.scheduler.conftest import EPOCH, add_cluster, add_queue, count, job_events, placements_of, submit
 
 
 def test_a_job_that_fits_is_placed_admitted_and_logged(db, setup, scheduler):
@@ -158,6 +158,31 @@ def test_a_higher_priority_job_preempts_and_the_victim_is_marked_deleting(db, se
         [preempted] = job_events(session, low.id, "Preempted")
         assert preempted.type == "Warning" and str(high.id) in preempted.message
         assert placements_of(session, high.id)[0].state == "Decided"
+
+
+def test_reclaim_is_committed_with_the_preemptor_and_the_rule_in_both_jobs_events(db, setup, scheduler):
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1, nodes_per_leaf=2)
+        q1 = add_queue(session, "q1", quota_gpus=8)
+        add_queue(session, "q2", quota_gpus=8, reclaim="Any")
+        own, borrowed = submit(session, q1, "own", gpus=8), submit(session, q1, "borrowed", gpus=8)
+    assert scheduler.run_once().placements == 2  # q1 borrows idle q2's 8 GPUs
+    with setup() as session:
+        for job_id in (own.id, borrowed.id):
+            session.get(Job, job_id).state = "Running"
+            placements_of(session, job_id)[0].state = "Running"
+            placements_of(session, job_id)[0].started_at = EPOCH + timedelta(seconds=job_id)
+        back = submit(session, session.scalar(select(Queue).where(Queue.name == "q2")), "back", gpus=8)
+    outcome = scheduler.run_once()
+    assert outcome.admitted == [back.id] and outcome.preempted == 1
+    with db.sessions() as session:
+        assert placements_of(session, own.id)[0].state == "Running"
+        [preempted] = job_events(session, borrowed.id, "Preempted")
+        assert f"preempted by job {back.id} of queue q2" in preempted.message
+        assert "reclaim within the cohort" in preempted.message
+        [admitted] = job_events(session, back.id, "Admitted")
+        assert admitted.message.endswith(f"; preempting job {borrowed.id} (borrowed from this queue's nominal "
+                                         "quota, reclaimed)")
 
 
 def test_a_split_job_gets_one_placement_per_part_and_one_event(db, setup, scheduler):

@@ -1,0 +1,85 @@
+"""Kueue's cohort quota semantics within a tenant: nominal quota is a guarantee, borrowed capacity goes
+back (reclaimWithinCohort), and a queue at its quota makes room among its own work (withinClusterQueue)."""
+
+import pytest
+
+from broker.placement import schedule
+
+from .fixtures import cluster, fabric, gpus_by_queue, job, n_jobs, queue, running, snapshot
+
+
+def q1_borrowing_all_of_q2(reclaim: str, q1_priority: int = 0):
+    """64 GPUs; q1 (nominal 32) runs eight 8-GPU jobs, 32 of them borrowed from idle q2 (nominal 32)."""
+    eu = cluster("eu", fabric(leaves=2, nodes_per_leaf=4))
+    borrowed = [running(f"q1-{i}", "eu", [n.name], priority=q1_priority, started_at=float(i), queue_name="q1")
+                for i, n in enumerate(eu.nodes)]
+    return snapshot([eu], [queue("q1", quota=32), queue("q2", quota=32, reclaim=reclaim)], running=borrowed)
+
+
+def test_reclaim_returns_q2s_32_within_one_cycle():
+    s = q1_borrowing_all_of_q2("Any")
+    wanted = n_jobs("q2", 4, gpus=8)
+    result = schedule(s, wanted)
+    assert gpus_by_queue(result.placements, wanted) == {"q2": 32}
+    # the newest borrowed work goes first; q1 keeps its own nominal 32
+    assert sorted(p.job_id for p in result.preemptions) == ["q1-4", "q1-5", "q1-6", "q1-7"]
+    assert {p.rule for p in result.preemptions} == {"ReclaimWithinCohort"}
+    assert "reclaim within the cohort" in result.preemptions[0].message
+    assert s.queues["q1"].usage["nvidia.com/gpu"] == 32_000 == s.queues["q2"].usage["nvidia.com/gpu"]
+
+
+def test_reclaim_takes_no_more_than_the_nominal_quota():
+    s = q1_borrowing_all_of_q2("Any")
+    wanted = n_jobs("q2", 6, gpus=8)
+    result = schedule(s, wanted)
+    assert gpus_by_queue(result.placements, wanted) == {"q2": 32} and len(result.preemptions) == 4
+    assert all("tenant t's other queues have 0 GPUs to lend" in result.waiting[j.id].message
+               for j in wanted if j.id not in {p.job_id for p in result.placements})
+
+
+@pytest.mark.parametrize("reclaim,q1_priority,reclaims", [
+    ("Never", 0, False), ("LowerPriority", 0, False), ("LowerPriority", -1, True), ("Any", 5, True)])
+def test_reclaim_follows_the_queues_policy(reclaim, q1_priority, reclaims):
+    result = schedule(q1_borrowing_all_of_q2(reclaim, q1_priority), [job("q2", gpus=8)])
+    assert bool(result.placements) == reclaims == bool(result.preemptions)
+
+
+def test_a_job_that_would_borrow_reclaims_nothing():
+    # q2 already uses its nominal 32: a 33rd GPU would be borrowed, and borrowing never preempts
+    eu = cluster("eu", fabric(leaves=2, nodes_per_leaf=4))
+    names = [n.name for n in eu.nodes]
+    work = [running(f"q1-{i}", "eu", [names[i]], queue_name="q1") for i in range(4)] + \
+        [running(f"q2-{i}", "eu", [names[4 + i]], queue_name="q2") for i in range(4)]
+    s = snapshot([eu], [queue("q1", quota=16), queue("q2", quota=32, reclaim="Any"), queue("idle", quota=16)],
+                 running=work)
+    result = schedule(s, [job("q2", gpus=8)])
+    assert not result.placements and not result.preemptions
+
+
+def test_a_queue_at_quota_preempts_its_own_low_priority_job_for_a_high_one():
+    # q is at its nominal 16 with two low-priority jobs; the cluster has room, the quota has none
+    eu = cluster("eu", fabric(leaves=2, nodes_per_leaf=4))
+    names = [n.name for n in eu.nodes]
+    low = [running(f"low-{i}", "eu", [names[i]], priority=0, started_at=float(i)) for i in range(2)]
+    high = job("q", gpus=8, priority=5)
+    result = schedule(snapshot([eu], [queue("q", quota=16, preemption="LowerPriority")], running=low), [high])
+    assert [p.job_id for p in result.placements] == [high.id]
+    [victim] = result.preemptions
+    assert (victim.job_id, victim.rule) == ("low-1", "WithinQueue")  # the most recently started
+    assert f"preempted by higher-priority job {high.id} (priority 5 > 0) of the same queue q" in victim.message
+
+    never = schedule(snapshot([eu], [queue("q", quota=16)], running=low), [high])
+    assert not never.placements and never.waiting[high.id].message.startswith("queue q is at its quota of 16 GPUs")
+
+
+def test_reclaim_takes_from_each_borrower_only_what_it_borrowed():
+    # q1 and q3 (nominal 24 each) run 32 each, 8 borrowed apiece from idle q2 (nominal 16); q1's work is newest
+    eu = cluster("eu", fabric(leaves=2, nodes_per_leaf=4))
+    names = [n.name for n in eu.nodes]
+    work = [running(f"q3-{i}", "eu", [names[i]], started_at=float(i), queue_name="q3") for i in range(4)] + \
+        [running(f"q1-{i}", "eu", [names[4 + i]], started_at=float(10 + i), queue_name="q1") for i in range(4)]
+    s = snapshot([eu], [queue("q1", quota=24), queue("q2", quota=16, reclaim="Any"), queue("q3", quota=24)],
+                 running=work)
+    result = schedule(s, [job("q2", gpus=8, pods=2)])
+    assert sorted(p.job_id for p in result.preemptions) == ["q1-3", "q3-3"]
+    assert s.queues["q1"].usage["nvidia.com/gpu"] == 24_000 == s.queues["q3"].usage["nvidia.com/gpu"]
