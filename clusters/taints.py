@@ -14,7 +14,7 @@ def tolerates(toleration: Mapping, taint: Mapping) -> bool:
     key = toleration.get("key")
     if key and key != taint.get("key"):
         return False
-    if toleration.get("operator", "Equal") == "Exists":
+    if toleration.get("operator") == "Exists":  # anything else is Equal, the default
         return True
     return bool(key) and (toleration.get("value") or "") == (taint.get("value") or "")
 
