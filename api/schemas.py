@@ -35,6 +35,9 @@ class Strict(BaseModel):
 # Tenants and queues
 
 TENANT_WEIGHT = "the tenant's share of the federation relative to the other tenants' (its queues share its part)"
+FAIR_SHARE_PREEMPTION = ("LessThanOrEqualToFinalShare: its jobs may preempt other tenants' work while it ends within "
+                         "its fair share and they end at or above theirs")
+FairSharePreemption = Literal["Never", "LessThanOrEqualToFinalShare"]
 
 
 class TenantIn(Strict):
@@ -42,17 +45,20 @@ class TenantIn(Strict):
     namespaces: list[str] | None = Field(None, description="namespaces the tenant's JobSets run in on every "
                                                            "member; defaults to one named after the tenant")
     weight: float = Field(1.0, gt=0, le=1e6, description=TENANT_WEIGHT)
+    fair_share_preemption: FairSharePreemption = Field("Never", description=FAIR_SHARE_PREEMPTION)
 
 
 class TenantPatch(Strict):
     namespaces: list[str] | None = None
     weight: float | None = Field(None, gt=0, le=1e6, description=TENANT_WEIGHT)
+    fair_share_preemption: FairSharePreemption | None = Field(None, description=FAIR_SHARE_PREEMPTION)
 
 
 class TenantOut(BaseModel):
     name: str
     namespaces: list[str]
     weight: float
+    fair_share_preemption: str
     queues: list[str]
     created_at: datetime
     fair_share: float = Field(description="the share of the federation its weight entitles it to, among the "

@@ -173,25 +173,31 @@ def tenants_list(output: Output = OutputOption, server: Optional[str] = ServerOp
 
 
 TENANT_WEIGHT_HELP = "its share of the federation relative to the other tenants' (its queues share its part)"
+FAIR_SHARE_HELP = ("LessThanOrEqualToFinalShare: its jobs may preempt other tenants' work while it ends within its "
+                   "fair share and they end at or above theirs; Never (the default) to stop")
 
 
 @tenants_app.command("create")
 def tenants_create(name: str, namespace: list[str] = typer.Option([], help="repeatable; default: NAME"),
                    weight: float = typer.Option(1.0, help=TENANT_WEIGHT_HELP),
+                   fair_share_preemption: str = typer.Option("Never", help=FAIR_SHARE_HELP),
                    output: Output = OutputOption, server: Optional[str] = ServerOption,
                    token: Optional[str] = TokenOption) -> None:
     """Create a tenant owning namespaces."""
-    body = {"name": name, "weight": weight, **({"namespaces": namespace} if namespace else {})}
+    body = {"name": name, "weight": weight, "fair_share_preemption": fair_share_preemption,
+            **({"namespaces": namespace} if namespace else {})}
     emit(calling(lambda: client(server, token).post("/api/v1/tenants", json=body)), output, TENANT_COLUMNS)
 
 
 @tenants_app.command("update")
 def tenants_update(name: str, namespace: list[str] = typer.Option([], help="the full list, repeatable"),
                    weight: Optional[float] = typer.Option(None, help=TENANT_WEIGHT_HELP),
+                   fair_share_preemption: Optional[str] = typer.Option(None, help=FAIR_SHARE_HELP),
                    output: Output = OutputOption, server: Optional[str] = ServerOption,
                    token: Optional[str] = TokenOption) -> None:
-    """Set the namespaces a tenant owns, or its weight."""
-    body = {**({"namespaces": namespace} if namespace else {}), **({"weight": weight} if weight is not None else {})}
+    """Set the namespaces a tenant owns, its weight, or its fair-share preemption."""
+    fields = {"namespaces": namespace or None, "weight": weight, "fair_share_preemption": fair_share_preemption}
+    body = {key: value for key, value in fields.items() if value is not None}
     emit(calling(lambda: client(server, token).patch(f"/api/v1/tenants/{name}", json=body)), output, TENANT_COLUMNS)
 
 

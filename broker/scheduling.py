@@ -132,7 +132,8 @@ def read_inventory(session: Session, *, now: float, specs: dict[str, JobSpec] | 
             queue=row.queue, priority=row.priority, started_at=as_utc(row.started_at or row.created_at).timestamp(),
             exclusive_topology=row.exclusive_topology, charged=row.state != "Deleting"))
         tenant_ids[str(row.job_id)] = row.tenant_id
-    tenants = [Tenant(name, weight) for name, weight in session.execute(select(TenantRow.name, TenantRow.weight))]
+    tenants = [Tenant(*row) for row in session.execute(
+        select(TenantRow.name, TenantRow.weight, TenantRow.fair_share_preemption))]
     queues = [Queue(name=q.name, tenant=tenant, weight=q.weight, priority=q.priority,
                     nominal_quota=q.nominal_quota or {}, borrowing_limit=q.borrowing_limit,
                     preemption=q.preemption_policy, reclaim_within_cohort=q.reclaim_within_cohort)

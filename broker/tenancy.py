@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from broker import events
 from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PREEMPTION_POLICIES, RECLAIM_POLICIES,
-                              Job, Placement, Queue, Tenant, Token, as_utc, utcnow)
+                              FAIR_SHARE_PREEMPTION_POLICIES, Job, Placement, Queue, Tenant, Token, as_utc, utcnow)
 from broker.errors import Conflict, Invalid, NotFound
 from clusters.quantity import add_into, to_milli
 
@@ -80,12 +80,20 @@ def _check_weight(weight: float) -> float:
     return weight
 
 
-def create_tenant(session: Session, name: str, namespaces: list[str] | None = None, weight: float = 1.0) -> Tenant:
+def _check_fair_share_preemption(policy: str) -> str:
+    if policy not in FAIR_SHARE_PREEMPTION_POLICIES:
+        raise Invalid("fair_share_preemption", f"must be one of {', '.join(FAIR_SHARE_PREEMPTION_POLICIES)}")
+    return policy
+
+
+def create_tenant(session: Session, name: str, namespaces: list[str] | None = None, weight: float = 1.0,
+                  fair_share_preemption: str = "Never") -> Tenant:
     check_name(name)
     if session.scalar(select(Tenant.id).where(Tenant.name == name)) is not None:
         raise Conflict(f"tenant {name!r} already exists")
     tenant = Tenant(name=name, namespaces=_check_namespaces(session, namespaces or [name], None),
-                    weight=_check_weight(weight))
+                    weight=_check_weight(weight),
+                    fair_share_preemption=_check_fair_share_preemption(fair_share_preemption))
     session.add(tenant)
     session.flush()
     events.record(session, "tenant", name, "Created", f"tenant {name} created with namespaces "
@@ -94,7 +102,7 @@ def create_tenant(session: Session, name: str, namespaces: list[str] | None = No
 
 
 def update_tenant(session: Session, name: str, namespaces: list[str] | None = None,
-                  weight: float | None = None) -> Tenant:
+                  weight: float | None = None, fair_share_preemption: str | None = None) -> Tenant:
     """Change what is given (None: unchanged)."""
     tenant = get_tenant(session, name)
     changed = []
@@ -104,6 +112,9 @@ def update_tenant(session: Session, name: str, namespaces: list[str] | None = No
     if weight is not None:
         tenant.weight = _check_weight(weight)
         changed.append(f"weight now {weight:g}")
+    if fair_share_preemption is not None:
+        tenant.fair_share_preemption = _check_fair_share_preemption(fair_share_preemption)
+        changed.append(f"fair-share preemption now {fair_share_preemption}")
     if changed:
         events.record(session, "tenant", name, "Updated", "; ".join(changed), tenant_id=tenant.id)
     return tenant

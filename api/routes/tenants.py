@@ -43,6 +43,7 @@ def _tenants_out(request: Request, session, tenants: list[Tenant]) -> list[schem
             add_into(usage, stats[q.id].usage)
         out.append(schemas.TenantOut(
             name=tenant.name, namespaces=tenant.namespaces, weight=tenant.weight,
+            fair_share_preemption=tenant.fair_share_preemption,
             queues=sorted(q.name for q in tenant.queues), created_at=tenant.created_at,
             fair_share=round(sum(shares.get(q.id, 0.0) for q in tenant.queues), 4),
             dominant_share=round(dominant_share(usage, totals), 4)))
@@ -58,7 +59,7 @@ def list_tenants(request: Request, session: SessionDep, principal: PrincipalDep)
 @router.post("/tenants", tags=["tenants"], status_code=201, response_model=schemas.TenantOut,
              responses=problems(*AUTH_ERRORS, 409, 422))
 def create_tenant(body: schemas.TenantIn, request: Request, session: SessionDep, _: AdminDep):
-    tenant = tenancy.create_tenant(session, body.name, body.namespaces, body.weight)
+    tenant = tenancy.create_tenant(session, body.name, body.namespaces, body.weight, body.fair_share_preemption)
     session.commit()
     return _tenants_out(request, session, [tenant])[0]
 
@@ -74,7 +75,7 @@ def get_tenant(name: str, request: Request, session: SessionDep, principal: Prin
 @router.patch("/tenants/{name}", tags=["tenants"], response_model=schemas.TenantOut,
               responses=problems(*AUTH_ERRORS, 404, 409, 422))
 def update_tenant(name: str, body: schemas.TenantPatch, request: Request, session: SessionDep, _: AdminDep):
-    tenant = tenancy.update_tenant(session, name, body.namespaces, body.weight)
+    tenant = tenancy.update_tenant(session, name, body.namespaces, body.weight, body.fair_share_preemption)
     session.commit()
     return _tenants_out(request, session, [tenant])[0]
 

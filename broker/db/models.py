@@ -24,6 +24,7 @@ PLACEMENT_ACTIVE_STATES = tuple(s for s in PLACEMENT_LIVE_STATES if s != "Deleti
 PLACEMENT_UNSTARTED_STATES = ("Decided", "Applying", "Starting")  # what a drain moves elsewhere
 PREEMPTION_POLICIES = ("Never", "LowerPriority")  # within the queue
 RECLAIM_POLICIES = ("Never", "LowerPriority", "Any")  # from the queues of its cohort that borrow
+FAIR_SHARE_PREEMPTION_POLICIES = ("Never", "LessThanOrEqualToFinalShare")  # a tenant's, across tenants
 TOKEN_ROLES = ("admin", "tenant")
 EVENT_KINDS = ("cluster", "job", "queue", "tenant", "placement")
 EVENT_TYPES = ("Normal", "Warning")
@@ -141,12 +142,16 @@ class Tenant(Base):
     """A tenant: it owns namespaces and queues, and shares the federation with the others by `weight`."""
 
     __tablename__ = "tenants"
-    __table_args__ = (CheckConstraint("weight > 0", name="weight"),)
+    __table_args__ = (
+        CheckConstraint("weight > 0", name="weight"),
+        CheckConstraint(_in("fair_share_preemption", FAIR_SHARE_PREEMPTION_POLICIES), name="fair_share_preemption"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(63), unique=True)
     namespaces: Mapped[list[str]] = mapped_column(Json, default=list)
     weight: Mapped[float] = mapped_column(Float, default=1.0)
+    fair_share_preemption: Mapped[str] = mapped_column(String(32), default="Never")
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
     queues: Mapped[list[Queue]] = relationship(back_populates="tenant")

@@ -8,13 +8,15 @@ question. Imports nothing that does I/O.
 from broker.placement.cycle import DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Config, dry_run, schedule
 from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, Hold, NodeAssignment, Placement,
                                         Preemption, Waiting)
-from broker.placement.model import (CLUSTER_STATES, GPU, PREEMPTION_POLICIES, RECLAIM_POLICIES, Cluster, HyperNode,
-                                    Node, PendingJob, Queue, Resources, RunningPlacement, Tenant)
+from broker.placement.model import (CLUSTER_STATES, FAIR_SHARE_PREEMPTION_POLICIES, GPU, PREEMPTION_POLICIES,
+                                    RECLAIM_POLICIES, Cluster, HyperNode, Node, PendingJob, Queue, Resources,
+                                    RunningPlacement, Tenant)
 from broker.placement.plugins import FILTERS, SCORES
 from broker.placement.snapshot import Snapshot
 
 __all__ = [
-    "CLUSTER_STATES", "DEFAULT_FILTERS", "DEFAULT_SCORE_WEIGHTS", "FILTERS", "GPU", "PREEMPTION_POLICIES", "RECLAIM_POLICIES", "SCORES",
+    "CLUSTER_STATES", "DEFAULT_FILTERS", "DEFAULT_SCORE_WEIGHTS", "FAIR_SHARE_PREEMPTION_POLICIES", "FILTERS", "GPU",
+    "PREEMPTION_POLICIES", "RECLAIM_POLICIES", "SCORES",
     "Cluster", "ClusterVerdict", "Config", "CycleResult", "DryRun", "Hold", "HyperNode", "Node", "NodeAssignment",
     "PendingJob", "Placement", "Preemption", "Queue", "Resources", "RunningPlacement", "Snapshot", "Tenant",
     "Waiting", "dry_run", "schedule",

@@ -23,7 +23,8 @@ from typing import Iterable, Mapping
 from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, Hold, NodeAssignment, Placement,
                                         Preemption, Waiting)
 from broker.placement.explain import amount, duration, pods_phrase
-from broker.placement.fairness import QuotaVerdict, check_quota, weighted_share
+from broker.placement.fairness import (QuotaVerdict, check_quota, dominant_share, fair_share_allows,
+                                       tenant_fair_shares, weighted_share)
 from broker.placement.model import PendingJob, RunningPlacement
 from broker.placement.plugins import FILTERS, SCORES, Candidate, HeldNodes, Request
 from broker.placement.snapshot import ClusterIndex, Fit, HyperNodeState, QueueState, Snapshot, fits
@@ -72,6 +73,13 @@ class _Cycle:
         self.open: dict[str, list[HyperNodeState]] = {}  # cluster -> its HyperNodes without a held node
         self.taken: list[tuple[ClusterIndex, dict[int, dict[str, int]]]] = []  # what holds took, per node
         self.evicted: set[str] = set()
+        # tenants with work, running or pending: those the federation is shared among (`fair`)
+        self.active: set[str] = {t for t, usage in snapshot.tenant_usage.items() if any(usage.values())}
+        self.fair: dict[str, float] = {}
+
+    def activate(self, tenants: Iterable[str]) -> None:
+        self.active.update(tenants)
+        self.fair = tenant_fair_shares({t: self.snapshot.tenant_weight(t) for t in self.active}, self.active)
 
     # -- phase 2: which queue goes next -------------------------------------------------------
     def _starving(self, job: PendingJob) -> bool:
@@ -109,6 +117,8 @@ class _Cycle:
         queued: dict[str, list[PendingJob]] = {}
         waiting: dict[str, Waiting] = {}
         placements, preemptions, order = [], [], []
+        pending = list(pending)
+        self.activate(j.tenant for j in pending)
         for job in pending:
             if job.queue in self.snapshot.queues:
                 queued.setdefault(job.queue, []).append(job)
@@ -288,23 +298,47 @@ class _Cycle:
         - ReclaimWithinCohort (`reclaim_within_cohort`), only for a job within its queue's nominal quota:
           work of the tenant's other queues (`LowerPriority`: of lower priority; `Any`: any), taken
           only while its queue borrows (`_borrowing`).
+        - FairSharing (the tenant's `fair_share_preemption`), for a job its quota admits and that leaves
+          its tenant within its fair share: other tenants' work, of any priority, taken only while
+          their tenant stays at or above its own fair share (`_fair_to_take`).
         """
         queue = self.snapshot.queues[job.queue].queue
         within = queue.preemption == "LowerPriority"
         reclaim = queue.reclaim_within_cohort if verdict.admissible and not verdict.borrowing else "Never"
-        if not self.config.preemption or (not within and reclaim == "Never"):
+        tenant = self.snapshot.tenants.get(job.tenant)
+        fair = (verdict.admissible and tenant is not None and tenant.fair_share_preemption != "Never"
+                and self._fair_to_take(job, None))
+        if not self.config.preemption or (not within and reclaim == "Never" and not fair):
             return {}
         rules = {}
         for job_id, placements in self.snapshot.running.items():
             first = placements[0]
-            if job_id in self.evicted or first.tenant != job.tenant:
+            if job_id in self.evicted:
                 continue
-            if first.queue == job.queue:
+            if first.tenant != job.tenant:
+                if fair:
+                    rules[job_id] = "FairSharing"
+            elif first.queue == job.queue:
                 if within and first.priority < job.priority:
                     rules[job_id] = "WithinQueue"
             elif reclaim == "Any" or reclaim == "LowerPriority" and first.priority < job.priority:
                 rules[job_id] = "ReclaimWithinCohort"
         return rules
+
+    def _fair_to_take(self, job: PendingJob, victim: str | None) -> bool:
+        """`fair_share_allows` for this job and this victim (None: could the job take from anyone at all?)."""
+        totals, usage = self.snapshot.totals, self.snapshot.tenant_usage
+        mine = dict(usage.get(job.tenant, {}))
+        add_into(mine, job.spec.requests)
+        if victim is None:
+            return dominant_share(mine, totals) <= self.fair.get(job.tenant, 0.0) + 1e-9
+        placements = self.snapshot.running[victim]
+        theirs = dict(usage.get(placements[0].tenant, {}))
+        for placement in placements:
+            for amounts in placement.node_usage.values():
+                add_into(theirs, amounts, -1)
+        return fair_share_allows(dominant_share(mine, totals), self.fair.get(job.tenant, 0.0),
+                                 dominant_share(theirs, totals), self.fair.get(placements[0].tenant, 0.0))
 
     def _borrowing(self, queue_name: str, demand: Mapping[str, int]) -> bool:
         """Does the queue use more than its nominal quota of a resource the demand asks for?"""
@@ -318,7 +352,8 @@ class _Cycle:
 
         Victims are whole jobs (gangs), tried per cluster in the order
         1. those running on that cluster (they make room there; the others only give quota back);
-        2. work of the cohort's other queues before the queue's own (borrowed capacity goes back first);
+        2. by rule (`RULE_ORDER`): what the cohort's other queues borrowed, then other tenants' work above
+           their fair share, then the queue's own;
         3. the lowest priority;
         4. the most recently started;
         5. tie-break: job id;
@@ -337,7 +372,7 @@ class _Cycle:
             if self._filter(request, cluster, capacity=False):
                 continue
             ordered = sorted(rules, key=lambda v: (all(p.cluster != cluster.name for p in running[v]),
-                                                   rules[v] == "WithinQueue", running[v][0].priority,
+                                                   RULE_ORDER[rules[v]], running[v][0].priority,
                                                    -running[v][0].started_at, v))
             chosen = self._victims_for(request, cluster, ordered, rules)
             if chosen is not None:
@@ -375,6 +410,8 @@ class _Cycle:
             if rules[victim] == "ReclaimWithinCohort" and not self._borrowing(
                     self.snapshot.running[victim][0].queue, request.demand):
                 continue  # its queue is back within its nominal quota: what is left is its own
+            if rules[victim] == "FairSharing" and not self._fair_to_take(job, victim):
+                continue  # its tenant would fall below its fair share
             self._evict(victim, +1)
             taken.append(victim)
             if fits_now():
@@ -470,11 +507,17 @@ class _Cycle:
             cluster.locks[i] += sign
 
 
+RULE_ORDER = {"ReclaimWithinCohort": 0, "FairSharing": 1, "WithinQueue": 2}
+
+
 def _why(rule: str, job: PendingJob, victim: RunningPlacement, cluster: str) -> str:
     """The victim's side of a preemption, in words: who took its place, and by which rule."""
     if rule == "WithinQueue":
         return (f"preempted by higher-priority job {job.id} (priority {job.priority} > {victim.priority}) "
                 f"of the same queue {job.queue} to make room on {cluster}")
+    if rule == "FairSharing":
+        return (f"preempted by job {job.id} of tenant {job.tenant}, which is below its fair share of the federation "
+                f"while tenant {victim.tenant} is above its own (fair-share preemption), on {cluster}")
     return (f"preempted by job {job.id} of queue {job.queue}, which takes back capacity within its nominal quota "
             f"that queue {victim.queue} of tenant {victim.tenant} had borrowed (reclaim within the cohort), on {cluster}")
 
@@ -522,6 +565,7 @@ def schedule(snapshot: Snapshot, pending: Iterable[PendingJob], config: Config =
 def dry_run(snapshot: Snapshot, job: PendingJob, config: Config = Config()) -> DryRun:
     """Where would this job go now, and why — as if it were the next decision; the snapshot is unchanged."""
     cycle = _Cycle(snapshot, config)
+    cycle.activate([job.tenant])
     outcome = cycle.decide(job, explain=True)
     for placement in outcome.placements:
         cycle._unapply(placement, job)

@@ -48,6 +48,24 @@ def fair_shares(tenant_weights: Mapping[str, float], queue_weights: Mapping[str,
             for name, (tenant, weight) in queue_weights.items()}
 
 
+def tenant_fair_shares(weights: Mapping[str, float], active: Iterable[str]) -> dict[str, float]:
+    """Each active tenant's fair share of the federation: its weight over the active tenants' (absent: 1)."""
+    active = sorted(set(active))
+    total = sum(weights.get(t, 1.0) for t in active)
+    return {t: weights.get(t, 1.0) / total for t in active}
+
+
+def fair_share_allows(preemptor_after: float, preemptor_fair: float, victim_after: float, victim_fair: float) -> bool:
+    """May a tenant preempt another's work for fairness? (Kueue's LessThanOrEqualToFinalShare, on fair shares.)
+
+    Yes when the preemptor's tenant, with the job admitted, holds at most its fair share of the federation
+    (dominant shares), and the victim's tenant, with the victim gone, still holds at least its own; so the
+    preemptor never ends above the victim, relative to their fair shares, and no preemption undoes another.
+    """
+    slack = 1e-9
+    return preemptor_after <= preemptor_fair + slack and victim_after >= victim_fair - slack
+
+
 @dataclass(frozen=True, slots=True)
 class QuotaVerdict:
     admissible: bool

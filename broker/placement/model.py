@@ -18,6 +18,8 @@ GPU = "nvidia.com/gpu"
 CLUSTER_STATES = ("Pending", "Ready", "NotReady", "Cordoned", "Draining")
 PREEMPTION_POLICIES = ("Never", "LowerPriority")  # within the queue (Kueue's withinClusterQueue)
 RECLAIM_POLICIES = ("Never", "LowerPriority", "Any")  # from the cohort's borrowers (Kueue's reclaimWithinCohort)
+# across tenants (Kueue's fair sharing preemption strategy)
+FAIR_SHARE_PREEMPTION_POLICIES = ("Never", "LessThanOrEqualToFinalShare")
 
 
 def _empty() -> Mapping:
@@ -60,8 +62,13 @@ class Cluster:
 
 @dataclass(frozen=True, slots=True)
 class Tenant:
+    """`weight`: its part of the federation against the other tenants' (its queues share that part).
+    `fair_share_preemption` (one of FAIR_SHARE_PREEMPTION_POLICIES): `LessThanOrEqualToFinalShare` lets its
+    jobs preempt other tenants' work while it ends within its fair share and they end at or above theirs."""
+
     name: str
-    weight: float = 1.0  # multiplies the weight of each of its queues in the fair share
+    weight: float = 1.0
+    fair_share_preemption: str = "Never"
 
 
 @dataclass(frozen=True, slots=True)

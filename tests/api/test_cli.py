@@ -36,9 +36,11 @@ def run(*args: str, env: dict | None = None):
 
 def test_admin_sets_up_a_tenant_and_a_tenant_submits(server, tmp_path, settings, monkeypatch):
     assert run("tenants", "create", "research", "--namespace", "research", "--weight", "2").exit_code == 0
-    weighed = run("tenants", "update", "research", "--weight", "3", "-o", "json")
+    weighed = run("tenants", "update", "research", "--weight", "3", "--fair-share-preemption",
+                  "LessThanOrEqualToFinalShare", "-o", "json")
     assert weighed.exit_code == 0, weighed.output
-    assert (json.loads(weighed.output)["weight"], json.loads(weighed.output)["namespaces"]) == (3, ["research"])
+    assert [json.loads(weighed.output)[k] for k in ("weight", "namespaces", "fair_share_preemption")] == [
+        3, ["research"], "LessThanOrEqualToFinalShare"]
     assert "WEIGHT" in run("tenants", "list").output
     created = run("queues", "create", "training", "--tenant", "research", "--weight", "2",
                   "--quota", "nvidia.com/gpu=64", "--reclaim", "LowerPriority", "-o", "json")

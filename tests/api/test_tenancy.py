@@ -40,6 +40,10 @@ def test_tenant_weight_round_trips_and_sets_fair_shares(admin):
     assert (patched["weight"], patched["namespaces"], patched["fair_share"]) == (1.5, ["light"], 0.3333)
     assert admin.get("/api/v1/tenants/heavy").json()["fair_share"] == 0.6667
     assert admin.patch("/api/v1/tenants/light", json={"weight": -1}).status_code == 422
+    assert admin.get("/api/v1/tenants/light").json()["fair_share_preemption"] == "Never"
+    opted = admin.patch("/api/v1/tenants/light", json={"fair_share_preemption": "LessThanOrEqualToFinalShare"})
+    assert (opted.json()["fair_share_preemption"], opted.json()["weight"]) == ("LessThanOrEqualToFinalShare", 1.5)
+    assert admin.patch("/api/v1/tenants/light", json={"fair_share_preemption": "Always"}).status_code == 422
 
 
 def test_a_namespace_belongs_to_one_tenant(admin):

@@ -35,8 +35,9 @@ def add_cluster(session, name: str, leaves: int = 2, nodes_per_leaf: int = 4, gp
 
 
 def add_queue(session, name: str = "q", tenant: str = "research", quota_gpus: int | None = None,
-              preemption: str = "Never", reclaim: str = "Never") -> Queue:
-    owner = session.scalar(select(Tenant).where(Tenant.name == tenant)) or Tenant(name=tenant, namespaces=[tenant])
+              preemption: str = "Never", reclaim: str = "Never", fair_share_preemption: str = "Never") -> Queue:
+    owner = session.scalar(select(Tenant).where(Tenant.name == tenant)) or Tenant(
+        name=tenant, namespaces=[tenant], fair_share_preemption=fair_share_preemption)
     queue = Queue(name=name, tenant=owner, preemption_policy=preemption, reclaim_within_cohort=reclaim,
                   nominal_quota={GPU: quota_gpus * 1000} if quota_gpus is not None else {})
     session.add(queue)

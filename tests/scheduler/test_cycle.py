@@ -185,6 +185,28 @@ def test_reclaim_is_committed_with_the_preemptor_and_the_rule_in_both_jobs_event
                                          "quota, reclaimed)")
 
 
+def test_fair_share_preemption_across_tenants_is_committed(db, setup, scheduler):
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1, nodes_per_leaf=2)
+        early = [submit(session, add_queue(session, "early-q", tenant="early"), "a", gpus=8)]
+        early.append(submit(session, session.scalar(select(Queue).where(Queue.name == "early-q")), "b", gpus=8))
+    assert scheduler.run_once().placements == 2  # early holds the whole federation
+    with setup() as session:
+        for job in early:
+            session.get(Job, job.id).state = "Running"
+            placements_of(session, job.id)[0].state = "Running"
+            placements_of(session, job.id)[0].started_at = EPOCH + timedelta(seconds=job.id)
+        late = add_queue(session, "late-q", tenant="late", fair_share_preemption="LessThanOrEqualToFinalShare")
+        wanted = [submit(session, late, "x", gpus=8), submit(session, late, "y", gpus=8)]
+    outcome = scheduler.run_once()
+    assert outcome.admitted == [wanted[0].id] and outcome.preempted == 1  # late's fair share is 8 of 16 GPUs
+    with db.sessions() as session:
+        [preempted] = job_events(session, early[1].id, "Preempted")
+        assert f"preempted by job {wanted[0].id} of tenant late" in preempted.message
+        [admitted] = job_events(session, wanted[0].id, "Admitted")
+        assert f"preempting job {early[1].id} (its tenant above its fair share, this one below)" in admitted.message
+
+
 def test_a_split_job_gets_one_placement_per_part_and_one_event(db, setup, scheduler):
     with setup() as session:
         add_cluster(session, "eu-west", leaves=1)
