@@ -221,9 +221,18 @@ class DryRunCluster(BaseModel):
     reason: str | None
 
 
+class DryRunPreemption(BaseModel):
+    job: str = Field(description="the running job it would preempt")
+    part: str
+    cluster: str
+    rule: str = Field(description="WithinQueue, ReclaimWithinCohort or FairSharing")
+    reason: str
+
+
 class DryRunOut(BaseModel):
     fits: bool
     placements: list[DryRunPlacement]
+    preemptions: list[DryRunPreemption] = Field(description="the running work it would take the place of, and why")
     clusters: list[DryRunCluster]
     reason: str | None
     waiting_reasons: dict[str, str]

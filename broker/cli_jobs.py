@@ -54,6 +54,8 @@ def submit(files: list[Path] = typer.Argument(..., help="JobSet YAML or JSON fil
             elif answer["fits"]:
                 typer.echo(f"{path}: would run now")
                 emit(answer["placements"], output, PLACEMENT_COLUMNS)
+                for victim in answer["preemptions"]:
+                    typer.echo(f"  preempting job {victim['job']} on {victim['cluster']}: {victim['reason']}")
             else:
                 typer.echo(f"{path}: would wait: {answer['reason']}")
                 for cluster, reason in sorted(answer["waiting_reasons"].items()):

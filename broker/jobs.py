@@ -17,7 +17,7 @@ from broker.db.models import (JOB_FINISHED_STATES, JOB_STATES, PLACEMENT_LIVE_ST
                               Tenant, utcnow)
 from broker.errors import Conflict, Invalid, NotFound
 from broker.jobset import (CLUSTER_SELECTOR_ANNOTATION, HIGHEST_TIER_ANNOTATION, MAX_RESTARTS_ANNOTATION,
-                           PLACEMENT_ANNOTATION,
+                           ON_PREEMPTION_ANNOTATION, PLACEMENT_ANNOTATION,
                            PRIORITY_CLASS_LABEL, QUEUE_LABEL, STARTUP_TIMEOUT_ANNOTATION, TOPOLOGY_MODE_ANNOTATION,
                            JobSetError, JobSpec,
                            parse_jobset)
@@ -32,7 +32,8 @@ from clusters.quantity import add_into
 
 BROKER_PREFIX = "archipelago.io/"
 TENANT_ANNOTATIONS = frozenset({PLACEMENT_ANNOTATION, CLUSTER_SELECTOR_ANNOTATION, TOPOLOGY_MODE_ANNOTATION,
-                                HIGHEST_TIER_ANNOTATION, MAX_RESTARTS_ANNOTATION, STARTUP_TIMEOUT_ANNOTATION})
+                                HIGHEST_TIER_ANNOTATION, MAX_RESTARTS_ANNOTATION, STARTUP_TIMEOUT_ANNOTATION,
+                                ON_PREEMPTION_ANNOTATION})
 MAX_PAGE = 500
 
 

@@ -28,6 +28,9 @@ MAX_RESTARTS_ANNOTATION = "archipelago.io/max-restarts"
 EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 # How long its pods may take to be ready on a member before the placement is evicted ("10m", "90s").
 STARTUP_TIMEOUT_ANNOTATION = "archipelago.io/startup-timeout"
+# What becomes of the job when the scheduler preempts it: back in its queue (default), or failed.
+ON_PREEMPTION_ANNOTATION = "archipelago.io/on-preemption"
+ON_PREEMPTION = ("requeue", "fail")
 _DURATION = re.compile(r"([1-9]\d{0,6})(s|m|h)?")
 
 PLACEMENT_MODES = ("whole", "split")
@@ -330,6 +333,10 @@ def parse_jobset(manifest: Any) -> JobSpec:
         raise JobSetError(f"metadata.annotations[{STARTUP_TIMEOUT_ANNOTATION!r}]",
                           f"{annotations[STARTUP_TIMEOUT_ANNOTATION]!r} must be a duration such as \"600s\", "
                           "\"10m\" or \"1h\"")
+    if annotations.get(ON_PREEMPTION_ANNOTATION, "requeue") not in ON_PREEMPTION:
+        raise JobSetError(f"metadata.annotations[{ON_PREEMPTION_ANNOTATION!r}]",
+                          f"{annotations[ON_PREEMPTION_ANNOTATION]!r:.60} must be requeue (back in its queue when "
+                          "preempted, the default) or fail")
 
     return JobSpec(
         name=name, namespace=namespace, labels=_frozen(labels), annotations=_frozen(annotations),

@@ -24,11 +24,11 @@ from typing import Any, Mapping, Sequence
 from sqlalchemy import bindparam, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from broker.db.models import (PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES, Cluster as ClusterRow, Event,
-                              HyperNode as HyperNodeRow, Job, Node as NodeRow, Placement as PlacementRow, Queue as QueueRow,
-                              Tenant as TenantRow, as_utc)
+from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES,
+                              Cluster as ClusterRow, Event, HyperNode as HyperNodeRow, Job, Node as NodeRow,
+                              Placement as PlacementRow, Queue as QueueRow, Tenant as TenantRow, as_utc)
 from broker.db.session import in_chunks
-from broker.jobset import JobSetError, JobSpec, parse_jobset
+from broker.jobset import ON_PREEMPTION_ANNOTATION, JobSetError, JobSpec, parse_jobset
 from broker.placement import (DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Cluster, Config, CycleResult, DryRun, HyperNode,
                               Node, PendingJob, Placement, Queue, RunningPlacement, Snapshot, Tenant, Waiting, dry_run)
 from broker.settings import ConfigError, Settings
@@ -318,6 +318,7 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
             preempted[preemption.job_id] = preemption.message
     for job_id, message in preempted.items():
         events.append(_event(job_id, "Preempted", message, inventory.tenant_ids.get(job_id), now, warning=True))
+    events += _fail_on_preemption(session, preempted, inventory, now)
 
     changed = []
     for waiting in [*result.waiting.values(), *inventory.unplaceable.values()]:
@@ -337,6 +338,26 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     if events:
         session.execute(insert(Event), events)
     return outcome
+
+
+def _fail_on_preemption(session: Session, preempted: Mapping[str, str], inventory: Inventory,
+                        now: datetime) -> list[dict[str, Any]]:
+    """Fail the preempted jobs that asked for it (`archipelago.io/on-preemption: fail`); the others go back to
+    their queue once their copies are gone. A failed job's copies are deleted as any finished job's are."""
+    if not preempted:
+        return []
+    policy = Job.manifest[("metadata", "annotations", ON_PREEMPTION_ANNOTATION)].as_string()
+    failing = [str(job_id) for job_id, in session.execute(
+        select(Job.id).where(Job.id.in_([int(j) for j in preempted]), policy == "fail",
+                             Job.state.not_in(JOB_FINISHED_STATES)))]
+    events = []
+    for job_id in failing:
+        reason = f"{preempted[job_id]}; failed, as its {ON_PREEMPTION_ANNOTATION} annotation asks"
+        session.execute(update(Job).where(Job.id == int(job_id)).values(state="Failed", finished_at=now,
+                                                                         reason=reason)
+                        .execution_options(synchronize_session=False))
+        events.append(_event(job_id, "Failed", reason, inventory.tenant_ids.get(job_id), now, warning=True))
+    return events
 
 
 def _admit(session: Session, job_ids: Sequence[int], now: datetime) -> set[int]:

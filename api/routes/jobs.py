@@ -20,7 +20,7 @@ from broker import jobs as job_service
 from broker.db.models import Job, Queue, Tenant
 from broker.errors import Invalid, NotFound
 from broker.jobset import JobSetError
-from broker.scheduling import dry_run_manifest
+from broker.scheduling import RULE_WORDS, dry_run_manifest
 from broker.tenancy import Principal, get_tenant
 
 router = APIRouter(prefix="/api/v1")
@@ -143,6 +143,8 @@ async def dry_run(request: Request, session: SessionDep, principal: PrincipalDep
         fits=bool(answer.placements),
         placements=[schemas.DryRunPlacement(part=p.part or "", cluster=p.cluster, hypernode=p.hypernode, tier=p.tier,
                                             nodes=sorted(p.node_names())) for p in answer.placements],
+        preemptions=[schemas.DryRunPreemption(job=v.job_id, part=v.part or "", cluster=v.cluster, rule=v.rule,
+                                              reason=RULE_WORDS[v.rule]) for v in answer.preemptions],
         clusters=[schemas.DryRunCluster(cluster=v.cluster, score=v.score, reason=v.reason or None)
                   for v in answer.clusters],
         reason=waiting.message if waiting else None,

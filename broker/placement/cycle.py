@@ -350,7 +350,8 @@ class _Cycle:
     def _preempt(self, job: PendingJob, outcome: _Outcome, verdict: QuotaVerdict) -> bool:
         """Evict the fewest running jobs the rules allow (`_candidates`) so that the job fits its quota and a cluster.
 
-        Victims are whole jobs (gangs), tried per cluster in the order
+        The job is placed whole on that cluster (a split job too: all its parts together). Victims are whole
+        jobs (gangs: every part of a split job, wherever it runs), tried per cluster in the order
         1. those running on that cluster (they make room there; the others only give quota back);
         2. by rule (`RULE_ORDER`): what the cohort's other queues borrowed, then other tenants' work above
            their fair share, then the queue's own;
@@ -360,8 +361,6 @@ class _Cycle:
         then pruned: a victim whose return still leaves room is spared. The cluster that needs the fewest
         victims, then the lowest-priority ones, then by name, is taken.
         """
-        if job.spec.placement == "split":
-            return False
         rules = self._candidates(job, verdict)
         if not rules:
             return False
@@ -388,7 +387,8 @@ class _Cycle:
         fit = cluster.search(request.parts, request.demand, request.bound, self.config.max_candidates_per_tier, True)
         placement = _to_placement(request, cluster, fit, self._score(request, Candidate(cluster, fit.hypernode)))
         self._apply(placement, job)
-        outcome.placements.append(placement)
+        # a split job makes room for all of its parts at once, on one cluster: a gang preempts as one
+        outcome.placements += [placement] if job.spec.placement == "whole" else _per_part(placement, job, cluster)
         for victim in chosen:
             for r in running[victim]:
                 outcome.preemptions.append(Preemption(r.job_id, r.part, r.cluster, job.id,

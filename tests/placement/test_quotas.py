@@ -83,3 +83,20 @@ def test_reclaim_takes_from_each_borrower_only_what_it_borrowed():
     result = schedule(s, [job("q2", gpus=8, pods=2)])
     assert sorted(p.job_id for p in result.preemptions) == ["q1-3", "q3-3"]
     assert s.queues["q1"].usage["nvidia.com/gpu"] == 24_000 == s.queues["q3"].usage["nvidia.com/gpu"]
+
+
+def test_split_jobs_preempt_and_are_preempted_as_one_gang():
+    # a low-priority split job runs one part on each of two clusters; a high-priority split job needs a cluster
+    eu, us = cluster("eu", fabric(leaves=1, nodes_per_leaf=2)), cluster("us", fabric(leaves=1, nodes_per_leaf=2))
+    split = {"archipelago.io/placement": "split"}
+    low = job("q", parts=(("a", 1, 2, 8), ("b", 1, 2, 8)), annotations=split, priority=0)
+    s = snapshot([eu, us], [queue("q", preemption="LowerPriority")])
+    placed = schedule(s, [low]).placements
+    assert sorted(p.cluster for p in placed) == ["eu", "us"]  # 16 GPUs each: one part per cluster
+    running_low = [p.as_running(tenant="t", queue="q", priority=0, started_at=0.0) for p in placed]
+    s = snapshot([eu, us], [queue("q", preemption="LowerPriority")], running=running_low)
+    high = job("q", parts=(("x", 1, 1, 8), ("y", 1, 1, 8)), annotations=split, priority=5)
+    result = schedule(s, [high])
+    assert sorted((p.job_id, p.part) for p in result.preemptions) == [(low.id, "a"), (low.id, "b")]  # all parts
+    assert sorted(p.part for p in result.placements) == ["x", "y"]  # every part, in the same cycle
+    assert len({p.cluster for p in result.placements}) == 1

@@ -9,7 +9,8 @@ from sqlalchemy import event, select
 
 from broker.db.models import Job, Node, Placement, Queue
 from broker.services import build_services
-from tests.placement.fixtures import GPU
+from broker.jobset import JobSetError, parse_jobset
+from tests.placement.fixtures import GPU, manifest
 from tests.scheduler.conftest import EPOCH, add_cluster, add_queue, count, job_events, placements_of, submit
 
 
@@ -205,6 +206,34 @@ def test_fair_share_preemption_across_tenants_is_committed(db, setup, scheduler)
         assert f"preempted by job {wanted[0].id} of tenant late" in preempted.message
         [admitted] = job_events(session, wanted[0].id, "Admitted")
         assert f"preempting job {early[1].id} (its tenant above its fair share, this one below)" in admitted.message
+
+
+@pytest.mark.parametrize("on_preemption,state", [("fail", "Failed"), ("requeue", "Running")])
+def test_a_preempted_job_fails_or_requeues_as_its_annotation_says(db, setup, scheduler, on_preemption, state):
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1, nodes_per_leaf=1)
+        queue = add_queue(session, preemption="LowerPriority")
+        low = submit(session, queue, "low", gpus=8, priority=100,
+                     annotations={"archipelago.io/on-preemption": on_preemption})
+    scheduler.run_once()
+    with setup() as session:
+        session.get(Job, low.id).state = "Running"
+        placements_of(session, low.id)[0].state = "Running"
+        submit(session, session.get(Queue, queue.id), "high", gpus=8, priority=10_000)
+    assert scheduler.run_once().preempted == 1
+    with db.sessions() as session:
+        victim = session.get(Job, low.id)
+        assert victim.state == state  # requeue: the propagation moves it back to Queued once its copy is gone
+        assert placements_of(session, low.id)[0].state == "Deleting"
+        if state == "Failed":
+            [failed] = job_events(session, low.id, "Failed")
+            assert victim.reason == failed.message and "preempted by higher-priority job" in failed.message
+            assert failed.message.endswith("failed, as its archipelago.io/on-preemption annotation asks")
+
+
+def test_on_preemption_takes_requeue_or_fail():
+    with pytest.raises(JobSetError, match="must be requeue .* or fail"):
+        parse_jobset(manifest("x", annotations={"archipelago.io/on-preemption": "retry"}))
 
 
 def test_a_split_job_gets_one_placement_per_part_and_one_event(db, setup, scheduler):

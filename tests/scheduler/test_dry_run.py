@@ -60,3 +60,19 @@ def test_a_dry_run_without_a_queue_label_uses_the_tenants_default_queue(db, setu
     with db.sessions() as session:
         answer = dry_run_manifest(session, body, "research", settings)
     assert answer.placements and answer.waiting is None
+
+
+def test_a_dry_run_lists_the_victims_it_would_take_and_why(db, setup, scheduler, settings):
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1)
+        low = submit(session, add_queue(session, preemption="LowerPriority"), "low", gpus=8, pods=4, priority=10)
+    scheduler.run_once()
+    before = _rows(db)
+    urgent = manifest("urgent", (("workers", 1, 4, 8),))
+    urgent["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "high"
+    with db.sessions() as session:
+        answer = dry_run_manifest(session, urgent, "research", settings)
+    [victim] = answer.preemptions
+    assert (victim.job_id, victim.rule) == (str(low.id), "WithinQueue")
+    assert "preempted by higher-priority job" in victim.message
+    assert _rows(db) == before
