@@ -352,7 +352,8 @@ class _Cycle:
 
         The job is placed whole on that cluster (a split job too: all its parts together). Victims are whole
         jobs (gangs: every part of a split job, wherever it runs), tried per cluster in the order
-        1. those running on that cluster (they make room there; the others only give quota back);
+        1. those running on that cluster (they make room there; the others only give quota back, and are
+           tried only when the job's quota is short);
         2. by rule (`RULE_ORDER`): what the cohort's other queues borrowed, then other tenants' work above
            their fair share, then the queue's own;
         3. the lowest priority;
@@ -366,13 +367,17 @@ class _Cycle:
             return False
         request = self._whole(job)
         running = self.snapshot.running
+        where = {v: {p.cluster for p in running[v]} for v in rules}
         best = None
         for cluster in self.snapshot.clusters.values():
             if self._filter(request, cluster, capacity=False):
                 continue
-            ordered = sorted(rules, key=lambda v: (all(p.cluster != cluster.name for p in running[v]),
-                                                   RULE_ORDER[rules[v]], running[v][0].priority,
-                                                   -running[v][0].started_at, v))
+            # work elsewhere gives back only quota: it is tried only when the job's quota is short
+            ordered = sorted((v for v in rules if cluster.name in where[v] or not verdict.admissible),
+                             key=lambda v: (cluster.name not in where[v], RULE_ORDER[rules[v]],
+                                            running[v][0].priority, -running[v][0].started_at, v))
+            if not ordered:
+                continue
             chosen = self._victims_for(request, cluster, ordered, rules)
             if chosen is not None:
                 rank = (len(chosen), max(running[v][0].priority for v in chosen), cluster.name)

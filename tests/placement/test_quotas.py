@@ -100,3 +100,13 @@ def test_split_jobs_preempt_and_are_preempted_as_one_gang():
     assert sorted((p.job_id, p.part) for p in result.preemptions) == [(low.id, "a"), (low.id, "b")]  # all parts
     assert sorted(p.part for p in result.placements) == ["x", "y"]  # every part, in the same cycle
     assert len({p.cluster for p in result.placements}) == 1
+
+
+def test_a_queue_at_quota_gives_back_quota_held_on_another_cluster():
+    # q's quota is all used on us (full); eu is empty: the victim on us gives back quota, the job runs on eu
+    eu, us = cluster("eu", fabric(leaves=1, nodes_per_leaf=2)), cluster("us", fabric(leaves=1, nodes_per_leaf=2))
+    low = [running(f"low-{i}", "us", [n.name], priority=0, started_at=float(i)) for i, n in enumerate(us.nodes)]
+    high = job("q", gpus=8, priority=5)
+    result = schedule(snapshot([eu, us], [queue("q", quota=16, preemption="LowerPriority")], running=low), [high])
+    assert [(p.job_id, p.cluster) for p in result.placements] == [(high.id, "eu")]
+    assert [(p.job_id, p.cluster) for p in result.preemptions] == [("low-1", "us")]
