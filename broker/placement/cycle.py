@@ -304,7 +304,7 @@ class _Cycle:
         """
         queue = self.snapshot.queues[job.queue].queue
         within = queue.preemption == "LowerPriority"
-        reclaim = queue.reclaim_within_cohort if verdict.admissible and not verdict.borrowing else "Never"
+        reclaim = "Never" if verdict.borrowing else queue.reclaim_within_cohort
         tenant = self.snapshot.tenants.get(job.tenant)
         fair = (verdict.admissible and tenant is not None and tenant.fair_share_preemption != "Never"
                 and self._fair_to_take(job, None))

@@ -69,13 +69,17 @@ def fair_share_allows(preemptor_after: float, preemptor_fair: float, victim_afte
 @dataclass(frozen=True, slots=True)
 class QuotaVerdict:
     admissible: bool
-    borrowing: bool  # admitting the job takes the queue above its nominal quota
+    # admitting the job takes the queue above its nominal quota; a job that would not, but is not
+    # admissible, waits for what the cohort's other queues borrowed (it may reclaim it)
+    borrowing: bool
     message: str = ""  # why it is not admissible, for the tenant
 
 
 def check_quota(queue: Queue, usage: Resources, demand: Resources,
                 cohort: Iterable[tuple[Queue, Resources]]) -> QuotaVerdict:
     """Nominal quota first; above it the queue borrows what its cohort leaves unused, up to its limit.
+    Either way the tenant's queues together stay within the sum of their nominal quotas: what one queue
+    borrowed, another cannot use until it is given back (reclaimed, or ended).
 
     `cohort` is every queue of the tenant with its usage, this one included.
     """
@@ -86,7 +90,15 @@ def check_quota(queue: Queue, usage: Resources, demand: Resources,
             continue
         nominal, used = queue.nominal_quota[resource], usage.get(resource, 0)
         over = used + wanted - nominal
+        pooled = sum(q.nominal_quota[resource] - u.get(resource, 0) for q, u in cohort
+                     if resource in q.nominal_quota)
         if over <= 0:
+            if wanted > pooled:
+                lent = nominal - used - max(0, pooled)
+                return QuotaVerdict(False, False, f"tenant {queue.tenant}'s other queues borrowed "
+                                                  f"{amount(resource, lent)} of queue {queue.name}'s quota of "
+                                                  f"{amount(resource, nominal)}; this job needs "
+                                                  f"{amount(resource, wanted)} and waits for it to be given back")
             continue
         borrowing = True
         limit = (queue.borrowing_limit or {}).get(resource)
@@ -94,8 +106,6 @@ def check_quota(queue: Queue, usage: Resources, demand: Resources,
         if limit is not None and over > limit:
             return QuotaVerdict(False, True, f"{at_quota} and may borrow at most {amount(resource, limit)}; "
                                              f"this job needs {amount(resource, over)} above it")
-        pooled = sum(q.nominal_quota[resource] - u.get(resource, 0) for q, u in cohort
-                     if resource in q.nominal_quota)
         if wanted > pooled:
             lendable = max(0, pooled - max(0, nominal - used))
             return QuotaVerdict(False, True, f"{at_quota}; tenant {queue.tenant}'s other queues have "

@@ -110,3 +110,17 @@ def test_a_queue_at_quota_gives_back_quota_held_on_another_cluster():
     result = schedule(snapshot([eu, us], [queue("q", quota=16, preemption="LowerPriority")], running=low), [high])
     assert [(p.job_id, p.cluster) for p in result.placements] == [(high.id, "eu")]
     assert [(p.job_id, p.cluster) for p in result.preemptions] == [("low-1", "us")]
+
+
+def test_what_a_queue_lent_it_cannot_use_until_it_is_given_back():
+    # q1 borrows 4 of q2's 8 GPUs (on a cluster with room to spare): q2 may not take its whole nominal 8 too,
+    # or the tenant would hold more than its queues' quotas together
+    eu = cluster("eu", fabric(leaves=2, nodes_per_leaf=4))
+    borrower = running("borrower", "eu", [n.name for n in eu.nodes[:3]], gpus_per_node=4, queue_name="q1")
+    s = snapshot([eu], [queue("q1", quota=8), queue("q2", quota=8)], running=[borrower])
+    own = job("q2", gpus=8)
+    result = schedule(s, [own])
+    assert not result.placements
+    assert result.waiting[own.id].message == ("tenant t's other queues borrowed 4 GPUs of queue q2's quota of "
+                                              "8 GPUs; this job needs 8 GPUs and waits for it to be given back")
+    assert s.tenant_usage["t"]["nvidia.com/gpu"] == 12_000
