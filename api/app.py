@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import importlib
 import logging
+import secrets
 from contextlib import asynccontextmanager
+from typing import Annotated
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
+from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
 import broker
-from api.problems import install_problem_handlers, problem_response
+from api.deps import SessionDep, SettingsDep, bearer, get_principal
+from api.problems import Problem, install_problem_handlers, problem_response
+from api.schemas import problems
 from api.routes import ROUTER_MODULES
 from broker.db.runtime import Database, open_database
 from broker.jobs import CapacityCache
@@ -22,6 +27,37 @@ from broker.services.loop import ServiceRunner
 from broker.settings import Settings, get_settings
 
 log = logging.getLogger("archipelago.api")
+
+
+# Every answer: no MIME sniffing, no framing. Dashboard pages also: only their own scripts and styles
+# (inline style attributes are how bars are sized), nothing sent elsewhere. /docs keeps Swagger UI's own needs.
+_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"),
+            (b"referrer-policy", b"same-origin")]
+_PAGE_CSP = (b"content-security-policy", b"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                                         b"img-src 'self' data:; object-src 'none'; base-uri 'none'; "
+                                         b"frame-ancestors 'none'; form-action 'self'")
+
+
+class SecurityHeaders:
+    """Pure ASGI (no per-request task, unlike BaseHTTPMiddleware): adds the headers as the answer starts."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        page = not scope["path"].startswith(("/docs", "/redoc"))
+
+        async def with_headers(message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", [])) + _HEADERS
+                if page and any(k == b"content-type" and v.startswith(b"text/html") for k, v in headers):
+                    headers.append(_PAGE_CSP)
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
 
 
 def create_app(settings: Settings | None = None, database: Database | None = None, *,
@@ -49,6 +85,7 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
     app = FastAPI(title="Archipelago", version=broker.__version__, lifespan=lifespan,
                   description="Multi-cluster broker that places JobSets on the cluster and HyperNode "
                               "where they run best.")
+    app.add_middleware(SecurityHeaders)
     app.state.settings = settings
     app.state.capacity = CapacityCache()
     install_problem_handlers(app)
@@ -68,9 +105,17 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
             return problem_response(503, "Not ready", "the database does not answer; see the server log")
         return JSONResponse({"status": "ready"})
 
-    @app.get("/metrics", tags=["health"], summary="Prometheus metrics", response_class=PlainTextResponse)
-    def metrics(request: Request) -> PlainTextResponse:
-        return PlainTextResponse(exposition(request.app.state.db.sessions), media_type=CONTENT_TYPE_LATEST)
+    @app.get("/metrics", tags=["health"], summary="Prometheus metrics (the metrics token or an admin token)",
+             response_class=PlainTextResponse, responses=problems(401, 403))
+    def metrics(request: Request, session: SessionDep, settings: SettingsDep,
+                credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> PlainTextResponse:
+        token = settings.metrics_token
+        if not (token and credentials and secrets.compare_digest(credentials.credentials.encode(), token.encode())):
+            if not get_principal(session, settings, credentials).is_admin:
+                raise Problem(403, "metrics need the metrics token (ARCHIPELAGO_METRICS_TOKEN) or an admin token",
+                              title="Forbidden")
+        return PlainTextResponse(exposition(request.app.state.db.sessions, queue_names=settings.metrics_queue_names),
+                                 media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/v1/version", tags=["health"], summary="The broker's version")
     def version() -> dict[str, str]:

@@ -26,11 +26,11 @@ SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings_of_app)]
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
-_bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <token>`")
+bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <token>`")
 
 
 def get_principal(session: SessionDep, settings: SettingsDep,
-                  credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
+                  credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Principal:
     if credentials is None:
         raise Problem(401, "send a bearer token: `Authorization: Bearer <token>`", headers=_CHALLENGE)
     principal = authenticate(session, settings.admin_token, credentials.credentials)

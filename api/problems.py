@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from broker.errors import Conflict, Invalid, NotFound
@@ -67,6 +68,13 @@ def install_problem_handlers(app: FastAPI) -> None:
                   for e in exc.errors()]
         detail = "; ".join(f"{e['field'] or 'request'}: {e['message']}" for e in errors)
         return problem_response(422, "Invalid request", detail, errors=errors)
+
+    @app.exception_handler(OperationalError)
+    async def _database(_: Request, exc: OperationalError) -> JSONResponse:
+        if "database is locked" in str(exc.orig):  # SQLite's busy timeout ran out behind a long write
+            return problem_response(409, "Conflict", "the database is busy with another write; nothing was changed, "
+                                                     "retry in a few seconds", {"Retry-After": "5"})
+        raise exc  # any other database failure is a 500, logged
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -88,19 +88,25 @@ class Changes:
 
 
 def due_work(session: Session, now: datetime, cluster_ids: Iterable[int], limit: int = 1000) -> list[Work]:
-    """Placements with member work due on the given clusters, oldest first."""
+    """Placements with member work due on the given clusters, oldest first. Each job's manifest is read
+    once however many of its parts are due, and each part rendered from it copies only that part."""
     rows = session.execute(
-        select(Placement, Job.manifest, Job.namespace, Job.name)
+        select(Placement, Job.namespace, Job.name)
         .join(Job, Job.id == Placement.job_id)
         .where(Placement.state.in_(WORK_STATES), Placement.cluster_id.in_(list(cluster_ids)),
                or_(Placement.next_attempt_at.is_(None), Placement.next_attempt_at <= now))
-        .order_by(Placement.id).limit(limit))
+        .order_by(Placement.id).limit(limit)).all()
+    applied = sorted({placement.job_id for placement, _, _ in rows if placement.state != "Deleting"})
+    manifests: dict[int, Any] = {}
+    for chunk in in_chunks(applied):
+        manifests.update(session.execute(select(Job.id, Job.manifest).where(Job.id.in_(chunk))).all())
     work = []
-    for placement, manifest, namespace, name in rows:
+    for placement, namespace, name in rows:
         jobset = None
         if placement.state != "Deleting":
-            jobset = render(manifest, namespace=namespace, job_id=placement.job_id, placement_id=placement.id,
-                            generation=placement.generation, part=placement.part, assignments=placement.assignments)
+            jobset = render(manifests[placement.job_id], namespace=namespace, job_id=placement.job_id,
+                            placement_id=placement.id, generation=placement.generation, part=placement.part,
+                            assignments=placement.assignments)
         work.append(Work(placement.id, placement.job_id, placement.cluster_id, placement.cluster_name,
                          placement.state, namespace, member_name(name, placement.part), placement.member_uid,
                          placement.attempts, jobset))

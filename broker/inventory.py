@@ -24,7 +24,7 @@ from broker.errors import Conflict, Invalid, NotFound
 from broker.settings import Settings
 from broker.tenancy import check_name
 from clusters import jobsets
-from clusters.kubeconfig import KubeconfigError, KubeconfigPolicy
+from clusters.kubeconfig import KubeconfigError, KubeconfigPolicy, server_identity
 from clusters.labels import check_labels
 from clusters.member import MemberClient, MemberError, MemberFacts
 from clusters.pods import effective_requests
@@ -44,7 +44,8 @@ class RegistrationError(Exception):
 
 def kubeconfig_policy(settings: Settings) -> KubeconfigPolicy:
     return KubeconfigPolicy(allow_exec=settings.allow_kubeconfig_exec, allow_files=settings.allow_kubeconfig_files,
-                            allow_insecure_tls=settings.allow_insecure_tls)
+                            allow_insecure_tls=settings.allow_insecure_tls,
+                            allow_proxy=settings.allow_kubeconfig_proxy)
 
 
 def connect(settings: Settings, kubeconfig: str, context: str | None = None) -> MemberClient:
@@ -119,7 +120,9 @@ def register_cluster(session: Session, settings: Settings, *, name: str, kubecon
         client = connect(settings, kubeconfig, context)
     except KubeconfigError as exc:
         raise Invalid("kubeconfig", str(exc)) from None
-    twin = session.scalar(select(Cluster.name).where(Cluster.api_server == client.api_server))
+    identity = server_identity(client.api_server)
+    twin = next((other for other, server in session.execute(select(Cluster.name, Cluster.api_server))
+                 if server_identity(server) == identity), None)
     if twin is not None:
         client.close()
         raise Conflict(f"{client.api_server} is already registered as cluster {twin!r}; one member under two "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -10,7 +11,7 @@ from typing import Any, Mapping
 
 from sqlalchemy import and_, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from broker import events
 from broker.db.models import (JOB_FINISHED_STATES, JOB_STATES, PLACEMENT_LIVE_STATES, Event, Job, Placement, Queue,
@@ -94,23 +95,43 @@ class CapacityCache:
 def _reserved_keys_check(manifest: Mapping[str, Any], where: str) -> None:
     metadata = manifest.get("metadata") or {}
     for key in metadata.get("labels") or {}:
-        if key.startswith(BROKER_PREFIX):
+        if key.lower().startswith(BROKER_PREFIX):  # as DNS names compare
             raise Invalid(f"{where}metadata.labels[{key!r}]", f"labels under {BROKER_PREFIX} are set by the broker; "
                                                               "remove it")
     for key in metadata.get("annotations") or {}:
-        if key.startswith(BROKER_PREFIX) and key not in TENANT_ANNOTATIONS:
+        if key.lower().startswith(BROKER_PREFIX) and key not in TENANT_ANNOTATIONS:
             raise Invalid(f"{where}metadata.annotations[{key!r}]",
                           f"unknown broker annotation; the ones a JobSet may carry are "
                           f"{', '.join(sorted(TENANT_ANNOTATIONS))}")
 
 
+def _bounded(manifest: Any, where: str, settings: Settings) -> None:
+    """Refuse a JobSet too large to keep and dispatch at a bounded cost, before anything else reads it."""
+    size = len(json.dumps(manifest, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > settings.max_jobset_bytes:
+        raise Invalid(where.rstrip(".") or "$", f"the JobSet is {size} bytes as JSON; the limit is "
+                                                f"{settings.max_jobset_bytes} (setting ARCHIPELAGO_MAX_JOBSET_BYTES): "
+                                                "move data out of the manifest")
+    spec = manifest.get("spec") if isinstance(manifest, Mapping) else None
+    rjobs = spec.get("replicatedJobs") if isinstance(spec, Mapping) else None
+    if isinstance(rjobs, list) and len(rjobs) > settings.max_replicated_jobs:
+        raise Invalid(f"{where}spec.replicatedJobs", f"a JobSet may have at most {settings.max_replicated_jobs} "
+                                                     f"ReplicatedJobs, this one has {len(rjobs)} (setting "
+                                                     "ARCHIPELAGO_MAX_REPLICATED_JOBS)")
+
+
 def validate_submission(session: Session, tenant: Tenant, manifest: Any, where: str, queue_override: str | None,
                         settings: Settings, capacity: FederationCapacity) -> tuple[JobSpec, Queue, str, int]:
     """Everything a submission must pass; returns its spec, queue, namespace and priority."""
+    _bounded(manifest, where, settings)
     try:
         spec = parse_jobset(manifest)
     except JobSetError as exc:
         raise Invalid(f"{where}{exc.path}", exc.message) from None
+    if spec.placement == "split" and len(spec.parts) > settings.max_split_parts:
+        raise Invalid(f"{where}spec.replicatedJobs", f"a split job may have at most {settings.max_split_parts} "
+                                                     f"parts, this one has {len(spec.parts)} (setting "
+                                                     "ARCHIPELAGO_MAX_SPLIT_PARTS); merge parts or submit several jobs")
     _reserved_keys_check(manifest, where)
     namespace = spec.namespace or (tenant.namespaces[0] if tenant.namespaces else None)
     if namespace is None or namespace not in tenant.namespaces:
@@ -230,7 +251,8 @@ def _visible(principal: Principal):
 
 
 def get_job(session: Session, principal: Principal, job_id: int) -> Job:
-    job = session.get(Job, job_id)
+    """The job if the principal may see it; its manifest (up to max_jobset_bytes) is read only after that."""
+    job = session.get(Job, job_id, options=[defer(Job.manifest)])
     if job is None or not principal.may_see(job.tenant_id):
         raise NotFound(f"job {job_id} does not exist")
     return job
@@ -249,6 +271,8 @@ def list_jobs(session: Session, principal: Principal, filters: JobFilter, limit:
         raise Invalid("selector", str(exc)) from None
     limit = max(1, min(limit, MAX_PAGE))
     query = select(Job).where(_visible(principal))
+    if selector is None:  # a page does not show manifests: read them only to match labels
+        query = query.options(defer(Job.manifest))
     if filters.tenant:
         query = query.where(Job.tenant_id == select(Tenant.id).where(Tenant.name == filters.tenant).scalar_subquery())
     if filters.queue:

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from clusters.labels import NodeSelectorTerm, Selector, TermError, node_selector_term, parse_selector
+from clusters.labels import (NodeSelectorTerm, Selector, TermError, check_annotations, check_labels,
+                             node_selector_term, parse_selector)
 from clusters.pods import PodSpecError, as_list, as_mapping, effective_requests
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -142,7 +143,7 @@ def _positive_int(value: Any, path: str, default: int | None) -> int | None:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise JobSetError(path, f"must be a whole number, got {value!r}")
+        raise JobSetError(path, f"must be a whole number, got {value!r:.60}")
     if value < 1:
         raise JobSetError(path, f"must be at least 1, got {value}")
     if value > 2**31 - 1:
@@ -154,8 +155,46 @@ def _string_map(value: Any, path: str) -> dict[str, str]:
     mapping = _mapping(value, path)
     for key, item in mapping.items():
         if not isinstance(item, str):
-            raise JobSetError(f"{path}[{key!r}]", f"must be a string (quote it in YAML), got {item!r}")
+            raise JobSetError(f"{path}[{key!r}]", f"must be a string (quote it in YAML), got {item!r:.60}")
     return dict(mapping)
+
+
+def _labels(value: Any, path: str) -> dict[str, str]:
+    """Labels (or a node selector) as kube-apiserver checks them, naming the first bad key."""
+    labels = _string_map(value, path)
+    for key, item in labels.items():
+        try:
+            check_labels({key: item})
+        except ValueError as exc:
+            raise JobSetError(f"{path}[{key!r}]", str(exc)) from None
+    return labels
+
+
+def _annotations(value: Any, path: str) -> dict[str, str]:
+    annotations = _string_map(value, path)
+    try:
+        check_annotations(annotations)
+    except ValueError as exc:
+        raise JobSetError(path, str(exc)) from None
+    return annotations
+
+
+def _metadata(template: Mapping, path: str) -> tuple[dict[str, str], dict[str, str]]:
+    """A template's labels and annotations, checked."""
+    meta = _mapping(template.get("metadata"), f"{path}.metadata")
+    return _labels(meta.get("labels"), f"{path}.metadata.labels"), _annotations(meta.get("annotations"),
+                                                                                f"{path}.metadata.annotations")
+
+
+def _container_names(pod_spec: Mapping, path: str) -> None:
+    seen: set[str] = set()
+    for field_name in ("initContainers", "containers"):
+        for i, container in enumerate(_list(pod_spec.get(field_name), f"{path}.{field_name}")):
+            where = f"{path}.{field_name}[{i}].name"
+            name = _dns_label(_mapping(container, f"{path}.{field_name}[{i}]").get("name"), where, "the container name")
+            if name in seen:
+                raise JobSetError(where, f"{name!r} is used twice; container names must be unique in a pod")
+            seen.add(name)
 
 
 def effective_pod_requests(pod_spec: Mapping, path: str = "spec") -> dict[str, int]:
@@ -209,8 +248,7 @@ def _part(raw: Any, path: str, job_exclusive: str | None) -> PartSpec:
     name = _dns_label(raw.get("name"), f"{path}.name", "the ReplicatedJob name")
     replicas = _positive_int(raw.get("replicas"), f"{path}.replicas", 1)
     template = _mapping(raw.get("template"), f"{path}.template")
-    job_meta = _mapping(template.get("metadata"), f"{path}.template.metadata")
-    annotations = _string_map(job_meta.get("annotations"), f"{path}.template.metadata.annotations")
+    _, annotations = _metadata(template, f"{path}.template")
     exclusive = _exclusive_key(annotations, f"{path}.template.metadata.annotations") or job_exclusive
     job_spec = _mapping(template.get("spec"), f"{path}.template.spec")
     parallelism = _positive_int(job_spec.get("parallelism"), f"{path}.template.spec.parallelism", 1)
@@ -219,16 +257,18 @@ def _part(raw: Any, path: str, job_exclusive: str | None) -> PartSpec:
         parallelism = min(parallelism, completions)  # a Job never runs more pods at once than it must complete
     pod_template = _mapping(job_spec.get("template"), f"{path}.template.spec.template")
     pod_path = f"{path}.{_POD_PATH}"
+    _metadata(pod_template, f"{path}.template.spec.template")
     pod_spec = _mapping(pod_template.get("spec"), pod_path)
     if not pod_spec:
         raise JobSetError(pod_path, "the Job template needs a pod spec with containers")
+    _container_names(pod_spec, pod_path)
     tolerations = tuple(_mapping(t, f"{pod_path}.tolerations[{i}]")
                         for i, t in enumerate(_list(pod_spec.get("tolerations"), f"{pod_path}.tolerations")))
     return PartSpec(
         name=name, replicas=replicas, parallelism=parallelism, completions=completions,
         pod_requests=_frozen({**effective_pod_requests(pod_spec, pod_path), POD_SLOT: 1000}),
         tolerations=tuple(MappingProxyType(dict(t)) for t in tolerations),
-        node_selector=_frozen(_string_map(pod_spec.get("nodeSelector"), f"{pod_path}.nodeSelector")),
+        node_selector=_frozen(_labels(pod_spec.get("nodeSelector"), f"{pod_path}.nodeSelector")),
         exclusive_topology=exclusive, node_affinity=_required_affinity(pod_spec, pod_path),
     )
 
@@ -276,8 +316,8 @@ def parse_jobset(manifest: Any) -> JobSpec:
     namespace = metadata.get("namespace")
     if namespace is not None:
         _dns_label(namespace, "metadata.namespace", "the namespace")
-    labels = _string_map(metadata.get("labels"), "metadata.labels")
-    annotations = _string_map(metadata.get("annotations"), "metadata.annotations")
+    labels = _labels(metadata.get("labels"), "metadata.labels")
+    annotations = _annotations(metadata.get("annotations"), "metadata.annotations")
 
     placement = _choice(annotations, PLACEMENT_ANNOTATION, PLACEMENT_MODES, "whole")
     topology_mode = _choice(annotations, TOPOLOGY_MODE_ANNOTATION, TOPOLOGY_MODES, None)
@@ -288,7 +328,7 @@ def parse_jobset(manifest: Any) -> JobSpec:
     highest_tier = None
     if HIGHEST_TIER_ANNOTATION in annotations:
         text = annotations[HIGHEST_TIER_ANNOTATION]
-        if not re.fullmatch(r"\d+", text.strip()) or int(text) < 1:
+        if not re.fullmatch(r"\d{1,9}", text.strip()) or int(text) < 1:
             raise JobSetError(f"metadata.annotations[{HIGHEST_TIER_ANNOTATION!r}]",
                               f"{text!r} must be a tier number of 1 or more, e.g. \"2\"")
         highest_tier = int(text)
@@ -320,8 +360,9 @@ def parse_jobset(manifest: Any) -> JobSpec:
     _success_policy(spec.get("successPolicy"), seen)
     failure_policy = _mapping(spec.get("failurePolicy"), "spec.failurePolicy")
     max_restarts = failure_policy.get("maxRestarts", 0)
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-        raise JobSetError("spec.failurePolicy.maxRestarts", f"must be a whole number ≥ 0, got {max_restarts!r}")
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or not 0 <= max_restarts <= 2**31 - 1:
+        raise JobSetError("spec.failurePolicy.maxRestarts", f"must be a whole number ≥ 0 and ≤ 2147483647 (an int32), "
+                                                            f"got {max_restarts!r:.60}")
     if MAX_RESTARTS_ANNOTATION in annotations:
         text = annotations[MAX_RESTARTS_ANNOTATION]
         if not re.fullmatch(r"\d{1,6}", text.strip()):

@@ -29,19 +29,22 @@ class InventoryCollector:
 
     def __init__(self) -> None:
         self.sessions: sessionmaker[Session] | None = None
+        self.queue_names = False  # queues by id unless the names may be shown (they are tenants' words)
 
     def collect(self):
         jobs = GaugeMetricFamily("archipelago_jobs", "Jobs by state", labels=["state"])
-        depth = GaugeMetricFamily("archipelago_queue_pending_jobs", "Queued jobs per queue", labels=["queue"])
+        depth = GaugeMetricFamily("archipelago_queue_pending_jobs", "Queued jobs per queue (its id, or its name "
+                                  "with ARCHIPELAGO_METRICS_QUEUE_NAMES)", labels=["queue"])
         clusters = GaugeMetricFamily("archipelago_clusters", "Member clusters by state", labels=["state"])
         if self.sessions is not None:
             with self.sessions() as session:
                 for state, count in session.execute(select(Job.state, func.count()).group_by(Job.state)):
                     jobs.add_metric([state], count)
-                for queue, count in session.execute(select(Queue.name, func.count(Job.id))
+                label = Queue.name if self.queue_names else Queue.id
+                for queue, count in session.execute(select(label, func.count(Job.id))
                                                     .outerjoin(Job, (Job.queue_id == Queue.id) &
-                                                               (Job.state == "Queued")).group_by(Queue.name)):
-                    depth.add_metric([queue], count)
+                                                               (Job.state == "Queued")).group_by(label)):
+                    depth.add_metric([str(queue)], count)
                 for state, count in session.execute(select(Cluster.state, func.count()).group_by(Cluster.state)):
                     clusters.add_metric([state], count)
         yield from (jobs, depth, clusters)
@@ -51,6 +54,6 @@ INVENTORY = InventoryCollector()
 REGISTRY.register(INVENTORY)
 
 
-def exposition(sessions: sessionmaker[Session]) -> bytes:
-    INVENTORY.sessions = sessions
+def exposition(sessions: sessionmaker[Session], *, queue_names: bool = False) -> bytes:
+    INVENTORY.sessions, INVENTORY.queue_names = sessions, queue_names
     return generate_latest(REGISTRY)

@@ -32,6 +32,11 @@ class Settings(BaseSettings):
 
     # Largest request body the API reads (a batch of JobSets), in bytes.
     max_request_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    # Largest JobSet the broker accepts (its JSON, as kube-apiserver bounds an object at 1.5 MiB in etcd), most
+    # ReplicatedJobs in one, most parts of a split job (each is a placement and a JobSet on a member).
+    max_jobset_bytes: int = Field(1536 * 1024, ge=1024)
+    max_replicated_jobs: int = Field(500, ge=1)
+    max_split_parts: int = Field(100, ge=1)
 
     # Priority class name (label kueue.x-k8s.io/priority-class) → priority; higher runs first.
     priority_classes: dict[str, int] = {"low": 100, "normal": 1000, "high": 10000}
@@ -39,6 +44,10 @@ class Settings(BaseSettings):
 
     # False serves the API alone (an extra API replica); the loop services run in one process only.
     run_loops: bool = True
+
+    # /metrics answers this bearer token (or an admin's); queues are labelled by id unless names may show.
+    metrics_token: str | None = None
+    metrics_queue_names: bool = False
 
     # Loop intervals, in seconds.
     scheduler_interval: float = Field(2.0, gt=0)
@@ -85,6 +94,7 @@ class Settings(BaseSettings):
     allow_kubeconfig_exec: bool = False
     allow_kubeconfig_files: bool = False
     allow_insecure_tls: bool = False
+    allow_kubeconfig_proxy: bool = False  # a kubeconfig's http(s) proxy-url
 
     @field_validator("database_url")
     @classmethod

@@ -58,17 +58,18 @@ def render(manifest: Mapping[str, Any], *, namespace: str, job_id: int, placemen
     to it and no failure policy (a failed part is the broker's to restart: it re-places it). Each
     ReplicatedJob's pods are bound by required node affinity to the nodes the engine chose for it.
     """
-    source = copy.deepcopy(dict(manifest))
-    metadata = source.get("metadata") or {}
+    metadata = manifest.get("metadata") or {}
     labels = {k: v for k, v in (metadata.get("labels") or {}).items() if k not in DROPPED_LABELS}
     labels.update({JOB_ID_LABEL: str(job_id), PLACEMENT_ID_LABEL: str(placement_id),
                    GENERATION_LABEL: str(generation)})
     if part:
         labels[PART_LABEL] = part
     annotations = {**(metadata.get("annotations") or {}), OWNER_ANNOTATION: f"archipelago/jobs/{job_id}"}
-    spec = source.get("spec") or {}
-    if part:
-        spec = _part_spec(spec, part)
+    # Only what this placement sends is copied (its pod templates get the broker's labels and node pins):
+    # a part of a split job of many costs that part, not the whole JobSet.
+    spec = _part_spec(manifest.get("spec") or {}, part) if part else {
+        **(manifest.get("spec") or {}), "replicatedJobs": copy.deepcopy((manifest.get("spec") or {}).get(
+            "replicatedJobs") or [])}
     nodes: dict[str, set[str]] = {}
     for assignment in assignments:
         nodes.setdefault(assignment["replicatedJob"], set()).add(assignment["node"])
@@ -85,7 +86,7 @@ def render(manifest: Mapping[str, Any], *, namespace: str, job_id: int, placemen
 def _part_spec(spec: dict[str, Any], part: str) -> dict[str, Any]:
     """One ReplicatedJob of a split JobSet as a JobSet of its own that means what the whole means for it."""
     spec = dict(spec)
-    rjobs = [dict(r) for r in spec.get("replicatedJobs") or () if r.get("name") == part]
+    rjobs = [copy.deepcopy(r) for r in spec.get("replicatedJobs") or () if r.get("name") == part]
     for rjob in rjobs:
         rjob.pop("dependsOn", None)  # the ReplicatedJobs it waited for run elsewhere
     spec["replicatedJobs"] = rjobs

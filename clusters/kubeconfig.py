@@ -12,6 +12,7 @@ import base64
 import binascii
 import json
 import os
+import posixpath
 import shutil
 import subprocess
 import tempfile
@@ -22,11 +23,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
-import yaml
 from cryptography import x509
 from kubernetes.client import Configuration
+
+from clusters.documents import DocumentError, load_yaml_all
 
 EXEC_TIMEOUT = 30.0
 
@@ -42,6 +44,7 @@ class KubeconfigPolicy:
     allow_exec: bool = False
     allow_files: bool = False
     allow_insecure_tls: bool = False
+    allow_proxy: bool = False
 
 
 class LoadedKubeconfig:
@@ -75,7 +78,7 @@ def load_kubeconfig(text: str, context: str | None = None,
     if cluster.get("tls-server-name"):
         configuration.tls_server_name = str(cluster["tls-server-name"])
     if cluster.get("proxy-url"):
-        configuration.proxy = str(cluster["proxy-url"])
+        configuration.proxy = _proxy(cluster["proxy-url"], policy)
     directory = _credentials(user, configuration, policy)
     return LoadedKubeconfig(name, server, configuration, directory)
 
@@ -84,13 +87,10 @@ def _parse(text: str) -> dict:
     if not isinstance(text, str) or not text.strip():
         raise KubeconfigError("the kubeconfig is empty")
     try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        # str(exc) would quote the offending line, which may hold a token: keep only where and what.
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "it cannot be parsed"
-        raise KubeconfigError(f"the kubeconfig is not valid YAML{where}: {problem}") from None
+        documents = load_yaml_all(text)
+    except DocumentError as exc:
+        raise KubeconfigError(f"the kubeconfig: {exc}") from None
+    config = documents[0] if len(documents) == 1 else None
     if not isinstance(config, dict) or not any(k in config for k in ("clusters", "contexts", "users")):
         raise KubeconfigError("the kubeconfig is not a kubeconfig: expected a mapping with "
                               "`clusters`, `users` and `contexts`")
@@ -137,12 +137,46 @@ def _server(cluster: dict, policy: KubeconfigPolicy) -> str:
     parts = urlsplit(server)
     if parts.username or parts.password:  # checked first: no message may quote them
         raise KubeconfigError("the server URL must not carry credentials")
+    if parts.query or parts.fragment:  # a query may hold a token: refused before any message quotes the URL
+        raise KubeconfigError("the server URL must not carry a query string or fragment")
     if parts.scheme not in ("https", "http") or not parts.hostname:
         raise KubeconfigError(f"server {server!r} is not an http(s) URL")
     if parts.scheme == "http" and not policy.allow_insecure_tls:
         raise KubeconfigError(f"server {server} is plain HTTP, which would send credentials unencrypted; "
                               "use https (or set ARCHIPELAGO_ALLOW_INSECURE_TLS=true)")
     return server
+
+
+_LOOPBACK = {"localhost": "127.0.0.1", "localhost.localdomain": "127.0.0.1", "::1": "127.0.0.1",
+             "0:0:0:0:0:0:0:1": "127.0.0.1"}
+
+
+def server_identity(server: str) -> str:
+    """One spelling per API server, to tell a member registered twice: scheme and host in lower case, the host
+    percent-decoded and without a trailing dot, loopback names as 127.0.0.1, the default port written out,
+    the path with `.`, `..` and trailing `/` resolved."""
+    parts = urlsplit(server)
+    scheme = parts.scheme.lower()
+    host = unquote(parts.hostname or "").rstrip(".").lower()
+    host = _LOOPBACK.get(host, host)
+    port = parts.port or {"https": 443, "http": 80}.get(scheme)
+    path = posixpath.normpath("/" + unquote(parts.path).lstrip("/")).rstrip("/")
+    return f"{scheme}://{host}:{port}{'' if path in ('', '/') else path}"
+
+
+def _proxy(url: Any, policy: KubeconfigPolicy) -> str:
+    """An http(s) proxy the member traffic may go through, if an admin allows proxies at all (never quoted:
+    a proxy URL may carry credentials)."""
+    if not policy.allow_proxy:
+        raise KubeconfigError("`proxy-url` is refused: the broker would send its traffic to the member through "
+                              "another host (set ARCHIPELAGO_ALLOW_KUBECONFIG_PROXY=true to accept http(s) proxies)")
+    try:
+        parts = urlsplit(url) if isinstance(url, str) else None
+    except ValueError:  # an unclosed [IPv6] host
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise KubeconfigError("`proxy-url` must be an http:// or https:// URL (socks proxies are not supported)")
+    return url
 
 
 def _insecure(cluster: dict, policy: KubeconfigPolicy) -> bool:

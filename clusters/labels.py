@@ -67,11 +67,27 @@ class Selector:
 def check_labels(labels: Mapping[str, str]) -> None:
     """Raise ValueError naming the first key or value that Kubernetes would not accept as a label."""
     for key, value in labels.items():
-        if not isinstance(key, str) or not _KEY.match(key):
+        if not isinstance(key, str) or not _KEY.match(key) or len(key.partition("/")[0]) > 253:
             raise ValueError(f"invalid label key {key!r}")
         if not isinstance(value, str) or not _VALUE.match(value):
             raise ValueError(f"invalid value {value!r} of label {key!r}: at most 63 characters, alphanumerics, "
                              "'-', '_' or '.', starting and ending with an alphanumeric")
+
+
+# As kube-apiserver bounds an object's annotations: keys and values together.
+MAX_ANNOTATIONS_BYTES = 256 * 1024
+
+
+def check_annotations(annotations: Mapping[str, str]) -> None:
+    """Raise ValueError naming the first key Kubernetes would not accept, or the total size if over its bound."""
+    for key in annotations:
+        if not isinstance(key, str) or not _KEY.match(key) or len(key.partition("/")[0]) > 253:
+            raise ValueError(f"invalid annotation key {key!r}: an optional DNS prefix and '/', then at most 63 "
+                             "alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric")
+    size = sum(len(key.encode()) + len(str(value).encode()) for key, value in annotations.items())
+    if size > MAX_ANNOTATIONS_BYTES:
+        raise ValueError(f"the annotations take {size} bytes; Kubernetes allows at most {MAX_ANNOTATIONS_BYTES} "
+                         "(keys and values together)")
 
 
 def _check_key(key: str, text: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable, Mapping
 
-from clusters.quantity import to_milli
+from clusters.quantity import QuantityRangeError, to_milli
 
 
 class PodSpecError(ValueError):
@@ -39,6 +39,12 @@ def as_list(value: Any, path: str, error: type[ValueError] = PodSpecError) -> li
     return value
 
 
+def _not_quantity(quantity: Any, error: Exception) -> str:
+    if isinstance(error, QuantityRangeError):
+        return str(error)
+    return f"{quantity!r:.60} is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"
+
+
 def container_requests(container: Any, path: str) -> dict[str, int]:
     """A container's requests in milli-units; as in Kubernetes, a limit without a request is the request."""
     resources = as_mapping(as_mapping(container, path).get("resources"), f"{path}.resources")
@@ -49,10 +55,8 @@ def container_requests(container: Any, path: str) -> dict[str, int]:
     for resource, quantity in merged.items():
         try:
             parsed[resource] = to_milli(quantity)
-        except (ValueError, TypeError):
-            raise PodSpecError(f"{path}.resources.{source}.{resource}",
-                               f"{quantity!r} is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"
-                               ) from None
+        except (ValueError, TypeError) as exc:
+            raise PodSpecError(f"{path}.resources.{source}.{resource}", _not_quantity(quantity, exc)) from None
         if parsed[resource] < 0:
             raise PodSpecError(f"{path}.resources.{source}.{resource}", "must not be negative")
     return parsed
@@ -80,9 +84,12 @@ def effective_requests(pod_spec: Mapping) -> dict[str, int]:
     effective = {r: max(running.get(r, 0), init_peak.get(r, 0)) for r in running.keys() | init_peak.keys()}
     for resource, quantity in as_mapping(pod_spec.get("overhead"), "overhead").items():
         try:
-            effective[resource] = effective.get(resource, 0) + to_milli(quantity)
-        except (ValueError, TypeError):
-            raise PodSpecError(f"overhead.{resource}", f"{quantity!r} is not a resource quantity") from None
+            amount = to_milli(quantity)
+        except (ValueError, TypeError) as exc:
+            raise PodSpecError(f"overhead.{resource}", _not_quantity(quantity, exc)) from None
+        if amount < 0:  # it would lower the pod's demand below what its containers take
+            raise PodSpecError(f"overhead.{resource}", "must not be negative")
+        effective[resource] = effective.get(resource, 0) + amount
     return {r: a for r, a in sorted(effective.items()) if a > 0}
 
 

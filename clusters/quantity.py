@@ -6,7 +6,7 @@ Shared by the broker and the simulator: both must agree to the unit on what a po
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from functools import lru_cache
 from typing import Mapping
 
@@ -17,25 +17,34 @@ _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), ""
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
 
 
+# As kube-apiserver bounds a quantity: its value must fit in an int64.
+MAX_QUANTITY = Decimal(2**63 - 1)
+
+
+class QuantityRangeError(ValueError):
+    """A quantity written correctly but too large to count with."""
+
+
 def parse_quantity(value: str | int | float) -> Decimal:
-    """Parse a quantity; raise ValueError with the offending text if it is not one."""
+    """Parse a quantity; raise ValueError with the offending text if it is not one, or is out of range."""
     if isinstance(value, bool):
         raise ValueError(f"not a resource quantity: {value!r}")
     if isinstance(value, (int, float)):
-        return Decimal(str(value))
-    match = _QUANTITY.match(value.strip()) if isinstance(value, str) else None
-    if not match:
-        raise ValueError(f"not a resource quantity: {value!r}")
-    number, suffix = match.group(1), match.group(2) or ""
-    try:
-        amount = Decimal(number)
-    except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
-        raise ValueError(f"not a resource quantity: {value!r}") from exc
-    if suffix in _BINARY:
-        return amount * _BINARY[suffix]
-    if suffix in _DECIMAL:  # before the exponent: "2E" is two exa
-        return amount * _DECIMAL[suffix]
-    return amount * (Decimal(10) ** int(suffix[1:]))  # an exponent: e3, E-2
+        amount = Decimal(str(value))
+    else:
+        match = _QUANTITY.match(value.strip()) if isinstance(value, str) else None
+        if not match:
+            raise ValueError(f"not a resource quantity: {value!r:.60}")
+        number, suffix = match.group(1), match.group(2) or ""
+        if suffix in _BINARY:
+            amount = Decimal(number) * _BINARY[suffix]
+        elif suffix in _DECIMAL:  # before the exponent: "2E" is two exa
+            amount = Decimal(number) * _DECIMAL[suffix]
+        else:  # an exponent (e3, E-2), applied exactly however large, then bounded below
+            amount = Decimal(f"{number}E{suffix[1:]}")
+    if not amount.is_finite() or amount.copy_abs() > MAX_QUANTITY:
+        raise QuantityRangeError(f"{str(value)[:40]!r} is out of range: a quantity is at most {MAX_QUANTITY}")
+    return amount
 
 
 @lru_cache(maxsize=16384)

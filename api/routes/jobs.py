@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
-from datetime import datetime
-from typing import Any, Literal
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal
 
-import yaml
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy import select
 
 from api import schemas
@@ -17,11 +15,12 @@ from api.problems import Problem
 from api.schemas import problems
 from api.views import event_out, humanised, job_out, placement_out
 from broker import jobs as job_service
-from broker.db.models import Job, Queue, Tenant
+from broker.db.models import Job, Queue, Tenant, as_utc
 from broker.errors import Invalid, NotFound
 from broker.jobset import JobSetError
 from broker.scheduling import RULE_WORDS, dry_run_manifest
 from broker.tenancy import Principal, get_tenant
+from clusters.documents import DocumentError, load_json, load_yaml_all
 
 router = APIRouter(prefix="/api/v1")
 
@@ -41,7 +40,9 @@ JOBSET_BODY = {
 }
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def _read_body(request: Request, settings: SettingsDep) -> bytes:
+    """The raw body, read on the event loop within the size limit; the route decodes it in a worker thread."""
+    limit = settings.max_request_bytes
     declared = request.headers.get("content-length")
     if declared and re.fullmatch(r"[0-9]+", declared) and int(declared) > limit:
         raise Problem(413, f"the body is {int(declared)} bytes; the limit is {limit} (split the batch)")
@@ -53,21 +54,18 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
+BodyDep = Annotated[bytes, Depends(_read_body)]
+
+
 def _decode_jobsets(content_type: str, body: bytes) -> tuple[list[Any], bool]:
     """The manifests in a body, and whether it was a batch."""
     media_type = content_type.split(";")[0].strip().lower()
-    if media_type in JSON_TYPES:
-        try:
-            documents = [json.loads(body)]
-        except ValueError as exc:
-            raise Problem(400, f"the body is not valid JSON: {exc}") from None
-    elif media_type in YAML_TYPES:
-        try:
-            documents = [d for d in yaml.safe_load_all(body) if d is not None]
-        except yaml.YAMLError as exc:
-            raise Problem(400, f"the body is not valid YAML: {str(exc).splitlines()[0]}") from None
-    else:
+    if media_type not in JSON_TYPES + YAML_TYPES:
         raise Problem(415, f"send the JobSet as application/json or application/yaml, not {media_type or 'nothing'}")
+    try:
+        documents = [load_json(body)] if media_type in JSON_TYPES else load_yaml_all(body)
+    except DocumentError as exc:
+        raise Problem(400, f"the body: {exc}") from None
     batch = len(documents) > 1
     if len(documents) == 1 and isinstance(documents[0], list):
         documents, batch = documents[0], True
@@ -106,11 +104,10 @@ def _jobs_out(session, jobs: list[Job]) -> list[schemas.JobOut]:
 @router.post("/jobs", tags=["jobs"], status_code=201, response_model=schemas.SubmitResult,
              openapi_extra=JOBSET_BODY, responses=problems(400, 401, 404, 409, 413, 415, 422),
              summary="Submit one JobSet or a batch")
-async def submit(request: Request, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
-                 tenant: str | None = Query(None, description="the tenant to submit for (admins only)"),
-                 queue: str | None = Query(None, description="overrides the kueue.x-k8s.io/queue-name label")):
-    manifests, batch = _decode_jobsets(request.headers.get("content-type", ""),
-                                       await _read_body(request, settings.max_request_bytes))
+def submit(request: Request, session: SessionDep, principal: PrincipalDep, body: BodyDep, settings: SettingsDep,
+           tenant: str | None = Query(None, description="the tenant to submit for (admins only)"),
+           queue: str | None = Query(None, description="overrides the kueue.x-k8s.io/queue-name label")):
+    manifests, batch = _decode_jobsets(request.headers.get("content-type", ""), body)
     owner = _submitting_tenant(session, principal, tenant)
     capacity = request.app.state.capacity.get(session)
     submitted = job_service.submit_jobs(session, owner, manifests, settings, capacity, queue_override=queue,
@@ -122,11 +119,10 @@ async def submit(request: Request, session: SessionDep, principal: PrincipalDep,
 
 @router.post("/jobs:dry-run", tags=["jobs"], response_model=schemas.DryRunOut, openapi_extra=JOBSET_BODY,
              responses=problems(400, 401, 404, 413, 415, 422), summary="Where would this JobSet go now, and why")
-async def dry_run(request: Request, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
-                  tenant: str | None = Query(None, description="the tenant to ask for (admins only)"),
-                  queue: str | None = Query(None, description="overrides the kueue.x-k8s.io/queue-name label")):
-    manifests, batch = _decode_jobsets(request.headers.get("content-type", ""),
-                                       await _read_body(request, settings.max_request_bytes))
+def dry_run(request: Request, session: SessionDep, principal: PrincipalDep, body: BodyDep, settings: SettingsDep,
+            tenant: str | None = Query(None, description="the tenant to ask for (admins only)"),
+            queue: str | None = Query(None, description="overrides the kueue.x-k8s.io/queue-name label")):
+    manifests, batch = _decode_jobsets(request.headers.get("content-type", ""), body)
     if batch:
         raise Invalid("", "a dry run takes one JobSet")
     owner = _submitting_tenant(session, principal, tenant)
@@ -176,6 +172,14 @@ def _cursor(value: str | None) -> int | None:
     return int(value)
 
 
+def _since(value: datetime | None) -> datetime | None:
+    """The time in UTC, which every database compares; a time with no UTC equivalent is a 422."""
+    try:
+        return as_utc(value).astimezone(timezone.utc) if value is not None else None
+    except OverflowError:
+        raise Invalid("since", f"{value.isoformat()} has no UTC equivalent; pass a time within years 1 to 9999 in UTC") from None
+
+
 def _job_detail(session, job: Job) -> schemas.JobDetail:
     summary = _jobs_out(session, [job])[0]
     return schemas.JobDetail(**summary.model_dump(), manifest=job.manifest, demand=humanised(job.demand),
@@ -213,6 +217,6 @@ def list_events(session: SessionDep, principal: PrincipalDep,
                 object: str | None = Query(None, description="the object's name or id"),
                 since: datetime | None = None, limit: int = Query(100, ge=1, le=job_service.MAX_PAGE),
                 cursor: str | None = None):
-    rows = job_service.list_events(session, principal, kind, object, since, limit, _cursor(cursor))
+    rows = job_service.list_events(session, principal, kind, object, _since(since), limit, _cursor(cursor))
     return schemas.EventPage(items=[event_out(e) for e in rows],
                              next_cursor=str(rows[-1].id) if rows else cursor)

@@ -17,6 +17,8 @@
     }
     sessionStorage.setItem("archipelago.token", input.value.trim());
     const next = new URL(new URLSearchParams(location.search).get("next") || "/", location.origin);
-    location.assign(next.origin === location.origin ? next.pathname + next.search : "/");  // never off-site
+    // never off-site: a path that starts with two slashes ("/.//evil.test" becomes "//evil.test") names another host
+    const onSite = next.origin === location.origin && !next.pathname.startsWith("//");
+    location.assign(onSite ? next.pathname + next.search : "/");
   });
 })();

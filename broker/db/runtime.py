@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
@@ -25,6 +26,9 @@ def open_database(settings: Settings, *, upgrade: bool) -> Database:
     """Connect (failing with one line if unreachable) and, if asked, bring the schema to head."""
     if settings.sqlite_path is not None:
         settings.sqlite_path.resolve().parent.mkdir(parents=True, exist_ok=True)
+        # readable by this user only: it holds token hashes and encrypted kubeconfigs (SQLite gives its
+        # journal and WAL files the database file's mode)
+        os.close(os.open(settings.sqlite_path, os.O_WRONLY | os.O_CREAT, 0o600))
     engine = make_engine(settings.database_url)
     check_connection(engine)
     if upgrade:

@@ -6,9 +6,12 @@ import json
 
 import pytest
 import yaml
+from fastapi.testclient import TestClient
+from sqlalchemy import select
 
+from api.app import create_app
 from broker.db.crypto import KubeconfigCipher
-from broker.db.models import Cluster, Node
+from broker.db.models import Cluster, Node, Queue
 from clusters.quantity import to_milli
 from tests.api.conftest import add_cluster_with_leaves, make_tenant
 from tests.api.jobsets import jobset, with_change
@@ -272,15 +275,29 @@ def test_tenant_isolation_on_every_endpoint(admin, research, db, settings):
     assert research.get(f"/api/v1/jobs/{job_id}").status_code == 200
 
 
-def test_metrics_count_jobs_by_state_and_queue_depth(admin, research):
+def test_metrics_count_jobs_by_state_and_queue_depth(admin, research, db):
     submit(research, [jobset("a"), jobset("b"), jobset("c", queue="eval")])
     research.delete(f"/api/v1/jobs/{research.get('/api/v1/jobs').json()['items'][0]['id']}")
     text = admin.get("/metrics").text
     assert 'archipelago_jobs{state="Queued"} 2.0' in text
     assert 'archipelago_jobs{state="Cancelled"} 1.0' in text
-    assert 'archipelago_queue_pending_jobs{queue="training"} 2.0' in text
-    assert 'archipelago_queue_pending_jobs{queue="eval"} 0.0' in text
+    with db.sessions() as session:
+        ids = dict(session.execute(select(Queue.name, Queue.id)).all())
+    assert f'archipelago_queue_pending_jobs{{queue="{ids["training"]}"}} 2.0' in text  # no tenant's words by default
+    assert f'archipelago_queue_pending_jobs{{queue="{ids["eval"]}"}} 0.0' in text
+    assert "training" not in text and "research" not in text
     assert "archipelago_scheduler_cycle_seconds_bucket" in text
+
+
+def test_metrics_need_the_metrics_token_or_an_admin_and_show_queue_names_only_when_allowed(settings, db, research):
+    app = create_app(settings.model_copy(update={"metrics_token": "scrape-me", "metrics_queue_names": True}), db,
+                     run_loops=False)
+    with TestClient(app) as anonymous:
+        assert anonymous.get("/metrics").status_code == 401
+        assert anonymous.get("/metrics", headers=research.headers).status_code == 403
+        assert anonymous.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        text = anonymous.get("/metrics", headers={"Authorization": "Bearer scrape-me"}).text
+    assert 'archipelago_queue_pending_jobs{queue="training"} 0.0' in text
 
 
 def test_dry_run_says_where_a_job_would_go_and_writes_nothing(research, db, settings):

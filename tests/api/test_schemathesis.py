@@ -32,3 +32,24 @@ def test_no_request_makes_the_server_fail(app):
                 case.call_and_validate(headers=ADMIN, checks=[not_a_server_error])
 
             no_server_error()
+
+
+def test_no_sequence_of_requests_makes_the_server_fail(app):
+    """The stateful phase: links schemathesis infers (a queue or job created, then read, changed, deleted)."""
+    with TestClient(app, headers=ADMIN) as admin:
+        admin.post("/api/v1/tenants", json={"name": "research"})
+        admin.post("/api/v1/queues", json={"name": "training", "tenant": "research"})
+        admin.post("/api/v1/jobs", json=jobset("train"), params={"tenant": "research"})
+        machine = schemathesis.openapi.from_asgi("/openapi.json", app).as_state_machine()
+        linked = [name for name in vars(machine) if "_GetJob_" in name or "_PatchQueue_" in name]
+        assert len(linked) >= 6  # jobs and queues are chained, not only fuzzed one by one
+
+        class Sequences(machine):
+            def get_call_kwargs(self, case):
+                return {"headers": ADMIN}
+
+            def validate_response(self, response, case, additional_checks=(), **kwargs):
+                case.validate_response(response, checks=[not_a_server_error])
+
+        Sequences.run(settings=settings(max_examples=40, stateful_step_count=6, deadline=None,
+                                        suppress_health_check=list(HealthCheck), database=None))

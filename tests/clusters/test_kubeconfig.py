@@ -57,3 +57,28 @@ def test_credentials_in_the_server_url_are_never_quoted(server):
     with pytest.raises(KubeconfigError) as error:
         load_kubeconfig(_config({"token": "t"}, {"server": server}))
     assert str(error.value) == "the server URL must not carry credentials"
+
+
+def test_a_query_string_in_the_server_url_is_refused_without_quoting_it():
+    with pytest.raises(KubeconfigError) as error:
+        load_kubeconfig(_config({"token": "t"}, {"server": "https://10.0.0.1:6443/?access_token=do-not-print-me"}))
+    assert str(error.value) == "the server URL must not carry a query string or fragment"
+
+
+@pytest.mark.parametrize("policy, proxy, refusal", [
+    (KubeconfigPolicy(), "http://proxy.example:3128", "`proxy-url` is refused"),
+    (KubeconfigPolicy(allow_proxy=True), "socks5://user:pw@proxy.example:1080", "must be an http:// or https:// URL"),
+    (KubeconfigPolicy(allow_proxy=True), "http://[::1", "must be an http:// or https:// URL"),
+])
+def test_a_proxy_is_followed_only_when_allowed_and_only_over_http(policy, proxy, refusal):
+    with pytest.raises(KubeconfigError) as error:
+        load_kubeconfig(_config({"token": "t"}, {"proxy-url": proxy}), policy=policy)
+    assert refusal in str(error.value) and "pw@" not in str(error.value)
+    allowed = load_kubeconfig(_config({"token": "t"}, {"proxy-url": "https://proxy.example:3128"}),
+                              policy=KubeconfigPolicy(allow_proxy=True))
+    assert allowed.configuration.proxy == "https://proxy.example:3128"
+
+
+def test_aliases_in_a_kubeconfig_are_refused():
+    with pytest.raises(KubeconfigError, match="aliases"):
+        load_kubeconfig("users: &u [{name: u}]\nclusters: *u\n")

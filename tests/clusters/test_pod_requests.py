@@ -128,8 +128,15 @@ def test_the_largest_init_container_counts_with_the_sidecars_started_before_it()
      "'x' is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"),
     ({"initContainers": [_container({"cpu": "x"})]}, "initContainers[0].resources.requests.cpu",
      "'x' is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"),
-    ({"overhead": {"cpu": "x"}}, "overhead.cpu", "'x' is not a resource quantity"),
-    ({"overhead": {"cpu": None}}, "overhead.cpu", "None is not a resource quantity"),
+    ({"overhead": {"cpu": "x"}}, "overhead.cpu",
+     "'x' is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"),
+    ({"overhead": {"cpu": None}}, "overhead.cpu",
+     "None is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"),
+    ({"overhead": {"nvidia.com/gpu": "-8"}}, "overhead.nvidia.com/gpu", "must not be negative"),
+    ({"overhead": {"cpu": "1e5000"}}, "overhead.cpu",
+     "'1e5000' is out of range: a quantity is at most 9223372036854775807"),
+    ({"containers": [_container({"cpu": 1e300})]}, "containers[0].resources.requests.cpu",
+     "'1e+300' is out of range: a quantity is at most 9223372036854775807"),
     ({"overhead": []}, "overhead", "must be an object, got list"),
 ])
 def test_a_wrong_pod_spec_names_the_field(pod, path, message):

@@ -63,10 +63,11 @@ def test_sign_in_then_overview_matches_the_api(browser, federation):
     context.close()
 
 
-def test_sign_in_never_sends_the_user_off_site(browser, federation):
+@pytest.mark.parametrize("target", ["/%5Cevil.example/steal", "/.//evil.example/steal", "//evil.example/steal"])
+def test_sign_in_never_sends_the_user_off_site(browser, federation, target):
     context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
-    page.goto(federation.url + "/login?next=/%5Cevil.example/steal")
+    page.goto(federation.url + "/login?next=" + target)
     page.get_by_label("API token").fill(ADMIN_TOKEN)
     page.keyboard.press("Enter")
     expect(page.get_by_test_id("whoami")).to_have_text("admin")

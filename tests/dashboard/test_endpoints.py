@@ -20,6 +20,16 @@ def test_pages_are_served_and_static_files_only_by_name(admin):
     assert admin.get("/static/missing.js").status_code == 404
 
 
+def test_pages_carry_a_content_security_policy_and_nothing_is_sniffed_or_framed(admin):
+    for path in ("/", "/login", "/jobs/7"):
+        headers = admin.get(path).headers
+        assert "script-src 'self';" in headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in headers["content-security-policy"]
+        assert (headers["x-frame-options"], headers["x-content-type-options"]) == ("DENY", "nosniff")
+    for path in ("/static/app.js", "/api/v1/whoami", "/healthz"):
+        assert admin.get(path).headers["x-content-type-options"] == "nosniff", path
+
+
 def test_whoami_names_the_principal(admin):
     assert admin.get("/api/v1/whoami").json() == {"role": "admin", "tenant": None}
     with make_tenant(admin, "research") as research:

@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, inspect
 
 import broker
 from api.app import create_app
-from broker.db.runtime import Database
+from broker.db.runtime import Database, open_database
 from broker.settings import ConfigError, Settings, get_settings
 
 ARCHIPELAGO = str(Path(sys.executable).parent / "archipelago")
@@ -139,3 +139,10 @@ def test_serve_migrates_the_embedded_database_and_answers(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_the_sqlite_file_is_created_readable_by_its_owner_only(tmp_path):
+    path = tmp_path / "data" / "archipelago.db"
+    database = open_database(Settings(database_url=f"sqlite:///{path}", _env_file=None), upgrade=True)
+    database.dispose()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600

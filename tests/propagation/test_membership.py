@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+import yaml
+
 from tests.propagation.conftest import jobset
 
 LONG = {"sim.archipelago.io/duration": "1h"}
@@ -26,4 +29,19 @@ def test_one_member_cannot_be_registered_under_two_names(federation):
     again = federation.api.post("/api/v1/clusters", json={"name": "eu-west-twin",
                                                          "kubeconfig": federation.sim.kubeconfig("eu-west")})
     assert again.status_code == 409
+    assert "is already registered as cluster 'eu-west'" in again.json()["detail"]
+
+
+@pytest.mark.parametrize("respell", [lambda s: s + "/", lambda s: s.replace("/clusters/", "/./clusters/"),
+                                     lambda s: s.replace("127.0.0.1", "LOCALHOST"),
+                                     lambda s: s.replace("eu-west", "e%75-west"),
+                                     lambda s: s.replace("https", "HTTPS")],
+                         ids=["trailing slash", "dot segment", "localhost", "percent-encoded", "scheme case"])
+def test_one_member_under_another_spelling_of_its_url_is_the_same_member(federation, respell):
+    kubeconfig = yaml.safe_load(federation.sim.kubeconfig("eu-west"))
+    server = kubeconfig["clusters"][0]["cluster"]["server"]
+    kubeconfig["clusters"][0]["cluster"]["server"] = respell(server)
+    again = federation.api.post("/api/v1/clusters", json={"name": "eu-west-twin",
+                                                         "kubeconfig": yaml.safe_dump(kubeconfig)})
+    assert again.status_code == 409, again.text
     assert "is already registered as cluster 'eu-west'" in again.json()["detail"]
