@@ -83,7 +83,13 @@ class _Cycle:
 
     # -- phase 2: which queue goes next -------------------------------------------------------
     def _starving(self, job: PendingJob) -> bool:
-        return self.snapshot.now - job.submitted_at >= self.config.starvation_after_s
+        """Has it waited past `starvation_after_s`, while its tenant holds no more than its fair share? (A tenant
+        above its share waits its turn by fairness, however old its jobs: in a saturated federation every job
+        grows old, and age alone would undo the fair share.)"""
+        if self.snapshot.now - job.submitted_at < self.config.starvation_after_s:
+            return False
+        usage = self.snapshot.tenant_usage.get(job.tenant, {})
+        return dominant_share(usage, self.snapshot.totals) <= self.fair.get(job.tenant, 1.0) + 1e-9
 
     def _quota(self, job: PendingJob) -> QuotaVerdict:
         state = self.snapshot.queues[job.queue]
@@ -93,7 +99,8 @@ class _Cycle:
     def _queue_key(self, state: QueueState, job: PendingJob) -> tuple:
         """Which queue head is decided next; the lowest key goes first:
 
-        1. jobs that have waited past `starvation_after_s`, oldest first (so none starves forever);
+        1. jobs that have waited past `starvation_after_s` of tenants not above their fair share, oldest
+           first (so none starves forever, and age does not undo fairness; `_starving`);
         2. a job that fits its queue's nominal quota before one that must borrow;
         3. the lowest weighted dominant share of the queue's tenant once the job is admitted, by
            tenant weight (hierarchical DRF: tenants share the federation, whatever their queues);

@@ -72,3 +72,16 @@ def test_the_fair_share_rule():
     assert fair_share_allows(0.5, 0.5, 0.5, 0.5)  # both end exactly at their fair shares
     assert not fair_share_allows(0.625, 0.5, 0.375, 0.5)  # the preemptor would end above its share
     assert not fair_share_allows(0.25, 0.5, 0.45, 0.5)  # the victim would end below its own
+
+
+def test_age_does_not_undo_fairness_a_starving_job_of_a_tenant_above_its_share_waits_its_turn():
+    # over weighs 48 of 64 GPUs (fair share 32) and has waited long; under holds 8 and has just come: the one
+    # free node goes to under, and over's old job neither goes first nor holds nodes
+    eu = cluster("eu", fabric(leaves=2, nodes_per_leaf=4))
+    names = [n.name for n in eu.nodes]
+    work = [running(f"over-{i}", "eu", [names[i]], queue_name="o", tenant="over") for i in range(6)] + \
+        [running("under-0", "eu", [names[6]], queue_name="u", tenant="under")]
+    s = snapshot([eu], [queue("o", tenant="over"), queue("u", tenant="under")], running=work, now=10_000.0)
+    old, new = job("o", gpus=8, tenant="over", submitted_at=0.0), job("u", gpus=8, tenant="under", submitted_at=9_999.0)
+    result = schedule(s, [old, new])
+    assert [p.job_id for p in result.placements] == [new.id] and not result.holds
