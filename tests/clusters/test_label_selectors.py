@@ -1,12 +1,12 @@
 """Label selectors and node selector terms as Kubernetes reads them (clusters/labels.py): the string form,
-`matchLabels`/`matchExpressions`, label checks, and the node pinning the broker writes into copies."""
+`matchLabels`/`matchExpressions`, label checks (the node pinning is tests/clusters/test_pin.py's)."""
 
 from __future__ import annotations
 
 import pytest
 
 from clusters.labels import (NODE_NAME_FIELD, Requirement, Selector, TermError, check_labels, node_requirement,
-                             node_selector_term, parse_selector, pin_to_nodes, selector_from_object)
+                             node_selector_term, parse_selector, selector_from_object)
 
 LABELS = {"region": "eu", "gpu": "h100", "tier": "3", "example.com/pool": "a.b_c-d"}
 
@@ -205,26 +205,3 @@ def test_a_wrong_node_selector_term_names_its_entry(term, error):
     assert str(raised.value) == error
     assert f"{raised.value.path}: {raised.value.message}" == error
 
-
-def _pin(node: str) -> dict:
-    return {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
-
-
-def test_pinning_without_an_affinity_admits_exactly_the_nodes():
-    assert pin_to_nodes(None, ["n1", "n2"]) == {"nodeSelectorTerms": [{"matchFields": [_pin("n1")]},
-                                                                    {"matchFields": [_pin("n2")]}]}
-
-
-def test_pinning_ands_the_nodes_into_each_of_the_pods_own_terms():
-    gpu = {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}
-    not_n2 = {"matchFields": [{"key": NODE_NAME_FIELD, "operator": "NotIn", "values": ["n2"]}]}
-    required = {"nodeSelectorTerms": [gpu, not_n2, {}, {"matchExpressions": []}], "other": "kept"}
-    assert pin_to_nodes(required, ["n1", "n2"]) == {"other": "kept", "nodeSelectorTerms": [
-        {**gpu, "matchFields": [_pin("n1")]},
-        {"matchFields": [not_n2["matchFields"][0], _pin("n1")]},
-        {**gpu, "matchFields": [_pin("n2")]},  # the NotIn n2 term rules n2 out: no copy of it for n2
-    ]}
-
-
-def test_pinning_an_affinity_whose_terms_all_match_nothing_admits_no_node():
-    assert pin_to_nodes({"nodeSelectorTerms": [{}]}, ["n1"]) == {"nodeSelectorTerms": []}
