@@ -97,6 +97,8 @@ class QueueOut(BaseModel):
     reclaim_within_cohort: str
     default: bool
     usage: dict[str, str]
+    lent: dict[str, str] = Field(description="what the tenant's other queues use of its unused nominal quota "
+                                             "(what they borrow, in proportion to each lender's unused quota)")
     pending: int
     running: int
     oldest_pending_at: datetime | None

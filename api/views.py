@@ -42,12 +42,13 @@ def event_out(event: Event) -> schemas.EventOut:
                             type=event.type, reason=event.reason, message=event.message)
 
 
-def queue_out(queue: Queue, stats: QueueStats, fair_share: float, dominant_share: float) -> schemas.QueueOut:
+def queue_out(queue: Queue, stats: QueueStats, fair_share: float, dominant_share: float,
+              lent: Mapping[str, int]) -> schemas.QueueOut:
     return schemas.QueueOut(
         name=queue.name, tenant=queue.tenant.name, weight=queue.weight, priority=queue.priority,
         nominal_quota=humanised(queue.nominal_quota), borrowing_limit=None if queue.borrowing_limit is None
         else humanised(queue.borrowing_limit), preemption_policy=queue.preemption_policy,
         reclaim_within_cohort=queue.reclaim_within_cohort,
-        default=queue.is_default, usage=humanised(stats.usage), pending=stats.pending, running=stats.running,
+        default=queue.is_default, usage=humanised(stats.usage), lent=humanised(lent), pending=stats.pending, running=stats.running,
         oldest_pending_at=stats.oldest_pending_at, fair_share=round(fair_share, 4),
         dominant_share=round(dominant_share, 4))

@@ -14,7 +14,7 @@ from api.views import queue_out
 from broker import tenancy
 from broker.db.models import JOB_FINISHED_STATES, Job, Queue, Tenant
 from broker.errors import NotFound
-from broker.placement.fairness import dominant_share, fair_shares
+from broker.placement.fairness import dominant_share, fair_shares, lent
 from clusters.quantity import add_into
 
 router = APIRouter(prefix="/api/v1")
@@ -92,9 +92,13 @@ def _queues_out(request: Request, session, queues: list[Queue]) -> list[schemas.
     federation."""
     totals = request.app.state.capacity.get(session).totals
     shares = _fair_shares(session)
-    stats = tenancy.queue_stats(session, [q.id for q in queues])
+    cohorts = {q.tenant_id: q.tenant.queues for q in queues}  # what a queue lends depends on its siblings
+    stats = tenancy.queue_stats(session, [q.id for siblings in cohorts.values() for q in siblings])
+    lending = {}
+    for siblings in cohorts.values():
+        lending.update(lent({q.id: (q.nominal_quota, stats[q.id].usage) for q in siblings}))
     return [queue_out(queue, stats[queue.id], shares.get(queue.id, 0.0),
-                      dominant_share(stats[queue.id].usage, totals)) for queue in queues]
+                      dominant_share(stats[queue.id].usage, totals), lending[queue.id]) for queue in queues]
 
 
 @router.get("/queues", tags=["queues"], response_model=list[schemas.QueueOut], responses=problems(401))

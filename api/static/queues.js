@@ -40,6 +40,7 @@
       return h("li", { "data-testid": "quota-" + r },
         `${label} ${queue.usage[r] || "0"} / ${nominal}`,
         borrowed > 0 ? h("span", { class: "borrow" }, ` borrowing ${AP.formatAmount(borrowed, r)}`) : null,
+        queue.lent[r] ? h("span", { class: "lend", "data-testid": "lent-" + r }, ` lending ${queue.lent[r]}`) : null,
         limit != null ? h("span", { class: "muted" }, ` (may borrow ${limit})`) : null);
     }));
   }

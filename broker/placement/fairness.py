@@ -48,6 +48,26 @@ def fair_shares(tenant_weights: Mapping[str, float], queue_weights: Mapping[str,
             for name, (tenant, weight) in queue_weights.items()}
 
 
+def lent(cohort: Mapping[str, tuple[Resources, Resources]]) -> dict[str, dict[str, int]]:
+    """What each queue of one cohort (name -> (nominal quota, usage)) lends: what the others use above their
+    nominal quotas, split among the queues with unused nominal quota in proportion to it."""
+    borrowed: dict[str, int] = {}
+    idle: dict[str, dict[str, int]] = {}  # resource -> queue -> unused nominal quota
+    for name, (nominal, usage) in cohort.items():
+        for resource, quota in nominal.items():
+            used = usage.get(resource, 0)
+            if used > quota:
+                borrowed[resource] = borrowed.get(resource, 0) + used - quota
+            elif quota > used:
+                idle.setdefault(resource, {})[name] = quota - used
+    result: dict[str, dict[str, int]] = {name: {} for name in cohort}
+    for resource, total in borrowed.items():
+        unused = sum(idle.get(resource, {}).values())
+        for name, amount in idle.get(resource, {}).items():
+            result[name][resource] = min(amount, total * amount // unused)
+    return result
+
+
 def tenant_fair_shares(weights: Mapping[str, float], active: Iterable[str]) -> dict[str, float]:
     """Each active tenant's fair share of the federation: its weight over the active tenants' (absent: 1)."""
     active = sorted(set(active))

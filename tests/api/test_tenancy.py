@@ -78,7 +78,7 @@ def test_queue_settings_round_trip(admin):
     assert admin.patch("/api/v1/queues/training", json={"reclaim_within_cohort": "LowerPriority"}).json()[
         "reclaim_within_cohort"] == "LowerPriority"
     assert queue["default"] is True  # a tenant's first queue
-    assert (queue["pending"], queue["running"], queue["usage"]) == (0, 0, {})
+    assert (queue["pending"], queue["running"], queue["usage"], queue["lent"]) == (0, 0, {}, {})
     patched = admin.patch("/api/v1/queues/training", json={"weight": 1.5}).json()
     assert patched["weight"] == 1.5 and patched["nominal_quota"] == queue["nominal_quota"]
 

@@ -3,7 +3,7 @@
 import pytest
 
 from broker.placement import Tenant, schedule
-from broker.placement.fairness import check_quota, dominant_share, fair_shares, weighted_share
+from broker.placement.fairness import check_quota, dominant_share, fair_shares, lent, weighted_share
 
 from .fixtures import GPU, cluster, fabric, gpus_by_queue, job, n_jobs, queue, running, snapshot
 
@@ -118,3 +118,10 @@ def test_quota_verdicts():
     short = check_quota(q, {GPU: 16_000}, {GPU: 4_000}, busy_sibling)
     assert short.message == ("queue q is at its quota of 16 GPUs; tenant t's other queues have 2 GPUs to lend "
                              "and it needs 4 GPUs more")
+
+
+def test_what_each_queue_lends_is_the_others_borrowing_in_proportion_to_its_unused_quota():
+    cohort = {"busy": ({GPU: 16_000}, {GPU: 28_000}), "idle": ({GPU: 16_000}, {}),
+              "half": ({GPU: 8_000}, {GPU: 4_000}), "free": ({}, {GPU: 8_000})}
+    assert lent(cohort) == {"busy": {}, "idle": {GPU: 9_600}, "half": {GPU: 2_400}, "free": {}}
+    assert lent({"a": ({GPU: 8_000}, {GPU: 8_000})}) == {"a": {}}
