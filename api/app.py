@@ -5,14 +5,18 @@ from __future__ import annotations
 import importlib
 import logging
 import secrets
-from contextlib import asynccontextmanager
+import threading
+from contextlib import asynccontextmanager, nullcontext
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.security import HTTPAuthorizationCredentials
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
+from swagger_ui_bundle import swagger_ui_path
 
 import broker
 from api.deps import SessionDep, SettingsDep, bearer, get_principal
@@ -30,7 +34,8 @@ log = logging.getLogger("archipelago.api")
 
 
 # Every answer: no MIME sniffing, no framing. Dashboard pages also: only their own scripts and styles
-# (inline style attributes are how bars are sized), nothing sent elsewhere. /docs keeps Swagger UI's own needs.
+# (inline style attributes are how bars are sized), nothing sent elsewhere. /docs keeps Swagger UI's own needs
+# (an inline script that starts it), its files served from the installed swagger-ui-bundle, never a CDN.
 _HEADERS = [(b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"),
             (b"referrer-policy", b"same-origin")]
 _PAGE_CSP = (b"content-security-policy", b"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -47,7 +52,7 @@ class SecurityHeaders:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        page = not scope["path"].startswith(("/docs", "/redoc"))
+        page = not scope["path"].startswith("/docs")
 
         async def with_headers(message) -> None:
             if message["type"] == "http.response.start":
@@ -82,13 +87,25 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
             if owned:
                 app.state.db.dispose()
 
-    app = FastAPI(title="Archipelago", version=broker.__version__, lifespan=lifespan,
+    app = FastAPI(title="Archipelago", version=broker.__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Multi-cluster broker that places JobSets on the cluster and HyperNode "
                               "where they run best.")
     app.add_middleware(SecurityHeaders)
     app.state.settings = settings
     app.state.capacity = CapacityCache()
+    # SQLite takes one writer at a time: submissions queue for it here, where the next one starts the moment the
+    # last commits, instead of in SQLite's busy handler, which sleeps (up to 100 ms a try) between attempts.
+    app.state.sqlite_writer = threading.Lock() if settings.is_sqlite else nullcontext()
     install_problem_handlers(app)
+
+    app.mount("/docs/static", StaticFiles(directory=swagger_ui_path), name="swagger-ui")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title="Archipelago API",
+                                   swagger_js_url="/docs/static/swagger-ui-bundle.js",
+                                   swagger_css_url="/docs/static/swagger-ui.css",
+                                   swagger_favicon_url="/docs/static/favicon-32x32.png")
 
     @app.get("/healthz", tags=["health"], summary="The process is alive")
     def healthz() -> dict[str, str]:

@@ -110,9 +110,10 @@ def submit(request: Request, session: SessionDep, principal: PrincipalDep, body:
     manifests, batch = _decode_jobsets(request.headers.get("content-type", ""), body)
     owner = _submitting_tenant(session, principal, tenant)
     capacity = request.app.state.capacity.get(session)
-    submitted = job_service.submit_jobs(session, owner, manifests, settings, capacity, queue_override=queue,
-                                        batch=batch)
-    session.commit()
+    with request.app.state.sqlite_writer:
+        submitted = job_service.submit_jobs(session, owner, manifests, settings, capacity, queue_override=queue,
+                                            batch=batch)
+        session.commit()
     request.app.state.services.wake("scheduler")
     return schemas.SubmitResult(items=[job_out(job, owner.name, queue_name, []) for job, queue_name in submitted])
 
@@ -177,7 +178,8 @@ def _since(value: datetime | None) -> datetime | None:
     try:
         return as_utc(value).astimezone(timezone.utc) if value is not None else None
     except OverflowError:
-        raise Invalid("since", f"{value.isoformat()} has no UTC equivalent; pass a time within years 1 to 9999 in UTC") from None
+        raise Invalid("since", f"{value.isoformat()} has no UTC equivalent; pass a time within years 1 to 9999 "
+                               "in UTC") from None
 
 
 def _job_detail(session, job: Job) -> schemas.JobDetail:

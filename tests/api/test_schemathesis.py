@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 
+from broker.db.models import Base
 from tests.api.conftest import ADMIN
 from tests.api.jobsets import jobset
 
@@ -35,16 +36,23 @@ def test_no_request_makes_the_server_fail(app):
 
 
 def test_no_sequence_of_requests_makes_the_server_fail(app):
-    """The stateful phase: links schemathesis infers (a queue or job created, then read, changed, deleted)."""
+    """The stateful phase: links schemathesis infers (a queue or job created, then read, changed, deleted).
+    Each sequence starts from the same database, so that hypothesis can replay and shrink one."""
     with TestClient(app, headers=ADMIN) as admin:
-        admin.post("/api/v1/tenants", json={"name": "research"})
-        admin.post("/api/v1/queues", json={"name": "training", "tenant": "research"})
-        admin.post("/api/v1/jobs", json=jobset("train"), params={"tenant": "research"})
         machine = schemathesis.openapi.from_asgi("/openapi.json", app).as_state_machine()
         linked = [name for name in vars(machine) if "_GetJob_" in name or "_PatchQueue_" in name]
         assert len(linked) >= 6  # jobs and queues are chained, not only fuzzed one by one
 
         class Sequences(machine):
+            def setup(self):
+                with app.state.db.engine.begin() as connection:
+                    for table in reversed(Base.metadata.sorted_tables):
+                        connection.execute(table.delete())
+                app.state.capacity.forget()
+                admin.post("/api/v1/tenants", json={"name": "research"})
+                admin.post("/api/v1/queues", json={"name": "training", "tenant": "research"})
+                admin.post("/api/v1/jobs", json=jobset("train"), params={"tenant": "research"})
+
             def get_call_kwargs(self, case):
                 return {"headers": ADMIN}
 

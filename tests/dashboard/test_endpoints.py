@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from broker.db.models import Job, Placement, Queue, utcnow
@@ -28,6 +29,16 @@ def test_pages_carry_a_content_security_policy_and_nothing_is_sniffed_or_framed(
         assert (headers["x-frame-options"], headers["x-content-type-options"]) == ("DENY", "nosniff")
     for path in ("/static/app.js", "/api/v1/whoami", "/healthz"):
         assert admin.get(path).headers["x-content-type-options"] == "nosniff", path
+
+
+def test_the_api_docs_are_served_from_the_installed_swagger_ui(admin):
+    page = admin.get("/docs")
+    assert page.status_code == 200 and "/openapi.json" in page.text
+    scripts = re.findall(r'<(?:script|link)[^>]*(?:src|href)="([^"]+)"', page.text)
+    assert scripts and all(url.startswith("/docs/static/") for url in scripts), scripts
+    for url in scripts:
+        assert admin.get(url).status_code == 200, url
+    assert admin.get("/redoc").status_code == 404  # it would load from a CDN
 
 
 def test_whoami_names_the_principal(admin):
