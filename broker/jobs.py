@@ -183,14 +183,26 @@ def submit_jobs(session: Session, tenant: Tenant, manifests: list[Any], settings
     """Validate every manifest, then store them all as Queued (a batch is all or nothing).
 
     Returns each job with the name of the queue it went to."""
+    return store_jobs(session, tenant, accept_jobs(session, tenant, manifests, settings, capacity,
+                                                   queue_override=queue_override, batch=batch), settings)
+
+
+def accept_jobs(session: Session, tenant: Tenant, manifests: list[Any], settings: Settings,
+                capacity: FederationCapacity, *, queue_override: str | None = None, batch: bool = False) -> list:
+    """Every manifest validated (reads only), ready for `store_jobs`."""
     accepted = []
     for index, manifest in enumerate(manifests):
         where = f"[{index}]." if batch else ""
         spec, queue, namespace, priority = validate_submission(session, tenant, manifest, where, queue_override,
                                                                settings, capacity)
         accepted.append((where, spec, queue, namespace, priority, manifest))
+    _refuse_names_twice_in_batch([(w, ns, spec.name) for w, spec, _, ns, _, _ in accepted])
+    return accepted
+
+
+def store_jobs(session: Session, tenant: Tenant, accepted: list, settings: Settings) -> list[tuple[Job, str]]:
+    """Insert accepted jobs as Queued, with their events; the caller commits."""
     names = [(w, ns, spec.name) for w, spec, _, ns, _, _ in accepted]
-    _refuse_names_twice_in_batch(names)
     now = utcnow()
     rows = [{"tenant_id": tenant.id, "queue_id": queue.id, "name": spec.name, "namespace": namespace,
              "manifest": manifest, "priority_class": spec.priority_class or settings.default_priority_class,

@@ -109,10 +109,10 @@ def submit(request: Request, session: SessionDep, principal: PrincipalDep, body:
            queue: str | None = Query(None, description="overrides the kueue.x-k8s.io/queue-name label")):
     manifests, batch = _decode_jobsets(request.headers.get("content-type", ""), body)
     owner = _submitting_tenant(session, principal, tenant)
-    capacity = request.app.state.capacity.get(session)
-    with request.app.state.sqlite_writer:
-        submitted = job_service.submit_jobs(session, owner, manifests, settings, capacity, queue_override=queue,
-                                            batch=batch)
+    accepted = job_service.accept_jobs(session, owner, manifests, settings, request.app.state.capacity.get(session),
+                                       queue_override=queue, batch=batch)
+    with request.app.state.sqlite_writer:  # the write only: validation runs beside other requests
+        submitted = job_service.store_jobs(session, owner, accepted, settings)
         session.commit()
     request.app.state.services.wake("scheduler")
     return schemas.SubmitResult(items=[job_out(job, owner.name, queue_name, []) for job, queue_name in submitted])
