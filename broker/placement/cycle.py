@@ -66,6 +66,7 @@ class _Cycle:
     def __init__(self, snapshot: Snapshot, config: Config):
         self.snapshot, self.config = snapshot, config
         self.filters = [FILTERS[name]() for name in config.filters]
+        self.static_filters = [f for f in self.filters if not f.depends_on_capacity]  # "would it ever fit?"
         self.scores = [(SCORES[name](), weight) for name, weight in sorted(config.score_weights.items()) if weight]
         self.weight_sum = sum(w for _, w in self.scores) or 1.0
         self.holds: dict[str, Hold] = {}  # job id -> the nodes held for it
@@ -218,11 +219,10 @@ class _Cycle:
         return outcome
 
     def _filter(self, request: Request, cluster: ClusterIndex, capacity: bool = True) -> str | None:
-        for plugin in self.filters:
-            if capacity or not plugin.depends_on_capacity:
-                reason = plugin.filter(request, cluster)
-                if reason:
-                    return reason
+        for plugin in self.filters if capacity else self.static_filters:
+            reason = plugin.filter(request, cluster)
+            if reason:
+                return reason
         return None
 
     def _score(self, request: Request, candidate: Candidate) -> float:

@@ -20,9 +20,14 @@ def amount(resource: str, milli: int) -> str:
     return f"{milli / 1000:g} {resource}"
 
 
+@lru_cache(maxsize=1024)  # demands come in a few shapes: sort each once
+def _gpus_first(resources: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(sorted(resources, key=lambda r: (r != GPU, r)))
+
+
 def shortfall(demand: Resources, free: Resources) -> tuple[str, int, int] | None:
     """The first resource (GPUs first) the free amounts cannot cover: (resource, needed, free)."""
-    for resource in sorted(demand, key=lambda r: (r != GPU, r)):
+    for resource in _gpus_first(tuple(demand)):
         if free.get(resource, 0) < demand[resource]:
             return resource, demand[resource], max(0, free.get(resource, 0))
     return None
