@@ -23,9 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
 from cryptography.fernet import Fernet
-from kubernetes import client as k8s, config as k8s_config
 from sqlalchemy import func, select
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,19 +57,6 @@ def jobset(name: str, pods: int, gpus: int, minutes: int) -> dict:
                 "parallelism": pods, "completions": pods, "backoffLimit": 0, "template": {"spec": {
                     "restartPolicy": "Never", "containers": [{"name": "main", "image": "trainer", "resources": {
                         "requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)}}}]}}}}}]}}
-
-
-def foreign_pods(kubeconfig: str, count: int) -> None:
-    """Someone else's 4-GPU pod on `count` nodes, made through the member's API."""
-    with k8s_config.new_client_from_config_dict(yaml.safe_load(kubeconfig)) as api:
-        core = k8s.CoreV1Api(api)
-        core.create_namespace({"metadata": {"name": "others"}})
-        for node in core.list_node().items[:count]:
-            core.create_namespaced_pod("others", {
-                "metadata": {"name": f"theirs-{node.metadata.name}",
-                             "annotations": {"sim.archipelago.io/duration": "100h"}},
-                "spec": {"nodeName": node.metadata.name, "containers": [
-                    {"name": "c", "image": "busybox", "resources": {"requests": {"nvidia.com/gpu": "4"}}}]}})
 
 
 class Federation(Stepper):
@@ -123,7 +108,7 @@ def main() -> None:
     started_at = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, running_simulator(scenario, speed=0) as sim:
         for name in MEMBERS:
-            foreign_pods(sim.kubeconfig(name), 8)
+            sim.others_pods(name, {"nvidia.com/gpu": "4"}, nodes=8)
         federation = Federation(sim, Path(tmp))
         stuck = 0
         admitted_at: dict[int, int] = {}  # job -> first step it was seen placed

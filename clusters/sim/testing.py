@@ -14,6 +14,9 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import yaml
+from kubernetes import client, config
+
 from clusters.sim.cluster import SimCluster
 from clusters.sim.server import SimServer
 
@@ -51,6 +54,19 @@ class SimHandle:
 
     def cluster(self, name: str) -> SimCluster:
         return self.app.clusters[name]
+
+    def others_pods(self, name: str, requests: dict[str, str], nodes: int | None = None) -> None:
+        """Someone else's long-running pod on each node (the first `nodes` of them), made through the
+        cluster's API with the official client as a user would: they hold their nodes as on any cluster."""
+        with config.new_client_from_config_dict(yaml.safe_load(self.kubeconfig(name))) as api:
+            core = client.CoreV1Api(api)
+            core.create_namespace({"metadata": {"name": "others"}})
+            for node in core.list_node().items[:nodes]:
+                core.create_namespaced_pod("others", {
+                    "metadata": {"name": f"theirs-{node.metadata.name}",
+                                 "annotations": {"sim.archipelago.io/duration": "100h"}},
+                    "spec": {"nodeName": node.metadata.name, "containers": [
+                        {"name": "c", "image": "busybox", "resources": {"requests": requests}}]}})
 
     # faults (see clusters.sim.app for what "unreachable" does on the wire)
     def make_unreachable(self, name: str) -> None:

@@ -5,8 +5,6 @@ while its copy waits to be deleted (issue #11, cases 1 and 2)."""
 from __future__ import annotations
 
 import pytest
-import yaml
-from kubernetes import client, config
 
 from tests.propagation.conftest import NODE, jobset
 
@@ -23,18 +21,6 @@ def scenario() -> dict:
             "clusters": [{"name": "eu-west"}, {"name": "us-east"}]}
 
 
-def _foreign_pods(sim, cluster: str, gpus: int) -> None:
-    """Someone else's pod on every node of the member, made through its API as a user would."""
-    with config.new_client_from_config_dict(yaml.safe_load(sim.kubeconfig(cluster))) as api:
-        core = client.CoreV1Api(api)
-        core.create_namespace({"metadata": {"name": "others"}})
-        for node in core.list_node().items:
-            core.create_namespaced_pod("others", {
-                "metadata": {"name": f"theirs-{node.metadata.name}", "annotations": LONG},
-                "spec": {"nodeName": node.metadata.name, "containers": [
-                    {"name": "c", "image": "busybox", "resources": {"requests": {GPU: str(gpus)}}}]}})
-
-
 def _pods(federation, cluster: str, job: int) -> list[dict]:
     return federation.sim.cluster(cluster).pods("team-a", f"archipelago.io/job-id={job}")
 
@@ -44,7 +30,7 @@ def test_pods_that_do_not_exist_yet_still_hold_their_nodes_so_nothing_is_overboo
     4 pods × 4 GPUs (16 GPUs each) want it. Two fit; the other two must wait for us-east."""
     federation.sim.make_unreachable("us-east")
     assert federation.health.run_once()["us-east"] == "NotReady"
-    _foreign_pods(federation.sim, "eu-west", gpus=4)
+    federation.sim.others_pods("eu-west", {GPU: "4"})
     jobs = [federation.submit(jobset(f"train-{i}", parts=(("workers", 1, 4, 4),), annotations=LONG))
             for i in range(4)]
     for _ in range(3):  # three cycles while no pod of theirs exists yet: the control plane lags

@@ -7,7 +7,6 @@ import pytest
 
 from clusters.sim.resources import NODES
 from tests.propagation.conftest import NODE, jobset
-from tests.propagation.test_capacity_truth import _foreign_pods
 
 LONG = {"sim.archipelago.io/duration": "10h"}
 
@@ -28,7 +27,7 @@ def test_starving_jobs_hold_one_leaf_each_and_small_jobs_run_beside_them(federat
     """Each member half idle (someone else's 4-GPU pod on every node); two 64-GPU JobSets of 8 GPUs a pod
     fit nowhere; once they have waited past starvation_after, ten 1-GPU JobSets still run."""
     for cluster in ("eu-west", "us-east"):
-        _foreign_pods(federation.sim, cluster, gpus=4)
+        federation.sim.others_pods(cluster, {"nvidia.com/gpu": "4"})
     big = [federation.submit(jobset(f"big-{i}", parts=(("workers", 1, 8, 8),), annotations=LONG)) for i in range(2)]
     federation.step()
     federation.step(70)  # they have waited past starvation_after now
