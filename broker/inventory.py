@@ -23,7 +23,7 @@ from broker.db.models import (PLACEMENT_LIVE_STATES, PLACEMENT_UNSTARTED_STATES,
 from broker.errors import Conflict, Invalid, NotFound
 from broker.settings import Settings
 from broker.tenancy import check_name
-from clusters import jobsets
+from clusters import access, jobsets
 from clusters.kubeconfig import KubeconfigError, KubeconfigPolicy, server_identity
 from clusters.labels import check_labels
 from clusters.member import MemberClient, MemberError, MemberFacts
@@ -37,9 +37,9 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 class RegistrationError(Exception):
     """The member cannot be registered; `status` and `title` are what the API answers."""
 
-    def __init__(self, status: int, title: str, detail: str) -> None:
+    def __init__(self, status: int, title: str, detail: str, **extra: Any) -> None:
         super().__init__(detail)
-        self.status, self.title, self.detail = status, title, detail
+        self.status, self.title, self.detail, self.extra = status, title, detail, extra
 
 
 def kubeconfig_policy(settings: Settings) -> KubeconfigPolicy:
@@ -87,22 +87,26 @@ _MEMBER_PROBLEMS = {"Unreachable": (502, "Member unreachable"), "Timeout": (504,
                     "Forbidden": (422, "Member forbids it")}
 
 
-def inspect_member(client: MemberClient) -> MemberFacts:
-    """What registration requires of a member; RegistrationError saying what is missing."""
+def inspect_member(client: MemberClient) -> tuple[MemberFacts, bool]:
+    """What registration requires of a member: its facts, and whether the broker's permissions could be
+    checked (False: the member has no SelfSubjectAccessReview API). RegistrationError saying what is missing."""
     try:
         facts = client.facts()
+        if not facts.jobset_crd:
+            raise RegistrationError(422, "JobSet not installed",
+                                    f"{client.api_server} does not serve jobsets.jobset.x-k8s.io/v1alpha2; install "
+                                    "JobSet (https://jobset.sigs.k8s.io) on the member first")
+        absent = access.missing(client, hypernodes=facts.hypernode_crd)
     except MemberError as exc:
         status, title = _MEMBER_PROBLEMS.get(exc.reason, (502, "Member error"))
         raise RegistrationError(status, title, str(exc)) from None
-    if not facts.jobset_crd:
-        raise RegistrationError(422, "JobSet not installed",
-                                f"{client.api_server} does not serve jobsets.jobset.x-k8s.io/v1alpha2; install "
-                                "JobSet (https://jobset.sigs.k8s.io) on the member first")
-    if facts.can_create_jobsets is False:
+    if absent:
         raise RegistrationError(422, "Member forbids it",
-                                f"the kubeconfig's identity may not create JobSets on {client.api_server} "
-                                "(SelfSubjectAccessReview); grant it create on jobsets.jobset.x-k8s.io")
-    return facts
+                                f"the kubeconfig's identity may not, cluster-wide on {client.api_server}: "
+                                f"{access.describe(absent)} (SelfSubjectAccessReview); grant it the ClusterRole of "
+                                "deploy/member-rbac.yaml, or let `archipelago clusters join` make the identity",
+                                missing=[{"verb": p.verb, "group": p.group, "resource": p.resource} for p in absent])
+    return facts, absent is not None
 
 
 def register_cluster(session: Session, settings: Settings, *, name: str, kubeconfig: str,
@@ -128,7 +132,7 @@ def register_cluster(session: Session, settings: Settings, *, name: str, kubecon
         raise Conflict(f"{client.api_server} is already registered as cluster {twin!r}; one member under two "
                        "names would get two brokers' worth of work")
     try:
-        facts = inspect_member(client)
+        facts, checked = inspect_member(client)
         cluster = Cluster(name=name, api_server=client.api_server, context=client.context, labels=labels, taints=[],
                           kubeconfig_encrypted=KubeconfigCipher(settings.fernet_key()).encrypt(kubeconfig),
                           state="Pending", kubernetes_version=facts.version, jobset_crd=facts.jobset_crd,
@@ -143,7 +147,8 @@ def register_cluster(session: Session, settings: Settings, *, name: str, kubecon
         raise
     events.record(session, "cluster", name, "Registered",
                   f"registered {client.api_server} (Kubernetes {facts.version}, JobSet CRD present"
-                  f"{', HyperNode CRD present' if facts.hypernode_crd else ''})")
+                  f"{', HyperNode CRD present' if facts.hypernode_crd else ''}"
+                  f"{'' if checked else '; permissions not checked: no SelfSubjectAccessReview API'})")
     return cluster, client
 
 

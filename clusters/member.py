@@ -46,7 +46,6 @@ class MemberFacts:
     version: str
     jobset_crd: bool
     hypernode_crd: bool
-    can_create_jobsets: bool | None  # None: the member has no SelfSubjectAccessReview API
 
 
 class MemberClient:
@@ -170,10 +169,8 @@ class MemberClient:
 
     def facts(self) -> MemberFacts:
         version = self.version()
-        jobset = self.serves(JOBSET_GROUP, JOBSET_VERSION, "jobsets")
-        return MemberFacts(version=version, jobset_crd=jobset,
-                           hypernode_crd=self.serves(HYPERNODE_GROUP, HYPERNODE_VERSION, "hypernodes"),
-                           can_create_jobsets=self.may("create", JOBSET_GROUP, "jobsets") if jobset else None)
+        return MemberFacts(version=version, jobset_crd=self.serves(JOBSET_GROUP, JOBSET_VERSION, "jobsets"),
+                           hypernode_crd=self.serves(HYPERNODE_GROUP, HYPERNODE_VERSION, "hypernodes"))
 
 
 _TLS_MARKERS = re.compile(r"(certificate verify failed[^(')\"]*|hostname mismatch[^(')\"]*|"

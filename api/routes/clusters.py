@@ -45,7 +45,7 @@ def register(body: ClusterIn, request: Request, session: SessionDep, settings: S
         cluster, client = inventory.register_cluster(session, settings, name=body.name, kubeconfig=body.kubeconfig,
                                                      context=body.context, labels=body.labels)
     except inventory.RegistrationError as exc:
-        raise Problem(exc.status, exc.detail, title=exc.title) from None
+        raise Problem(exc.status, exc.detail, title=exc.title, **exc.extra) from None
     session.commit()
     try:
         first_sync(request.app.state.db, settings, cluster.id, client)

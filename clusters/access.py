@@ -1,0 +1,176 @@
+"""Least privilege on a member: the permissions the broker needs there, checked at registration with
+SelfSubjectAccessReviews, and the RBAC objects that grant exactly those (`archipelago clusters join`
+applies them with an admin credential that never leaves the CLI; deploy/member-rbac.yaml is their
+rendering for people who apply them by hand, checked against `member_objects()` by a test).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from dataclasses import dataclass
+
+import yaml
+
+from clusters.kubeconfig import LoadedKubeconfig
+from clusters.member import HYPERNODE_GROUP, JOBSET_GROUP, MemberClient, MemberError
+
+NAME = "archipelago-broker"
+DEFAULT_NAMESPACE = "archipelago-system"
+TOKEN_SECRET = f"{NAME}-token"
+NAME_PREFIX = "archipelago-"
+FIELD_MANAGER = "archipelago-join"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "archipelago"}
+SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"
+TOKEN_WAIT = 30.0
+
+# What the broker does on a member, cluster-wide: the tenants' namespaces are the broker's to choose.
+_NEEDED = (
+    ("", "namespaces", ("create", "patch")),  # dispatch: server-side apply of the tenant's namespace creates it
+    ("", "nodes", ("list", "watch")),  # the inventory
+    ("", "pods", ("list", "watch")),  # the inventory; why a placement's pods are not ready
+    (JOBSET_GROUP, "jobsets", ("create", "delete", "get", "list", "patch", "watch")),  # dispatch and status
+    (HYPERNODE_GROUP, "hypernodes", ("list", "watch")),  # the topology, where the member has the CRD
+)
+
+
+@dataclass(frozen=True)
+class Permission:
+    verb: str
+    group: str
+    resource: str
+
+    def __str__(self) -> str:
+        return f"{self.verb} {self.resource}.{self.group}" if self.group else f"{self.verb} {self.resource}"
+
+
+def required(hypernodes: bool) -> list[Permission]:
+    """Every permission the broker uses on a member; HyperNodes only where the member serves them."""
+    return [Permission(verb, group, resource) for group, resource, verbs in _NEEDED for verb in verbs
+            if hypernodes or group != HYPERNODE_GROUP]
+
+
+def missing(client: MemberClient, hypernodes: bool) -> list[Permission] | None:
+    """The required permissions the client's identity lacks, cluster-wide; None where the member has no
+    SelfSubjectAccessReview API (nothing can be checked). Raises MemberError."""
+    absent = []
+    for permission in required(hypernodes):
+        allowed = client.may(permission.verb, permission.group, permission.resource)
+        if allowed is None:
+            return None
+        if not allowed:
+            absent.append(permission)
+    return absent
+
+
+def describe(permissions: list[Permission]) -> str:
+    return "; ".join(str(p) for p in permissions)
+
+
+# The objects that grant them ---------------------------------------------------------------------
+
+def cluster_role_rules() -> list[dict]:
+    return [{"apiGroups": [group], "resources": [resource], "verbs": list(verbs)} for group, resource, verbs in _NEEDED]
+
+
+def member_objects(namespace: str = DEFAULT_NAMESPACE) -> list[dict]:
+    """Namespace, ServiceAccount, ClusterRole, ClusterRoleBinding and the ServiceAccount's token Secret,
+    in the order they are created."""
+    meta = {"labels": dict(MANAGED_BY)}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, **meta}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": NAME, "namespace": namespace, **meta}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": NAME, **meta},
+         "rules": cluster_role_rules()},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": NAME, **meta},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
+         "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}]},
+        {"apiVersion": "v1", "kind": "Secret", "type": SERVICE_ACCOUNT_TOKEN,
+         "metadata": {"name": TOKEN_SECRET, "namespace": namespace, **meta,
+                      "annotations": {"kubernetes.io/service-account.name": NAME}}},
+    ]
+
+
+def member_rbac_yaml(namespace: str = DEFAULT_NAMESPACE) -> str:
+    header = ("# What the broker needs on a member cluster, and nothing more (clusters/access.py renders this file;\n"
+              "# `archipelago clusters join` applies the same objects). Apply it, read the token from the Secret\n"
+              "# and register a kubeconfig holding that token: `archipelago clusters add`.\n")
+    return header + yaml.safe_dump_all(member_objects(namespace), sort_keys=False)
+
+
+# Join and unjoin, with an admin credential, from the CLI ------------------------------------------
+
+class JoinError(Exception):
+    """One line for the user."""
+
+
+def _path(obj: dict) -> str:
+    api = "/api/v1" if obj["apiVersion"] == "v1" else f"/apis/{obj['apiVersion']}"
+    meta = obj["metadata"]
+    scope = f"/namespaces/{meta['namespace']}" if "namespace" in meta else ""
+    return f"{api}{scope}/{obj['kind'].lower()}s/{meta['name']}"
+
+
+def _what(obj: dict) -> str:
+    meta = obj["metadata"]
+    return f"{obj['kind']} {meta['namespace'] + '/' if 'namespace' in meta else ''}{meta['name']}"
+
+
+def _refused(action: str, obj: dict, exc: MemberError) -> JoinError:
+    if exc.reason == "Forbidden":
+        return JoinError(f"the admin kubeconfig's identity may not {action} {_what(obj)}: {exc}")
+    return JoinError(str(exc))
+
+
+def join(client: MemberClient, namespace: str, token_wait: float = TOKEN_WAIT) -> str:
+    """Create (or bring up to date) the broker's objects on the member and wait for the token;
+    returns the ServiceAccount's bearer token. Idempotent."""
+    for obj in member_objects(namespace):
+        try:
+            client.request("PATCH", _path(obj), {"fieldManager": FIELD_MANAGER, "force": "true"}, json.dumps(obj),
+                           content_type="application/apply-patch+yaml")
+        except MemberError as exc:
+            raise _refused("create", obj, exc) from None
+    secret = member_objects(namespace)[-1]
+    deadline = time.monotonic() + token_wait
+    while True:
+        token = (client.get(_path(secret)).get("data") or {}).get("token")
+        if token:
+            return base64.b64decode(token).decode()
+        if time.monotonic() > deadline:
+            raise JoinError(f"{client.api_server} did not fill {_what(secret)} with a token within {token_wait:g} s: "
+                            "is the token controller (kube-controller-manager) running?")
+        time.sleep(0.2)
+
+
+def unjoin(client: MemberClient, namespace: str) -> None:
+    """Delete the broker's objects from the member (the namespace takes the ServiceAccount and its token);
+    those already gone are fine."""
+    objects = member_objects(namespace)
+    for obj in [objects[3], objects[2], objects[0]]:
+        try:
+            client.request("DELETE", _path(obj))
+        except MemberError as exc:
+            if exc.reason != "NotFound":
+                raise _refused("delete", obj, exc) from None
+
+
+def token_kubeconfig(loaded: LoadedKubeconfig, cluster: str, token: str) -> str:
+    """A kubeconfig for the broker's identity only: the admin kubeconfig's server and CA, the token."""
+    configuration = loaded.configuration
+    server: dict = {"server": loaded.server}
+    if configuration.ca_cert_data:
+        server["certificate-authority-data"] = base64.b64encode(configuration.ca_cert_data.encode()).decode()
+    if getattr(configuration, "tls_server_name", None):
+        server["tls-server-name"] = configuration.tls_server_name
+    if not configuration.verify_ssl:
+        server["insecure-skip-tls-verify"] = True
+    if configuration.proxy:
+        server["proxy-url"] = configuration.proxy
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": cluster,
+        "clusters": [{"name": cluster, "cluster": server}],
+        "users": [{"name": NAME, "user": {"token": token}}],
+        "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": NAME}}],
+    }, sort_keys=False)
