@@ -25,6 +25,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from clusters.sim.clock import SimClock, rfc3339
 from clusters.sim.cluster import SimCluster
+from clusters.sim.rbac import REVIEW_PATH, User, request_verb
 from clusters.sim.resources import NAMESPACES, Kind
 from clusters.sim.scenario import ClusterSpec
 from clusters.sim.store import ApiError, Event, Filter, Watcher, dumps
@@ -227,10 +228,11 @@ class SimApp:
             if rest[:1] and rest[0] in _HEALTH and len(rest) == 1:
                 await self._respond(send, 200, b"ok", b"text/plain")
                 return
-            if headers.get("authorization", "") != f"Bearer {cluster.token}":
+            user = cluster.rbac.authenticate(headers.get("authorization", ""))
+            if user is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             body = await self._body(receive)
-            await self._serve(cluster, rest, scope["method"], headers, query, body, send)
+            await self._serve(cluster, user, rest, scope["method"], headers, query, body, send)
         except ApiError as err:
             await self._respond(send, err.code, err.status())
 
@@ -259,9 +261,15 @@ class SimApp:
         raise ApiError(404, "NotFound", "unknown admin endpoint")
 
     # Kubernetes API --------------------------------------------------------------------------------
-    async def _serve(self, cluster: SimCluster, rest: list[str], method: str, headers: dict, query: dict,
-                     body: bytes, send) -> None:
+    async def _serve(self, cluster: SimCluster, user: User, rest: list[str], method: str, headers: dict,
+                     query: dict, body: bytes, send) -> None:
         catalog = cluster.catalog
+        if rest == REVIEW_PATH and method == "POST":
+            review = _decode(body, headers)
+            with cluster.lock:
+                data = dumps(cluster.rbac.review(user, review))
+            await self._respond(send, 201, data)
+            return
         if rest == ["version"]:
             major, minor = cluster.version.lstrip("v").split(".")[:2]
             await self._respond(send, 200, {"major": major, "minor": minor, "gitVersion": cluster.version,
@@ -307,11 +315,15 @@ class SimApp:
         if sub == "status" and not kind.status_subresource:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         ns = namespace or ""
+        watch = method == "GET" and query.get("watch") in ("1", "true")
+        with cluster.lock:
+            cluster.rbac.authorize(user, request_verb(method, name is not None, watch), kind,
+                                   name if kind is NAMESPACES and name else namespace, name, sub)
         manager = query.get("fieldManager") or headers.get("user-agent", "unknown").split("/")[0] or "unknown"
         dry_run = "dryRun" in query
         table = "as=Table" in headers.get("accept", "")
         if name is None:
-            if method == "GET" and query.get("watch") in ("1", "true"):
+            if watch:
                 await self._watch(cluster, kind, namespace, query, send)
                 return
             if method == "GET":
@@ -372,6 +384,8 @@ class SimApp:
             force = query.get("force") in ("true", "1")
             with cluster.lock:
                 existed = cluster.store.get(kind.key, ns, name) is not None
+                if not existed and patch_type == "apply":  # an apply that creates needs create too
+                    cluster.rbac.authorize(user, "create", kind, namespace, name)
                 result = cluster.patch(kind, ns, name, patch_type, patch, manager if patch_type != "apply" or
                                        "fieldManager" in query else "", force, sub, dry_run)
                 data = dumps(result)

@@ -14,6 +14,7 @@ from clusters.sim.clock import SimClock, rfc3339
 from clusters.sim.controller import Controller, _suffix
 from clusters.sim.resources import (CRDS, HYPERNODE_PRINTER_COLUMNS, HYPERNODES, JOBS, JOBSET_PRINTER_COLUMNS,
                                     JOBSETS, NAMESPACES, NODES, PODS, SERVICES, Catalog, Kind, crd_object)
+from clusters.sim.rbac import Rbac
 from clusters.sim.scenario import ClusterSpec
 from clusters.sim.store import ApiError, Filter, Store
 from clusters.sim.validation import (DNS1035_LABEL, DNS1123_LABEL, Errors, check_name, default_jobset,
@@ -40,6 +41,7 @@ class SimCluster:
         self.catalog = Catalog(jobset=spec.jobset, hypernodes=spec.hypernode_mode == "crd")
         self.kinds = {k.key: k for k in self.catalog.kinds}
         self.store = Store(spec.watch_history)
+        self.rbac = Rbac(self, spec.token, spec.access_reviews)
         self.controller = Controller(self)
         self.pod_ip_seq = 0
         self.fault: str | None = None  # None, "unreachable", "slow", "failing"

@@ -195,7 +195,7 @@ class Controller:
 
     def needs_step(self, now: float) -> bool:
         return bool(self.dirty_jobsets or self.dirty_jobs or self.schedule_needed or self.to_start
-                    or self.terminating or (self.timers and self.timers[0][0] <= now))
+                    or self.terminating or self.cluster.rbac.needs_step() or (self.timers and self.timers[0][0] <= now))
 
     def next_due(self) -> float | None:
         return self.timers[0][0] if self.timers else None
@@ -207,6 +207,7 @@ class Controller:
 
     # the loop ------------------------------------------------------------------------------------
     def step(self, now: float) -> None:
+        self.cluster.rbac.step()
         while self.timers and self.timers[0][0] <= now:
             _, _, what, ns, name, uid = heapq.heappop(self.timers)
             if what == "pod":

@@ -113,6 +113,23 @@ CRDS = Kind("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customres
             "customresourcedefinition", False, verbs=tuple(READ_VERBS), short_names=("crd", "crds"),
             generation=True, columns=(("Created At", "date", lambda o: o["metadata"].get("creationTimestamp", "")),))
 
+SERVICEACCOUNTS = Kind("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", True, short_names=("sa",),
+                       status_subresource=False, columns=(AGE,))
+SECRETS = Kind("", "v1", "Secret", "secrets", "secret", True, status_subresource=False,
+               columns=(("Type", "string", lambda o: o.get("type", "Opaque")),
+                        ("Data", "integer", lambda o: len(o.get("data") or {})), AGE))
+_RBAC = "rbac.authorization.k8s.io"
+CLUSTERROLES = Kind(_RBAC, "v1", "ClusterRole", "clusterroles", "clusterrole", False, status_subresource=False,
+                    columns=(AGE,))
+CLUSTERROLEBINDINGS = Kind(_RBAC, "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", False,
+                           status_subresource=False,
+                           columns=(("Role", "string", lambda o: f"{_get(o, 'roleRef', 'kind', default='')}/"
+                                                                 f"{_get(o, 'roleRef', 'name', default='')}"), AGE))
+ROLES = Kind(_RBAC, "v1", "Role", "roles", "role", True, status_subresource=False, columns=(AGE,))
+ROLEBINDINGS = Kind(_RBAC, "v1", "RoleBinding", "rolebindings", "rolebinding", True, status_subresource=False,
+                    columns=CLUSTERROLEBINDINGS.columns)
+RBAC_KINDS = (SERVICEACCOUNTS, SECRETS, CLUSTERROLES, CLUSTERROLEBINDINGS, ROLES, ROLEBINDINGS)
+
 
 def crd_object(kind: Kind, printer_columns: list[dict]) -> dict:
     """A CustomResourceDefinition saying `kind` is installed (schema left open: we validate ourselves)."""
@@ -156,7 +173,7 @@ class Catalog:
     """Which kinds one cluster serves (JobSet and HyperNode are optional, as CRDs are)."""
 
     def __init__(self, jobset: bool, hypernodes: bool) -> None:
-        kinds = [NAMESPACES, NODES, PODS, SERVICES, JOBS, CRDS]
+        kinds = [NAMESPACES, NODES, PODS, SERVICES, JOBS, CRDS, *RBAC_KINDS]
         if jobset:
             kinds.append(JOBSETS)
         if hypernodes:

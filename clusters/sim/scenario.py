@@ -17,7 +17,9 @@ clusters:
   jobset: true                   # false: JobSet CRD not installed
   version: v1.31.4               # /version gitVersion and kubelet version
   duration: 60s                  # default simulated run time of a pod
-  token: secret                  # bearer token (default: random)
+  token: secret                  # the admin's bearer token (default: random); ServiceAccount tokens are
+                                 # allowed what RBAC grants them (clusters/sim/rbac.py)
+  access_reviews: true           # false: no SelfSubjectAccessReview API (404), as on some managed control planes
   watch_history: 2000            # events kept per resource for watches; older ones give 410 Gone
   controller_lag: 0s             # a busy control plane: a new JobSet gets its Jobs, and a new Job its pods,
                                  # only this long (simulated) after it appeared
@@ -50,7 +52,7 @@ _MODES = ("crd", "labels", "none")
 JOBSET_COUNTS = ("current", "omitted", "lagging")
 _KEYS = {"name", "labels", "nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology",
          "hypernodes", "pools", "jobset", "version", "duration", "token", "watch_history", "jobset_counts",
-         "controller_lag", "unpullable_images"}
+         "controller_lag", "unpullable_images", "access_reviews"}
 _POOL_KEYS = {"nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology"}
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -70,6 +72,7 @@ class ClusterSpec:
     jobset_counts: str = "current"
     controller_lag: float = 0.0
     unpullable_images: tuple[str, ...] = ()
+    access_reviews: bool = True
 
 
 def load(source: dict | str | Path) -> list[ClusterSpec]:
@@ -123,7 +126,8 @@ def build_cluster(entry: dict[str, Any]) -> ClusterSpec:
                        watch_history=int(entry.get("watch_history", 2000)),
                        jobset_counts=entry.get("jobset_counts", "current"),
                        controller_lag=parse_duration(entry.get("controller_lag", 0)),
-                       unpullable_images=tuple(str(i) for i in entry.get("unpullable_images") or ()))
+                       unpullable_images=tuple(str(i) for i in entry.get("unpullable_images") or ()),
+                       access_reviews=bool(entry.get("access_reviews", True)))
     if entry.get("token"):
         spec.token = str(entry["token"])
     return spec
