@@ -27,7 +27,8 @@ from broker.db.runtime import Database, open_database
 from broker.jobs import CapacityCache
 from broker.metrics import exposition
 from broker.services import build_services
-from broker.services.loop import ServiceRunner
+from broker.services.lease import Leader
+from broker.services.wakeups import Wakeups
 from broker.settings import Settings, get_settings
 
 log = logging.getLogger("archipelago.api")
@@ -78,7 +79,8 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
     async def lifespan(app: FastAPI):
         owned = database is None
         app.state.db = database or open_database(settings, upgrade=settings.is_sqlite)
-        app.state.services = ServiceRunner(build_services(app.state.db, settings) if run_loops else [])
+        leader = Leader(app.state.db, settings, lambda db: build_services(db, settings)) if run_loops else None
+        app.state.services = Wakeups(app.state.db, leader)
         app.state.services.start()
         try:
             yield

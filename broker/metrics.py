@@ -17,6 +17,13 @@ SCHEDULER_CYCLE_SECONDS = Histogram(
 PLACEMENTS_PER_CYCLE = Gauge("archipelago_scheduler_placements_last_cycle",
                              "Placements committed by the last scheduling cycle", registry=REGISTRY)
 PLACEMENTS_TOTAL = Counter("archipelago_scheduler_placements", "Placements committed", registry=REGISTRY)
+CYCLES_DROPPED = Counter("archipelago_scheduler_cycles_dropped",
+                         "Scheduling cycles whose decisions were dropped (another commit came between read and commit)",
+                         registry=REGISTRY)
+LEASE_HELD = Gauge("archipelago_leader_lease_held", "1 while this replica holds the leader lease and runs the loops",
+                   registry=REGISTRY)
+LEASES_LOST = Counter("archipelago_leader_leases_lost", "Times this replica lost the leader lease while holding it",
+                      registry=REGISTRY)
 MEMBER_ERRORS = Counter("archipelago_member_errors", "Failed requests to member clusters", ["cluster"],
                         registry=REGISTRY)
 STATUS_LAG_SECONDS = Histogram(

@@ -6,9 +6,10 @@ import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from cryptography.fernet import Fernet
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -44,6 +45,14 @@ class Settings(BaseSettings):
 
     # False serves the API alone (an extra API replica); the loop services run in one process only.
     run_loops: bool = True
+    # The leader lease (seconds): replicas that run loops take it in turn; its holder renews it every
+    # renew period, and another replica takes it over once a holder has not renewed it for the duration.
+    lease_duration: float = Field(10.0, gt=0)
+    lease_renew_period: float = Field(2.0, gt=0)
+
+    # `serve` logs at this level, as lines of text or one JSON object per line.
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["text", "json"] = "text"
 
     # /metrics answers this bearer token (or an admin's); queues are labelled by id unless names may show.
     metrics_token: str | None = None
@@ -108,6 +117,19 @@ class Settings(BaseSettings):
             raise ValueError(f"ARCHIPELAGO_DATABASE_URL uses {url.get_backend_name()!r}; "
                              "Archipelago runs on sqlite or postgresql")
         return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: str) -> str:
+        return value.upper() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _renewed_within_duration(self) -> Settings:
+        if self.lease_renew_period >= self.lease_duration:
+            raise ValueError(f"ARCHIPELAGO_LEASE_RENEW_PERIOD ({self.lease_renew_period:g} s) must be shorter than "
+                             f"ARCHIPELAGO_LEASE_DURATION ({self.lease_duration:g} s), or the lease lapses between "
+                             "renewals")
+        return self
 
     @property
     def is_sqlite(self) -> bool:

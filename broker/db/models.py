@@ -308,3 +308,15 @@ class Event(Base):
     type: Mapped[str] = mapped_column(String(8), default="Normal")
     reason: Mapped[str] = mapped_column(String(63))
     message: Mapped[str] = mapped_column(Text)
+
+
+class Lease(Base):
+    """What one replica at a time may do (the loop services: `leader`): its holder until `expires_at`, and a
+    fencing token that grows with every new holder, which each of the holder's commits checks."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(253))
+    token: Mapped[int] = mapped_column(BigInteger, default=0)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -12,14 +13,23 @@ from broker.db import migrate
 from broker.db.session import check_connection, make_engine, make_sessionmaker
 from broker.settings import Settings
 
+if TYPE_CHECKING:
+    from broker.db.fencing import Fence
+
 
 @dataclass
 class Database:
     engine: Engine
     sessions: sessionmaker[Session]
+    fence: Fence | None = None  # set for the loop services of a replica that holds the leader lease
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+    def ensure_leading(self) -> None:
+        """Before a loop service acts on a member: raise `Fenced` if its replica may have lost the lease."""
+        if self.fence is not None:
+            self.fence.ensure_valid()
 
 
 def open_database(settings: Settings, *, upgrade: bool) -> Database:

@@ -234,6 +234,7 @@ class DispatcherService(LoopService):
             return self._member_error(work, existing)
         if isinstance(existing, str):
             return Outcome(work, "retry", existing)
+        self.database.ensure_leading()  # no token guards a member: an ex-leader stops here
         try:
             client = self._client(member)
             found = existing.get(work.name)
@@ -263,6 +264,7 @@ class DispatcherService(LoopService):
         return None
 
     def _delete(self, work: Work, member: Any) -> Outcome:
+        self.database.ensure_leading()
         try:
             client = self._client(member)
             uid = work.member_uid
@@ -283,6 +285,7 @@ class DispatcherService(LoopService):
 
     def _sweep(self, row: Any) -> bool:
         """Delete the broker's copies on a member that no placement owns any more; whether it worked."""
+        self.database.ensure_leading()
         try:
             stale = jobsets.delete_owned(self._client(row), self._kept)
         except (MemberError, KubeconfigError, ValueError) as exc:

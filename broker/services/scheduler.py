@@ -17,7 +17,7 @@ from broker.db.models import utcnow
 from broker.db.runtime import Database
 from broker.db.session import transaction
 from broker.jobset import JobSpec
-from broker.metrics import PLACEMENTS_PER_CYCLE, PLACEMENTS_TOTAL, SCHEDULER_CYCLE_SECONDS
+from broker.metrics import CYCLES_DROPPED, PLACEMENTS_PER_CYCLE, PLACEMENTS_TOTAL, SCHEDULER_CYCLE_SECONDS
 from broker.placement import schedule
 from broker.scheduling import CommitOutcome, commit_decisions, engine_config, has_pending, read_inventory
 from broker.services.loop import LoopService
@@ -47,11 +47,13 @@ class SchedulerService(LoopService):
         with transaction(self.sessions) as session:
             outcome = commit_decisions(session, inventory, result)
         SCHEDULER_CYCLE_SECONDS.observe(time.perf_counter() - started)
-        PLACEMENTS_PER_CYCLE.set(0 if outcome.stale else outcome.placements)
-        PLACEMENTS_TOTAL.inc(0 if outcome.stale else outcome.placements)
-        if outcome.stale:
+        if outcome.stale:  # placements_last_cycle keeps the last cycle that ran
+            CYCLES_DROPPED.inc()
             log.info("scheduler: another scheduler committed since this cycle's read; its decisions are dropped")
-        elif outcome.admitted or outcome.dropped or outcome.preempted:
+            return outcome
+        PLACEMENTS_PER_CYCLE.set(outcome.placements)
+        PLACEMENTS_TOTAL.inc(outcome.placements)
+        if outcome.admitted or outcome.dropped or outcome.preempted:
             log.info("scheduler: admitted %d jobs (%d placements), preempted %d placements, %d placed elsewhere "
                      "or cancelled meanwhile", len(outcome.admitted), outcome.placements, outcome.preempted,
                      len(outcome.dropped))

@@ -1,0 +1,169 @@
+"""The leader lease: acquired, renewed, lost and taken over on the replicas' clocks (moved by hand, no sleeping);
+a fenced ex-leader's commit is refused and changes nothing."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import select
+
+from broker.db.fencing import Fence, Fenced, fenced
+from broker.db.models import Cluster, Lease
+from broker.db.runtime import Database, open_database
+from broker.db.session import make_engine, make_sessionmaker, transaction
+from broker.metrics import LEASE_HELD
+from broker.services.lease import LEADER, Leader, LeaseRecord
+from broker.services.loop import LoopService
+
+
+UNREACHABLE = "postgresql+psycopg://postgres@127.0.0.1:9/nowhere"  # the discard port: refused at once
+
+
+class Clock:
+    """Wall clock (for expiry) and monotonic clock (for the holder's own deadline), moved together."""
+
+    def __init__(self) -> None:
+        self.wall, self.mono = datetime(2026, 12, 1, tzinfo=timezone.utc), 1000.0
+
+    def now(self) -> datetime:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def advance(self, seconds: float) -> None:
+        self.wall += timedelta(seconds=seconds)
+        self.mono += seconds
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def record(db, clock, holder: str) -> LeaseRecord:
+    return LeaseRecord(db, holder=holder, duration=10.0, now=clock.now)
+
+
+def test_the_lease_is_renewed_by_its_holder_and_taken_over_only_once_it_expired(db, clock):
+    a, b = record(db, clock, "a"), record(db, clock, "b")
+    assert a.hold() == 1
+    assert b.hold() is None
+    for _ in range(5):  # renewed every 4 s: never free for b, though 20 s went by
+        clock.advance(4)
+        assert a.hold() == 1
+        assert b.hold() is None
+    clock.advance(10)  # a died after its last renewal
+    assert b.hold() == 2
+    assert a.hold() is None and a.token is None  # a learns it lost it; its token is no good any more
+    with db.sessions() as session:
+        assert session.execute(select(Lease.holder, Lease.token).where(Lease.name == LEADER)).one() == ("b", 2)
+
+
+def test_a_released_lease_is_taken_at_once(db, clock):
+    a, b = record(db, clock, "a"), record(db, clock, "b")
+    assert a.hold() == 1
+    a.release()
+    assert b.hold() == 2
+
+
+def _write_cluster(database, name: str) -> None:
+    with transaction(database.sessions) as session:
+        session.add(Cluster(name=name, kubeconfig_encrypted=b"x", api_server="https://member.example"))
+
+
+def _clusters(db) -> list[str]:
+    with db.sessions() as session:
+        return list(session.scalars(select(Cluster.name)))
+
+
+def test_a_fenced_ex_leaders_commit_is_refused_and_changes_nothing(db, clock):
+    a, b = record(db, clock, "a"), record(db, clock, "b")
+    loops = fenced(db, Fence(LEADER, a.hold()))
+    _write_cluster(loops, "while-leading")  # the holder's commits go through
+    clock.advance(11)  # a paused: its lease expires and b takes it
+    assert b.hold() == 2
+    with pytest.raises(Fenced, match="taken over"):
+        _write_cluster(loops, "after-takeover")
+    with pytest.raises(Fenced):  # and from then on without asking the database
+        loops.ensure_leading()
+    assert _clusters(db) == ["while-leading"]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_takeover_in_the_middle_of_an_ex_leaders_transaction_fences_its_commit(db, clock, settings):
+    """The ex-leader wrote before the takeover and commits after it: the commit's token check refuses it."""
+    a = record(db, clock, "a")
+    loops = fenced(db, Fence(LEADER, a.hold()))
+    other = open_database(settings, upgrade=False)  # the other replica, on connections of its own
+    try:
+        with pytest.raises(Fenced):
+            with transaction(loops.sessions) as session:
+                session.add(Cluster(name="written-before-the-takeover", kubeconfig_encrypted=b"x", api_server="https://member.example"))
+                session.flush()
+                clock.advance(11)
+                assert record(other, clock, "b").hold() == 2  # not blocked: the ex-leader holds no lock on it
+    finally:
+        other.dispose()
+    assert _clusters(db) == []
+
+
+class Counting(LoopService):
+    name = "counting"
+
+    def __init__(self) -> None:
+        super().__init__(interval=3600)
+        self.passes = threading.Event()
+
+    def run_once(self) -> None:
+        self.passes.set()
+
+
+def leader(db, settings, clock) -> tuple[Leader, list[Counting]]:
+    built: list[Counting] = []
+
+    def build(_database):
+        built.append(Counting())
+        return built[-1:]
+
+    return Leader(db, settings, build, now=clock.now, clock=clock.monotonic), built
+
+
+def test_a_replica_runs_its_loops_while_it_holds_the_lease_and_stops_them_when_it_is_taken_over(db, settings, clock):
+    first, first_loops = leader(db, settings, clock)
+    second, second_loops = leader(db, settings, clock)
+    try:
+        assert first.step() and first.leading and LEASE_HELD._value.get() == 1
+        assert first_loops[0].passes.wait(30)  # its loops run
+        assert not second.step() and second_loops == []
+        clock.advance(settings.lease_duration + 1)  # the first replica was paused: no renewal
+        assert second.step() and second.leading
+        assert second_loops[0].passes.wait(30)
+        fence = first.fence
+        assert not first.step() and not first.leading  # it learns it lost the lease and stops its loops
+        with pytest.raises(Fenced):  # what its loops were started under refuses every commit now
+            _write_cluster(fenced(db, fence), "x")
+        assert not first.step()  # and stays out while the second renews
+    finally:
+        second.stop()
+        first.stop()
+    assert _clusters(db) == []
+
+
+def test_a_holder_whose_renewals_fail_stops_its_loops_before_another_may_take_over(db, settings, clock):
+    replica, _ = leader(db, settings, clock)
+    try:
+        assert replica.step()
+        fence = replica.fence
+        replica.lease.database = Database(unreachable := make_engine(UNREACHABLE), make_sessionmaker(unreachable))
+        clock.advance(settings.lease_renew_period)
+        assert replica.step()  # one failed renewal: the lease is still surely ours
+        clock.advance(settings.lease_duration - 2 * settings.lease_renew_period)
+        assert not replica.step()  # a renewal period before another replica may take it: stopped
+        with pytest.raises(Fenced):
+            fence.ensure_valid()
+    finally:
+        replica.stop()
