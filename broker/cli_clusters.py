@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, NoReturn, Optional
 
 import typer
 
 from broker.cli_output import (Output, OutputOption, ServerOption, TokenOption, calling, client, emit, key_values,
-                                read_file)
+                                read_file, usage_error)
+from broker.client import ApiClient, ClientError
+from clusters import access
+from clusters.kubeconfig import KubeconfigError, LoadedKubeconfig, load_kubeconfig, server_identity
+from clusters.member import MemberClient, MemberError
 
 clusters_app = typer.Typer(no_args_is_help=True, help="Member clusters: register, inspect, cordon, drain, remove.")
 
@@ -48,6 +53,101 @@ def add(name: str = typer.Argument(..., help="the cluster's name in the broker")
     body = {"name": name, "kubeconfig": read_file(kubeconfig).decode(), "context": context,
             "labels": key_values(label, "--label", "key=value")}
     emit(calling(lambda: client(server, token).post("/api/v1/clusters", json=body)), output, CLUSTER_COLUMNS)
+
+
+AdminKubeconfigOption = typer.Option(..., "--kubeconfig", help="an admin kubeconfig of the member: used from this "
+                                      "process only, never sent to the broker")
+NamespaceOption = typer.Option(access.DEFAULT_NAMESPACE, "--namespace",
+                               help="the namespace of the broker's ServiceAccount (named archipelago-...)")
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"archipelago: {message}", err=True)
+    raise typer.Exit(1)
+
+
+@contextlib.contextmanager
+def _admin_member(kubeconfig: Path, context: str | None, namespace: str) -> Iterator[tuple[LoadedKubeconfig,
+                                                                                            MemberClient]]:
+    """The member as the admin kubeconfig reaches it; every member failure is one line."""
+    from broker.inventory import kubeconfig_policy
+    from broker.settings import ConfigError, get_settings
+
+    if not namespace.startswith(access.NAME_PREFIX):
+        usage_error(f"--namespace must start with {access.NAME_PREFIX!r}: unjoin deletes it, so it must be the "
+                    "broker's own")
+    try:
+        settings = get_settings()
+        loaded = load_kubeconfig(read_file(kubeconfig).decode(), context, kubeconfig_policy(settings))
+    except (KubeconfigError, ConfigError, UnicodeDecodeError) as exc:
+        usage_error(f"{kubeconfig}: {exc}")
+    member = MemberClient(loaded, settings.member_timeout)
+    try:
+        yield loaded, member
+    except (MemberError, access.JoinError) as exc:
+        _fail(str(exc))
+    finally:
+        member.close()
+
+
+def _registered(broker: ApiClient, name: str) -> dict | None:
+    try:
+        return broker.get(f"/api/v1/clusters/{name}")
+    except ClientError as exc:
+        if exc.status == 404:
+            return None
+        _fail(str(exc))
+
+
+def _same_member(cluster: dict, member: MemberClient) -> None:
+    if server_identity(cluster["api_server"]) != server_identity(member.api_server):
+        _fail(f"the name {cluster['name']} is taken: the broker has it for {cluster['api_server']}, not "
+              f"{member.api_server}; choose another name")
+
+
+@clusters_app.command("join")
+def join(name: str = typer.Argument(..., help="the cluster's name in the broker"),
+         kubeconfig: Path = AdminKubeconfigOption,
+         context: Optional[str] = typer.Option(None, "--context", help="context to use [default: current-context]"),
+         namespace: str = NamespaceOption,
+         label: list[str] = typer.Option([], "--label", help="cluster label key=value (repeatable)"),
+         output: Output = OutputOption, server: Optional[str] = ServerOption,
+         token: Optional[str] = TokenOption) -> None:
+    """Give the broker a least-privilege identity on a member, and register the member with it.
+
+    With the admin kubeconfig, applies deploy/member-rbac.yaml there (namespace, ServiceAccount, ClusterRole,
+    binding, token Secret), waits for the token and registers a kubeconfig holding only that. Safe to rerun."""
+    labels = key_values(label, "--label", "key=value")
+    broker = client(server, token)
+    with _admin_member(kubeconfig, context, namespace) as (loaded, member):
+        existing = _registered(broker, name)
+        if existing is not None:
+            _same_member(existing, member)
+        bearer = access.join(member, namespace)
+        if existing is not None:
+            typer.echo(f"cluster {name} was joined already; its objects on {member.api_server} are up to date")
+            return
+        body = {"name": name, "kubeconfig": access.token_kubeconfig(loaded, name, bearer), "labels": labels}
+        emit(calling(lambda: broker.post("/api/v1/clusters", json=body)), output, CLUSTER_COLUMNS)
+
+
+@clusters_app.command("unjoin")
+def unjoin(name: str = typer.Argument(..., help="the cluster's name in the broker"),
+           kubeconfig: Path = AdminKubeconfigOption,
+           context: Optional[str] = typer.Option(None, "--context", help="context to use [default: current-context]"),
+           namespace: str = NamespaceOption,
+           force: bool = typer.Option(False, "--force", help="even while placements live there"),
+           server: Optional[str] = ServerOption, token: Optional[str] = TokenOption) -> None:
+    """Remove the cluster from the broker, then the broker's identity and its grants from the member."""
+    broker = client(server, token)
+    with _admin_member(kubeconfig, context, namespace) as (_, member):
+        existing = _registered(broker, name)
+        if existing is not None:
+            _same_member(existing, member)
+            calling(lambda: broker.delete(f"/api/v1/clusters/{name}", params={"force": str(force).lower()}))
+        access.unjoin(member, namespace)
+        typer.echo(f"cluster {name} unjoined: removed from the broker, and the broker's ServiceAccount, ClusterRole "
+                   f"and binding from {member.api_server}")
 
 
 @clusters_app.command("list")

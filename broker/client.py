@@ -18,7 +18,11 @@ DEFAULT_SERVER = "http://127.0.0.1:8000"
 
 
 class ClientError(Exception):
-    """One line for the user: what failed and what the server said."""
+    """One line for the user: what failed and what the server said (`status`: its HTTP status, if it answered)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _config_file() -> dict[str, Any]:
@@ -56,7 +60,7 @@ class ApiClient:
                 message = problem.get("detail") or problem.get("title") or response.text
             except ValueError:
                 message = response.text.strip() or response.reason_phrase
-            raise ClientError(f"{method} {path}: {response.status_code} {message}")
+            raise ClientError(f"{method} {path}: {response.status_code} {message}", response.status_code)
         return response.json() if response.content else None
 
     def get(self, path: str, **kwargs: Any) -> Any:

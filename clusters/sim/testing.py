@@ -7,6 +7,7 @@ once the app has started (a real readiness signal: the lifespan startup plus the
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import signal
 import threading
@@ -19,6 +20,7 @@ from kubernetes import client, config
 
 from clusters.sim.cluster import SimCluster
 from clusters.sim.server import SimServer
+from clusters.sim.traffic import Request
 
 STARTUP_TIMEOUT = 30.0
 
@@ -68,6 +70,31 @@ class SimHandle:
                     "spec": {"nodeName": node.metadata.name, "containers": [
                         {"name": "c", "image": "busybox", "resources": {"requests": requests}}]}})
 
+    def service_account(self, name: str, account: str, rules: list[dict], *,
+                        role_binding_namespace: str | None = None) -> str:
+        """A kubeconfig for a new ServiceAccount `account` (in a namespace of that name) allowed `rules`, made
+        through the cluster's API with the official client as an admin would: a ClusterRole bound cluster-wide
+        (or by a RoleBinding in one namespace) and a token Secret, filled by the token controller."""
+        with config.new_client_from_config_dict(yaml.safe_load(self.kubeconfig(name))) as api:
+            core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+            core.create_namespace({"metadata": {"name": account}})
+            core.create_namespaced_service_account(account, {"metadata": {"name": account}})
+            rbac.create_cluster_role({"metadata": {"name": account}, "rules": rules})
+            binding = {"metadata": {"name": account},
+                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": account},
+                       "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": account}]}
+            if role_binding_namespace:
+                rbac.create_namespaced_role_binding(role_binding_namespace, binding)
+            else:
+                rbac.create_cluster_role_binding(binding)
+            core.create_namespaced_secret(account, {"metadata": {"name": "token", "annotations": {
+                "kubernetes.io/service-account.name": account}}, "type": "kubernetes.io/service-account-token"})
+            self.settle()  # the token controller has filled it
+            token = base64.b64decode(core.read_namespaced_secret("token", account).data["token"]).decode()
+        kubeconfig = yaml.safe_load(self.kubeconfig(name))
+        kubeconfig["users"][0]["user"] = {"token": token}
+        return yaml.safe_dump(kubeconfig)
+
     # faults (see clusters.sim.app for what "unreachable" does on the wire)
     def make_unreachable(self, name: str) -> None:
         self.app.set_fault(name, "unreachable")
@@ -80,6 +107,14 @@ class SimHandle:
 
     def heal(self, name: str) -> None:
         self.app.set_fault(name, None)
+
+    def throttle(self, name: str, retry_after: int, seconds: float) -> None:
+        """For `seconds`, the cluster answers every request 429 Too Many Requests, `Retry-After: retry_after`."""
+        self.app.traffic[name].throttle(retry_after, seconds)
+
+    def requests(self, name: str) -> list[Request]:
+        """Every request the cluster received (at most the last 20,000), oldest first."""
+        return self.app.traffic[name].requests()
 
     # time
     @property

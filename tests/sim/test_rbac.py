@@ -4,7 +4,6 @@ SelfSubjectAccessReviews answer from the same rules; the admin token keeps full 
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import subprocess
@@ -21,40 +20,13 @@ READ_NODES = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list
               {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get", "patch"]}]
 
 
-def _token_kubeconfig(sim, token: str) -> dict:
-    config_ = yaml.safe_load(sim.kubeconfig("eu-west"))
-    config_["users"][0]["user"] = {"token": token}
-    return config_
-
-
 @contextlib.contextmanager
-def _service_account(sim, api, rules: list[dict], *, role_binding_namespace: str | None = None):
-    """A ServiceAccount bound to a ClusterRole of `rules` (cluster-wide, or in one namespace by a RoleBinding);
-    yields (its client, its namespace, its name, the token)."""
-    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-    name = f"sa-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": name}})
-    core.create_namespaced_service_account(name, {"metadata": {"name": name}})
-    rbac.create_cluster_role({"metadata": {"name": name}, "rules": rules})
-    binding = {"metadata": {"name": name}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                                       "name": name},
-               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": name}]}
-    if role_binding_namespace:
-        rbac.create_namespaced_role_binding(role_binding_namespace, binding)
-    else:
-        rbac.create_cluster_role_binding(binding)
-    core.create_namespaced_secret(name, {"metadata": {"name": "token", "annotations": {
-        "kubernetes.io/service-account.name": name}}, "type": "kubernetes.io/service-account-token"})
-    sim.settle()  # the token controller has run
-    secret = core.read_namespaced_secret("token", name)
-    token = base64.b64decode(secret.data["token"]).decode()
-    assert secret.metadata.annotations["kubernetes.io/service-account.uid"] == \
-        core.read_namespaced_service_account(name, name).metadata.uid
-    with config.new_client_from_config_dict(_token_kubeconfig(sim, token)) as theirs:
-        yield theirs, name, token
-    rbac.delete_cluster_role(name)
-    core.delete_namespace(name)
-    sim.settle()
+def _service_account(sim, rules: list[dict], *, role_binding_namespace: str | None = None):
+    """A ServiceAccount of eu-west allowed `rules`: yields its client, its name and its kubeconfig."""
+    account = f"sa-{uuid.uuid4().hex[:6]}"
+    kubeconfig = sim.service_account("eu-west", account, rules, role_binding_namespace=role_binding_namespace)
+    with config.new_client_from_config_dict(yaml.safe_load(kubeconfig)) as theirs:
+        yield theirs, account, kubeconfig
 
 
 def _forbidden(call) -> dict:
@@ -65,7 +37,7 @@ def _forbidden(call) -> dict:
 
 
 def test_a_service_account_may_do_what_its_cluster_role_grants_and_nothing_more(sim, api, namespace):
-    with _service_account(sim, api, READ_NODES) as (theirs, account, _):
+    with _service_account(sim, READ_NODES) as (theirs, account, _):
         core = client.CoreV1Api(theirs)
         assert len(core.list_node().items) == 18
         assert core.read_node(core.list_node().items[0].metadata.name).metadata.name
@@ -101,7 +73,7 @@ def test_access_reviews_answer_from_the_same_rules(sim, api):
             {"spec": {"resourceAttributes": attributes}})
         return answer.status.allowed
 
-    with _service_account(sim, api, READ_NODES) as (theirs, _, _token):
+    with _service_account(sim, READ_NODES) as (theirs, _, _):
         assert review(theirs, verb="list", resource="nodes")
         assert not review(theirs, verb="watch", resource="nodes")
         assert review(theirs, verb="patch", group="jobset.x-k8s.io", resource="jobsets", namespace="anywhere")
@@ -111,15 +83,15 @@ def test_access_reviews_answer_from_the_same_rules(sim, api):
 
 
 def test_a_role_binding_grants_in_its_namespace_only(sim, api, namespace):
-    with _service_account(sim, api, [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}],
-                          role_binding_namespace=namespace) as (theirs, _, _token):
+    with _service_account(sim, [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}],
+                          role_binding_namespace=namespace) as (theirs, _, _):
         core = client.CoreV1Api(theirs)
         assert core.list_namespaced_pod(namespace).items == []
         assert f'in the namespace "default"' in _forbidden(lambda: core.list_namespaced_pod("default"))["message"]
 
 
 def test_a_token_dies_with_its_service_account(sim, api):
-    with _service_account(sim, api, READ_NODES) as (theirs, account, token):
+    with _service_account(sim, READ_NODES) as (theirs, account, _):
         client.CoreV1Api(api).delete_namespaced_service_account(account, account)
         sim.settle()
         with pytest.raises(ApiException) as raised:
@@ -132,9 +104,9 @@ def test_kubectl_auth_can_i_asks_the_simulator(sim, api, tmp_path):
     kubectl = pytest.importorskip("shutil").which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl is not installed")
-    with _service_account(sim, api, READ_NODES) as (_, _account, token):
+    with _service_account(sim, READ_NODES) as (_, _, kubeconfig):
         path = tmp_path / "sa.kubeconfig"
-        path.write_text(yaml.safe_dump(_token_kubeconfig(sim, token)))
+        path.write_text(kubeconfig)
         asked = [subprocess.run([kubectl, "--kubeconfig", str(path), "auth", "can-i", verb, resource],
                                 capture_output=True, text=True, timeout=60, env={"HOME": str(tmp_path)}).stdout.strip()
                  for verb, resource in [("list", "nodes"), ("watch", "nodes"), ("patch", "jobsets.jobset.x-k8s.io")]]

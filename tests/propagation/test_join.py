@@ -1,0 +1,152 @@
+"""`archipelago clusters join` / `unjoin` through the CLI, against a broker served over HTTP and a simulated
+member whose RBAC is enforced: the joined member runs a JobSet on the least-privilege identity the join
+made, that identity is refused anything outside its ClusterRole, the admin credential never reaches the
+broker, and unjoin takes everything away again."""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from sqlalchemy import select
+from typer.testing import CliRunner
+
+from api.app import create_app
+from broker.cli import app as cli
+from broker.db.crypto import KubeconfigCipher
+from broker.db.models import Cluster
+from broker.settings import get_settings
+from clusters import access
+from clusters.sim.resources import CLUSTERROLEBINDINGS, CLUSTERROLES, NAMESPACES, SECRETS, SERVICEACCOUNTS
+from tests.propagation.conftest import ADMIN, TENANTS, Federation, jobset
+from tests.servers import serving
+
+
+@pytest.fixture
+def broker(settings, db, monkeypatch) -> Iterator[str]:
+    """The broker's API over HTTP, for the CLI."""
+    with serving(create_app(settings, db, run_loops=False)) as url:
+        monkeypatch.setenv("ARCHIPELAGO_SERVER", url)
+        monkeypatch.setenv("ARCHIPELAGO_TOKEN", "admin-test-token")
+        monkeypatch.setenv("ARCHIPELAGO_CONFIG", "/nonexistent/config.yaml")
+        get_settings.cache_clear()
+        yield url
+        get_settings.cache_clear()
+
+
+@pytest.fixture
+def admin_kubeconfig(sim, tmp_path):
+    def write(name: str, text: str | None = None):
+        path = tmp_path / f"{name}-admin.kubeconfig"
+        path.write_text(text or sim.kubeconfig(name))
+        return str(path)
+    return write
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), env={"COLUMNS": "200"}, catch_exceptions=False)
+
+
+def _objects(sim, name: str) -> dict[str, dict | None]:
+    member = sim.cluster(name)
+    with member.lock:
+        return {kind.kind: member.store.get(kind.key, namespace, key) for kind, namespace, key in [
+            (NAMESPACES, "", "archipelago-system"), (SERVICEACCOUNTS, "archipelago-system", "archipelago-broker"),
+            (CLUSTERROLES, "", "archipelago-broker"), (CLUSTERROLEBINDINGS, "", "archipelago-broker"),
+            (SECRETS, "archipelago-system", "archipelago-broker-token")]}
+
+
+def _stored_kubeconfig(db, settings, name: str) -> str:
+    with db.sessions() as session:
+        blob = session.scalar(select(Cluster.kubeconfig_encrypted).where(Cluster.name == name))
+    return KubeconfigCipher(settings.fernet_key()).decrypt(blob)
+
+
+def test_a_joined_member_runs_a_jobset_on_a_least_privilege_identity(broker, admin_kubeconfig, sim, settings, db):
+    joined = run("clusters", "join", "eu-west", "--kubeconfig", admin_kubeconfig("eu-west"), "--label", "region=eu",
+                 "-o", "json")
+    assert joined.exit_code == 0, joined.output
+    assert yaml.safe_load(joined.output)["state"] == "Ready"
+    objects = _objects(sim, "eu-west")
+    assert objects["ClusterRole"]["rules"] == access.cluster_role_rules()
+    assert objects["ClusterRoleBinding"]["subjects"][0]["name"] == "archipelago-broker"
+
+    stored = _stored_kubeconfig(db, settings, "eu-west")
+    admin_token = sim.cluster("eu-west").token
+    assert admin_token not in stored  # the broker holds the ServiceAccount's token, never the admin's
+    broker_config = yaml.safe_load(stored)
+    assert broker_config["clusters"][0]["cluster"] == \
+        yaml.safe_load(sim.kubeconfig("eu-west"))["clusters"][0]["cluster"]  # same server, same CA
+    with config.new_client_from_config_dict(broker_config) as theirs:
+        core = client.CoreV1Api(theirs)
+        assert core.list_node().items
+        with pytest.raises(ApiException) as raised:  # outside its ClusterRole
+            core.list_secret_for_all_namespaces()
+        assert raised.value.status == 403
+        assert json.loads(raised.value.body)["message"] == (
+            'secrets is forbidden: User "system:serviceaccount:archipelago-system:archipelago-broker" cannot list '
+            'resource "secrets" in API group "" at the cluster scope')
+        with pytest.raises(ApiException) as raised:
+            client.RbacAuthorizationV1Api(theirs).delete_cluster_role("archipelago-broker")
+        assert raised.value.status == 403
+
+    with TestClient(create_app(settings, db, run_loops=False), headers=ADMIN) as api:
+        for tenant, queue in TENANTS[:1]:
+            assert api.post("/api/v1/tenants", json={"name": tenant, "namespaces": [tenant]}).status_code == 201
+            assert api.post("/api/v1/queues", json={"name": queue, "tenant": tenant}).status_code == 201
+        federation = Federation(sim, api, db, settings)
+        try:
+            job = federation.submit(jobset("trained"))
+            done = federation.until_state(job, "Succeeded", seconds=30)
+            assert [p["cluster"] for p in done["placements"]] == ["eu-west"]
+            assert [c["metadata"]["namespace"] for c in federation.copies(job)] == ["team-a"]
+        finally:
+            federation.close()
+
+    again = run("clusters", "join", "eu-west", "--kubeconfig", admin_kubeconfig("eu-west"))
+    assert again.exit_code == 0, again.output
+    assert "joined already" in again.output
+    assert _stored_kubeconfig(db, settings, "eu-west") == stored
+
+
+def test_unjoin_removes_the_cluster_and_the_member_objects(broker, admin_kubeconfig, sim, settings, db):
+    assert run("clusters", "join", "eu-west", "--kubeconfig", admin_kubeconfig("eu-west")).exit_code == 0
+    broker_config = yaml.safe_load(_stored_kubeconfig(db, settings, "eu-west"))
+    unjoined = run("clusters", "unjoin", "eu-west", "--kubeconfig", admin_kubeconfig("eu-west"))
+    assert unjoined.exit_code == 0, unjoined.output
+    sim.settle()  # the namespace controller empties the terminating namespace
+    assert _objects(sim, "eu-west") == dict.fromkeys(
+        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Secret"])
+    assert "eu-west" not in run("clusters", "list").output
+    with config.new_client_from_config_dict(broker_config) as theirs, pytest.raises(ApiException) as raised:
+        client.CoreV1Api(theirs).list_node()
+    assert raised.value.status == 401  # its token died with its ServiceAccount
+    assert run("clusters", "unjoin", "eu-west", "--kubeconfig", admin_kubeconfig("eu-west")).exit_code == 0
+
+
+def test_join_errors_are_one_line(broker, admin_kubeconfig, sim, db):
+    def refused(*args: str) -> str:
+        result = run("clusters", *args)
+        assert result.exit_code == 1 and result.output.strip().count("\n") == 0, result.output
+        return result.output.strip()
+
+    unreachable = yaml.safe_load(sim.kubeconfig("eu-west"))
+    unreachable["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:9/x"
+    assert refused("join", "eu-west", "--kubeconfig", admin_kubeconfig("eu-west", yaml.safe_dump(unreachable))) == \
+        "archipelago: cannot reach https://127.0.0.1:9/x: Failed to establish a new connection: " \
+        "[Errno 111] Connection refused"
+
+    reader = sim.service_account("eu-west", "reader", [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}])
+    assert refused("join", "eu-west", "--kubeconfig", admin_kubeconfig("eu-west", reader)).startswith(
+        "archipelago: the admin kubeconfig's identity may not create Namespace archipelago-system: ")
+
+    assert run("clusters", "add", "us-east", "--kubeconfig", admin_kubeconfig("us-east")).exit_code == 0
+    assert refused("join", "us-east", "--kubeconfig", admin_kubeconfig("eu-west")) == (
+        f"archipelago: the name us-east is taken: the broker has it for {sim.cluster_url('us-east')}, not "
+        f"{sim.cluster_url('eu-west')}; choose another name")
+    assert _objects(sim, "eu-west")["ClusterRole"] is None  # refused before anything was made on the member
