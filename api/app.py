@@ -25,10 +25,9 @@ from api.schemas import problems
 from api.routes import ROUTER_MODULES
 from broker.db.runtime import Database, open_database
 from broker.jobs import CapacityCache
+from broker.logs import configure_logging
 from broker.metrics import exposition
-from broker.services import build_services
-from broker.services.lease import Leader
-from broker.services.wakeups import Wakeups
+from broker.services import replica
 from broker.settings import Settings, get_settings
 
 log = logging.getLogger("archipelago.api")
@@ -79,8 +78,7 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
     async def lifespan(app: FastAPI):
         owned = database is None
         app.state.db = database or open_database(settings, upgrade=settings.is_sqlite)
-        leader = Leader(app.state.db, settings, lambda db: build_services(db, settings)) if run_loops else None
-        app.state.services = Wakeups(app.state.db, leader)
+        app.state.services = replica(app.state.db, settings, run_loops=run_loops)
         app.state.services.start()
         try:
             yield
@@ -143,3 +141,10 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
     for module in ROUTER_MODULES:
         app.include_router(importlib.import_module(f"api.routes.{module}").router)
     return app
+
+
+def api_worker_app() -> FastAPI:
+    """One of `archipelago serve --workers N`'s API processes: its own logging, no loops (the parent runs them)."""
+    settings = get_settings()
+    configure_logging(settings)
+    return create_app(settings, run_loops=False)

@@ -74,23 +74,41 @@ def version() -> None:
 @app.command()
 @one_line_errors
 def serve(host: str = typer.Option(None, help="Address to listen on [default: ARCHIPELAGO_HOST or 127.0.0.1]"),
-          port: int = typer.Option(None, help="Port [default: ARCHIPELAGO_PORT or 8000]")) -> None:
-    """Serve the API and dashboard (migrates the embedded SQLite database first)."""
+          port: int = typer.Option(None, help="Port [default: ARCHIPELAGO_PORT or 8000]"),
+          workers: int = typer.Option(1, min=1, help="API worker processes (PostgreSQL only); the loop services "
+                                                     "run once, in this process, beside them")) -> None:
+    """Serve the API and dashboard, and run the loop services while this replica holds the leader lease
+    (migrates the embedded SQLite database first)."""
     import uvicorn
 
     from api.app import create_app
     from broker.db.runtime import open_database
-
+    from broker.logs import configure_logging
     from broker.scheduling import engine_config
+    from broker.services import replica
 
     settings = get_settings()
+    configure_logging(settings)
     settings.fernet_key()  # a missing or malformed secret key stops us here, not at the first cluster
     engine_config(settings)  # so does an unknown placement plugin
+    if workers > 1 and settings.is_sqlite:
+        raise ConfigError("--workers needs PostgreSQL (ARCHIPELAGO_DATABASE_URL): SQLite takes one writer at a time "
+                          "and wakes loops within one process only")
     database = open_database(settings, upgrade=settings.is_sqlite)  # fail fast, before binding the port
     host, port = host or settings.host, port or settings.port
     typer.echo(f"Archipelago {broker.__version__} on http://{host}:{port} "
-               f"(database {database.engine.url.render_as_string(hide_password=True)})", err=True)
-    uvicorn.run(create_app(settings, database), host=host, port=port, log_level="info")
+               f"(database {database.engine.url.render_as_string(hide_password=True)}"
+               f"{f', {workers} API workers' if workers > 1 else ''})", err=True)
+    if workers == 1:
+        uvicorn.run(create_app(settings, database), host=host, port=port, log_config=None)
+        return
+    loops = replica(database, settings, run_loops=settings.run_loops)
+    loops.start()
+    try:  # uvicorn's supervisor: it returns once SIGTERM or Ctrl-C has stopped the workers
+        uvicorn.run("api.app:api_worker_app", factory=True, host=host, port=port, workers=workers, log_config=None)
+    finally:
+        loops.stop()
+        database.dispose()
 
 
 @db_app.command("upgrade")

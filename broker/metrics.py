@@ -7,7 +7,7 @@ from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from broker.db.models import Cluster, Job, Queue
+from broker.db.models import LEADER, Cluster, Job, Lease, Queue
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -43,6 +43,8 @@ class InventoryCollector:
         depth = GaugeMetricFamily("archipelago_queue_pending_jobs", "Queued jobs per queue (its id, or its name "
                                   "with ARCHIPELAGO_METRICS_QUEUE_NAMES)", labels=["queue"])
         clusters = GaugeMetricFamily("archipelago_clusters", "Member clusters by state", labels=["state"])
+        token = GaugeMetricFamily("archipelago_leader_fencing_token", "The leader lease's fencing token: it grows by "
+                                  "one with every new leader, whichever replica is scraped")
         if self.sessions is not None:
             with self.sessions() as session:
                 for state, count in session.execute(select(Job.state, func.count()).group_by(Job.state)):
@@ -54,7 +56,8 @@ class InventoryCollector:
                     depth.add_metric([str(queue)], count)
                 for state, count in session.execute(select(Cluster.state, func.count()).group_by(Cluster.state)):
                     clusters.add_metric([state], count)
-        yield from (jobs, depth, clusters)
+                token.add_metric([], session.scalar(select(Lease.token).where(Lease.name == LEADER)) or 0)
+        yield from (jobs, depth, clusters, token)
 
 
 INVENTORY = InventoryCollector()

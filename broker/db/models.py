@@ -28,6 +28,7 @@ FAIR_SHARE_PREEMPTION_POLICIES = ("Never", "LessThanOrEqualToFinalShare")  # a t
 TOKEN_ROLES = ("admin", "tenant")
 EVENT_KINDS = ("cluster", "job", "queue", "tenant", "placement")
 EVENT_TYPES = ("Normal", "Warning")
+LEADER = "leader"  # the lease under which the loop services run
 
 Json = JSON().with_variant(JSONB(), "postgresql")
 # SQLite only auto-increments INTEGER PRIMARY KEY; PostgreSQL gets a real BIGINT.

@@ -26,7 +26,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from broker.db.fencing import Fence, fenced
-from broker.db.models import Lease, utcnow
+from broker.db.models import LEADER, Lease, utcnow
 from broker.db.runtime import Database
 from broker.db.session import transaction
 from broker.metrics import LEASE_HELD, LEASES_LOST
@@ -36,7 +36,6 @@ from broker.settings import Settings
 
 log = logging.getLogger("archipelago.lease")
 
-LEADER = "leader"
 NEVER = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 

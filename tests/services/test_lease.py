@@ -10,11 +10,11 @@ import pytest
 from sqlalchemy import select
 
 from broker.db.fencing import Fence, Fenced, fenced
-from broker.db.models import Cluster, Lease
+from broker.db.models import LEADER, Cluster, Lease
 from broker.db.runtime import Database, open_database
 from broker.db.session import make_engine, make_sessionmaker, transaction
 from broker.metrics import LEASE_HELD
-from broker.services.lease import LEADER, Leader, LeaseRecord
+from broker.services.lease import Leader, LeaseRecord
 from broker.services.loop import LoopService
 
 

@@ -1,0 +1,31 @@
+"""Wake-ups across replicas: a submission through an API-only replica starts the leader's cycle at once
+(PostgreSQL NOTIFY), not at the leader's next interval."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from tests.propagation.conftest import ADMIN, jobset
+
+DEADLINE = 30.0
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_submission_on_an_api_only_replica_wakes_the_leaders_scheduler(federation, settings, db):
+    # The leader's scheduler runs once at start, then only when woken: its interval is an hour.
+    leader_settings = settings.model_copy(update={"scheduler_interval": 3600.0})
+    with TestClient(create_app(leader_settings, db, run_loops=True), headers=ADMIN) as leader:
+        wakeups = leader.app.state.services
+        assert wakeups.listening.wait(DEADLINE), "the leader never listened"
+        assert wakeups.leader.leading
+        for name in ("first", "second"):  # the first may ride the wake-up the leader gives itself on listening
+            job_id = federation.submit(jobset(f"woken-{name}"))  # through the API-only replica (no loops)
+            deadline = time.monotonic() + DEADLINE
+            while federation.state(job_id) == "Queued":
+                assert time.monotonic() < deadline, f"job {name} was not admitted: no wake-up reached the leader"
+                time.sleep(0.05)
