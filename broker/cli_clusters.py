@@ -49,7 +49,8 @@ def add(name: str = typer.Argument(..., help="the cluster's name in the broker")
         label: list[str] = typer.Option([], "--label", help="cluster label key=value (repeatable)"),
         output: Output = OutputOption, server: Optional[str] = ServerOption,
         token: Optional[str] = TokenOption) -> None:
-    """Register a member cluster; the broker checks it can reach it and that JobSet is installed."""
+    """Register a member cluster; the broker checks it can reach it, that JobSet is installed and that the
+    kubeconfig's identity holds the permissions of deploy/member-rbac.yaml (see `join`)."""
     body = {"name": name, "kubeconfig": read_file(kubeconfig).decode(), "context": context,
             "labels": key_values(label, "--label", "key=value")}
     emit(calling(lambda: client(server, token).post("/api/v1/clusters", json=body)), output, CLUSTER_COLUMNS)
