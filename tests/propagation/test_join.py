@@ -141,9 +141,13 @@ def test_join_errors_are_one_line(broker, admin_kubeconfig, sim, db):
         "archipelago: cannot reach https://127.0.0.1:9/x: Failed to establish a new connection: " \
         "[Errno 111] Connection refused"
 
-    reader = sim.service_account("eu-west", "reader", [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}])
-    assert refused("join", "eu-west", "--kubeconfig", admin_kubeconfig("eu-west", reader)).startswith(
-        "archipelago: the admin kubeconfig's identity may not create Namespace archipelago-system: ")
+    no_rbac = sim.service_account("eu-west", "no-rbac", [{"apiGroups": [""], "verbs": ["create", "patch", "get"],
+                                                          "resources": ["namespaces", "serviceaccounts", "secrets"]}])
+    not_allowed = refused("join", "eu-west", "--kubeconfig", admin_kubeconfig("eu-west", no_rbac))
+    assert not_allowed.startswith("archipelago: the admin kubeconfig's identity may not create ClusterRole "
+                                  "archipelago-broker: ")
+    assert not_allowed.endswith('cannot patch resource "clusterroles" in API group "rbac.authorization.k8s.io" at '
+                                "the cluster scope")
 
     assert run("clusters", "add", "us-east", "--kubeconfig", admin_kubeconfig("us-east")).exit_code == 0
     assert refused("join", "us-east", "--kubeconfig", admin_kubeconfig("eu-west")) == (
