@@ -7,7 +7,8 @@ agree to the milli-unit.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from clusters.quantity import QuantityRangeError, to_milli
 
@@ -23,6 +24,8 @@ class PodSpecError(ValueError):
 
 def as_mapping(value: Any, path: str, error: type[ValueError] = PodSpecError) -> Mapping:
     """An object field of a manifest (absent is empty); `error(path, message)` names a wrong one."""
+    if type(value) is dict:  # what a decoded body holds: the check every field of a submission pays first
+        return value
     if value is None:
         return {}
     if not isinstance(value, Mapping):

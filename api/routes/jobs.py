@@ -18,7 +18,7 @@ from broker import jobs as job_service
 from broker.db.models import Job, Queue, Tenant, as_utc
 from broker.errors import Invalid, NotFound
 from broker.jobset import JobSetError
-from broker.scheduling import RULE_WORDS, dry_run_manifest
+from broker.scheduling import RULE_WORDS, dry_run_manifest, engine_config
 from broker.tenancy import Principal, get_tenant
 from clusters.documents import DocumentError, load_json, load_yaml_all
 
@@ -128,7 +128,7 @@ def dry_run(request: Request, session: SessionDep, principal: PrincipalDep, body
         raise Invalid("", "a dry run takes one JobSet")
     owner = _submitting_tenant(session, principal, tenant)
     _, chosen, _, _ = job_service.validate_submission(session, owner, manifests[0], "", queue, settings,
-                                                      request.app.state.capacity.get(session))
+                                                      request.app.state.capacity.get(session), engine_config(settings))
     manifest = job_service.with_queue_label(manifests[0], chosen.name)
     try:
         with request.app.state.db.sessions() as snapshot_session:  # its own consistent read
