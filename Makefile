@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench mutants clean chromium
+.PHONY: demo test test-min-client bench mutants clean chromium
 
 $(STAMP): pyproject.toml
 	@# Debian's python3 has no venv module until python3-venv is installed; as root, install it.
@@ -19,8 +19,21 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/archipelago demo
 
-test: $(STAMP) chromium
+test: $(STAMP) chromium test-min-client
 	$(BIN)/python -m pytest
+
+# The member client against the oldest `kubernetes` package pyproject.toml allows, in a venv of its own:
+# its tests need only the simulator (--noconftest: no database, no browser).
+MIN_CLIENT := .venv-min-client
+KUBERNETES_MIN = $(shell sed -n 's/.*"kubernetes>=\([0-9.]*\)".*/\1/p' pyproject.toml)
+
+$(MIN_CLIENT)/.installed-stamp: pyproject.toml
+	test -x $(MIN_CLIENT)/bin/python || $(PYTHON) -m venv $(MIN_CLIENT)
+	$(MIN_CLIENT)/bin/python -m pip install --quiet -e . "pytest>=8.0" "kubernetes==$(KUBERNETES_MIN)"
+	touch $@
+
+test-min-client: $(MIN_CLIENT)/.installed-stamp
+	$(MIN_CLIENT)/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/clusters/test_member_client.py
 
 # The browser tests drive Debian's Chromium; install it when missing (needs root; otherwise they fail and say how).
 chromium:
@@ -40,4 +53,4 @@ mutants: $(VENV)/.mutants-stamp
 	$(BIN)/python bench/mutants.py
 
 clean:
-	rm -rf $(VENV) archipelago.db archipelago.db-* archipelago.secret test-artifacts mutants
+	rm -rf $(VENV) $(MIN_CLIENT) archipelago.db archipelago.db-* archipelago.secret test-artifacts mutants

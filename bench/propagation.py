@@ -47,8 +47,7 @@ from broker.services.inventory import MemberClients, first_sync  # noqa: E402
 from broker.services.scheduler import SchedulerService  # noqa: E402
 from broker.services.status import StatusService  # noqa: E402
 from broker.settings import Settings  # noqa: E402
-from clusters import jobsets  # noqa: E402
-from clusters.member import MemberClient  # noqa: E402
+from clusters.member import JOBSET_GROUP, JOBSET_VERSION, MemberClient  # noqa: E402
 
 NODE = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"}
 
@@ -136,7 +135,7 @@ def bench_apply(work: Path, names: list[str], jobs: int) -> dict:
     t0 = time.perf_counter()
     for i, body in enumerate(bodies):
         k8s.CustomObjectsApi(bare[i % len(bare)]).create_namespaced_custom_object(
-            jobsets.JOBSETS.split("/")[2], "v1alpha2", "bare", "jobsets", body)
+            JOBSET_GROUP, JOBSET_VERSION, "bare", "jobsets", body)
     bare_s = time.perf_counter() - t0
     for api in bare:
         api.close()
@@ -160,7 +159,8 @@ def bench_apply(work: Path, names: list[str], jobs: int) -> dict:
 def bench_status(work: Path, names: list[str], changes: int) -> dict:
     broker = Broker(work, names, member_workers=16)
     status = StatusService(broker.database, broker.settings, broker.members)
-    patchers = {name: MemberClient.from_kubeconfig((work / f"{name}.kubeconfig").read_text()) for name in names}
+    patchers = {name: k8s.CustomObjectsApi(k8s_config.new_client_from_config(str(work / f"{name}.kubeconfig")))
+                for name in names}
     try:
         broker.submit([manifest(f"run-{name}", member=name) for name in names])
         while broker.count() < len(names):
@@ -179,7 +179,8 @@ def bench_status(work: Path, names: list[str], changes: int) -> dict:
             name = names[i % len(names)]
             marker = f"Bench{i}"
             t0 = time.perf_counter()
-            patchers[name].patch(jobsets.jobset_path("bench", f"run-{name}") + "/status", {"status": {"conditions": [
+            patchers[name].patch_namespaced_custom_object_status(JOBSET_GROUP, JOBSET_VERSION, "bench", "jobsets",
+                                                                 f"run-{name}", {"status": {"conditions": [
                 {"type": "Benchmark", "status": "True", "reason": marker, "message": "bench",
                  "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
             limit = t0 + 10
@@ -194,8 +195,8 @@ def bench_status(work: Path, names: list[str], changes: int) -> dict:
                 time.sleep(0.002)
     finally:
         status.stop()
-        for member in patchers.values():
-            member.close()
+        for patcher in patchers.values():
+            patcher.api_client.close()
         broker.close()
     lags.sort()
     return {"members": len(names), "changes": changes,

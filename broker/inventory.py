@@ -24,6 +24,7 @@ from broker.errors import Conflict, Invalid, NotFound
 from broker.settings import Settings
 from broker.tenancy import check_name
 from clusters import access, jobsets
+from clusters.budget import RequestBudget
 from clusters.kubeconfig import KubeconfigError, KubeconfigPolicy, server_identity
 from clusters.labels import check_labels
 from clusters.member import MemberClient, MemberError, MemberFacts
@@ -51,7 +52,8 @@ def kubeconfig_policy(settings: Settings) -> KubeconfigPolicy:
 def connect(settings: Settings, kubeconfig: str, context: str | None = None) -> MemberClient:
     """A client for a member; KubeconfigError if the kubeconfig is unusable or refused."""
     return MemberClient.from_kubeconfig(kubeconfig, context, policy=kubeconfig_policy(settings),
-                                        timeout=settings.member_timeout)
+                                        timeout=settings.member_timeout,
+                                        budget=RequestBudget(settings.member_qps, settings.member_burst))
 
 
 def get_cluster(session: Session, name: str) -> Cluster:

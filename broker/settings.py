@@ -88,6 +88,10 @@ class Settings(BaseSettings):
     startup_eviction_limit: int = Field(3, ge=1)
     member_timeout: float = Field(5.0, gt=0)
     member_workers: int = Field(16, ge=1)  # members synced or probed at once
+    # Requests a second to one member, and the burst saved up (client-go's token bucket), shared by the
+    # inventory, status, dispatcher and health loops of that member; a 429's Retry-After pauses them all.
+    member_qps: float = Field(50.0, gt=0)
+    member_burst: int = Field(100, ge=1)
 
     # Topology of members without HyperNode objects, from node labels (Volcano's label discovery):
     # per tier, 1 = closest, the label keys that name a node's domain there; the first present wins.

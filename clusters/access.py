@@ -7,14 +7,13 @@ rendering for people who apply them by hand, checked against `member_objects()` 
 from __future__ import annotations
 
 import base64
-import json
 import time
 from dataclasses import dataclass
 
 import yaml
 
 from clusters.kubeconfig import LoadedKubeconfig
-from clusters.member import HYPERNODE_GROUP, JOBSET_GROUP, MemberClient, MemberError
+from clusters.member import HYPERNODE_GROUP, JOBSET_GROUP, MemberClient, MemberError, Resource
 
 NAME = "archipelago-broker"
 DEFAULT_NAMESPACE = "archipelago-system"
@@ -105,11 +104,9 @@ class JoinError(Exception):
     """One line for the user."""
 
 
-def _path(obj: dict) -> str:
-    api = "/api/v1" if obj["apiVersion"] == "v1" else f"/apis/{obj['apiVersion']}"
-    meta = obj["metadata"]
-    scope = f"/namespaces/{meta['namespace']}" if "namespace" in meta else ""
-    return f"{api}{scope}/{obj['kind'].lower()}s/{meta['name']}"
+def _resource(obj: dict) -> Resource:
+    group, _, version = obj["apiVersion"].rpartition("/")
+    return Resource(group, version, f"{obj['kind'].lower()}s", obj["kind"], "namespace" in obj["metadata"])
 
 
 def _what(obj: dict) -> str:
@@ -128,14 +125,13 @@ def join(client: MemberClient, namespace: str, token_wait: float = TOKEN_WAIT) -
     returns the ServiceAccount's bearer token. Idempotent."""
     for obj in member_objects(namespace):
         try:
-            client.request("PATCH", _path(obj), {"fieldManager": FIELD_MANAGER, "force": "true"}, json.dumps(obj),
-                           content_type="application/apply-patch+yaml")
+            client.apply(_resource(obj), obj, FIELD_MANAGER)
         except MemberError as exc:
             raise _refused("create", obj, exc) from None
     secret = member_objects(namespace)[-1]
     deadline = time.monotonic() + token_wait
     while True:
-        token = (client.get(_path(secret)).get("data") or {}).get("token")
+        token = (client.read(_resource(secret), TOKEN_SECRET, namespace).get("data") or {}).get("token")
         if token:
             return base64.b64decode(token).decode()
         if time.monotonic() > deadline:
@@ -150,7 +146,7 @@ def unjoin(client: MemberClient, namespace: str) -> None:
     objects = member_objects(namespace)
     for obj in [objects[3], objects[2], objects[0]]:
         try:
-            client.request("DELETE", _path(obj))
+            client.delete(_resource(obj), obj["metadata"]["name"], obj["metadata"].get("namespace"))
         except MemberError as exc:
             if exc.reason != "NotFound":
                 raise _refused("delete", obj, exc) from None

@@ -8,11 +8,11 @@ Every copy carries the broker's labels, so the broker finds its copies by label,
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any, Callable, Iterable, Mapping
 
 from clusters.labels import pin_to_nodes
-from clusters.member import JOBSET_GROUP, JOBSET_VERSION, MemberClient, MemberError, WatchStream
+from clusters.member import (JOBSET_GROUP, JOBSET_VERSION, JOBSETS, NAMESPACES, PODS, MemberClient, MemberError,
+                             WatchStream)
 
 JOB_ID_LABEL = "archipelago.io/job-id"
 PLACEMENT_ID_LABEL = "archipelago.io/placement-id"
@@ -23,15 +23,9 @@ FIELD_MANAGER = "archipelago"
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 # The broker admitted the JobSet already: a member's own Kueue must not queue it a second time.
 DROPPED_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
-JOBSETS = f"/apis/{JOBSET_GROUP}/{JOBSET_VERSION}/jobsets"
 WATCH_SECONDS = 300
 # Member answers that another try will not change: the placement fails with the member's message.
 PERMANENT_STATUSES = frozenset({400, 403, 405, 413, 415, 422})
-
-
-def jobset_path(namespace: str, name: str | None = None) -> str:
-    base = f"/apis/{JOBSET_GROUP}/{JOBSET_VERSION}/namespaces/{namespace}/jobsets"
-    return f"{base}/{name}" if name else base
 
 
 def member_name(name: str, part: str) -> str:
@@ -119,23 +113,17 @@ def _require_nodes(rjob: dict[str, Any], nodes: list[str]) -> None:
 
 def ensure_namespace(client: MemberClient, namespace: str) -> None:
     """Create the tenant's namespace if it is missing (apply: harmless when it exists)."""
-    client.request("PATCH", f"/api/v1/namespaces/{namespace}", {"fieldManager": FIELD_MANAGER},
-                   {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-                   content_type="application/apply-patch+yaml")
+    client.apply(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}, FIELD_MANAGER)
 
 
-def apply(client: MemberClient, jobset: Mapping[str, Any]) -> dict:
-    """Server-side apply with force: the broker owns the fields it sets, whoever touched them since.
-    The body goes as JSON text (JSON is YAML), serialized here: the client would first walk it whole."""
-    meta = jobset["metadata"]
-    return client.request("PATCH", jobset_path(meta["namespace"], meta["name"]),
-                          {"fieldManager": FIELD_MANAGER, "force": "true"}, json.dumps(jobset),
-                          content_type="application/apply-patch+yaml")
+def apply(client: MemberClient, jobset: dict[str, Any]) -> dict:
+    """Server-side apply with force: the broker owns the fields it sets, whoever touched them since."""
+    return client.apply(JOBSETS, jobset, FIELD_MANAGER)
 
 
 def get(client: MemberClient, namespace: str, name: str) -> dict | None:
     try:
-        return client.get(jobset_path(namespace, name))
+        return client.read(JOBSETS, name, namespace)
     except MemberError as exc:
         if exc.reason == "NotFound":
             return None
@@ -144,10 +132,8 @@ def get(client: MemberClient, namespace: str, name: str) -> dict | None:
 
 def delete(client: MemberClient, namespace: str, name: str, uid: str) -> None:
     """Delete that object (by uid) with foreground propagation; already gone is fine."""
-    body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground",
-            "preconditions": {"uid": uid}}
     try:
-        client.request("DELETE", jobset_path(namespace, name), body=body)
+        client.delete(JOBSETS, name, namespace, propagation="Foreground", uid=uid)
     except MemberError as exc:
         if exc.reason == "NotFound" or exc.status == 409:  # gone, or a different object by that name now
             return
@@ -156,12 +142,13 @@ def delete(client: MemberClient, namespace: str, name: str, uid: str) -> None:
 
 def list_in(client: MemberClient, namespace: str) -> list[dict]:
     """Every JobSet in a namespace, the broker's or not: the names a new copy must not take over."""
-    return client.list(jobset_path(namespace))[0]
+    return client.list(JOBSETS, namespace)[0]
 
 
-def list_owned(client: MemberClient) -> tuple[list[dict], str]:
-    """Every JobSet of the broker on the member, and the resourceVersion to watch from."""
-    return client.list(JOBSETS, {"labelSelector": JOB_ID_LABEL})
+def list_owned(client: MemberClient, from_cache: bool = False) -> tuple[list[dict], str]:
+    """Every JobSet of the broker on the member, and the resourceVersion to watch from (`from_cache`:
+    from the API server's watch cache, for the status relist that a watch then follows)."""
+    return client.list(JOBSETS, label_selector=JOB_ID_LABEL, from_cache=from_cache)
 
 
 def delete_owned(client: MemberClient, kept: Callable[[set[int]], set[int]]) -> list[dict]:
@@ -178,10 +165,9 @@ def delete_owned(client: MemberClient, kept: Callable[[set[int]], set[int]]) -> 
 
 
 def watch_owned(client: MemberClient, resource_version: str) -> WatchStream:
-    return client.watch(JOBSETS, resource_version, {"labelSelector": JOB_ID_LABEL}, WATCH_SECONDS)
+    return client.watch(JOBSETS, resource_version, label_selector=JOB_ID_LABEL, timeout_seconds=WATCH_SECONDS)
 
 
 def pods_of(client: MemberClient, namespace: str, placement_id: int) -> list[dict]:
     """The pods of one placement's copy (the broker's label on its pod templates), as the member has them."""
-    query = {"labelSelector": f"{PLACEMENT_ID_LABEL}={placement_id}"}
-    return client.list(f"/api/v1/namespaces/{namespace}/pods", query)[0]
+    return client.list(PODS, namespace, label_selector=f"{PLACEMENT_ID_LABEL}={placement_id}")[0]

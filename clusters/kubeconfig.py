@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import urllib3
 from cryptography import x509
 from kubernetes.client import Configuration
 
@@ -50,8 +51,9 @@ class KubeconfigPolicy:
 class LoadedKubeconfig:
     """A client Configuration for one context, and the private files it needs until `close()`.
 
-    urllib3 loads client certificates only from files: inline client-certificate/key data is
-    written to a 0700 directory of this object's own, removed on close (or when it is collected).
+    urllib3 loads client certificates only from files (and kubernetes < 37 the CA too): inline
+    client-certificate/key and CA data is written to a 0700 directory of this object's own, removed
+    on close (or when it is collected).
     """
 
     def __init__(self, context: str, server: str, configuration: Configuration, directory: Path | None) -> None:
@@ -72,14 +74,19 @@ def load_kubeconfig(text: str, context: str | None = None,
     name, cluster, user = _select(config, context)
     server = _server(cluster, policy)
     configuration = Configuration(host=server.rstrip("/"))
-    configuration.retries = False  # one attempt with a short timeout; the loops retry with back-off
+    # One attempt with a short timeout (the loops retry with back-off). Retry(0), not False: a failure
+    # comes wrapped in MaxRetryError, never as the bare SSLError that kubernetes < 37 mangles.
+    configuration.retries = urllib3.Retry(0)
     configuration.verify_ssl = not _insecure(cluster, policy)
-    configuration.ca_cert_data = _ca_data(cluster, policy)
+    ca_pem = configuration.ca_cert_data = _ca_data(cluster, policy)
     if cluster.get("tls-server-name"):
         configuration.tls_server_name = str(cluster["tls-server-name"])
     if cluster.get("proxy-url"):
         configuration.proxy = _proxy(cluster["proxy-url"], policy)
     directory = _credentials(user, configuration, policy)
+    if ca_pem is not None:  # kubernetes < 37 reads the CA from a file only
+        directory = directory or _private_directory()
+        configuration.ssl_ca_cert = _private_file(directory / "ca.crt", ca_pem.encode())
     return LoadedKubeconfig(name, server, configuration, directory)
 
 
@@ -255,7 +262,7 @@ def _credentials(user: dict, configuration: Configuration, policy: KubeconfigPol
         raise KubeconfigError("a client certificate needs both client-certificate and client-key")
     if cert is None:
         return None
-    directory = Path(tempfile.mkdtemp(prefix="archipelago-member-"))  # mode 0700
+    directory = _private_directory()
     configuration.cert_file = _private_file(directory / "client.crt", cert)
     configuration.key_file = _private_file(directory / "client.key", key)
     return directory
@@ -268,6 +275,10 @@ def _client_pem(user: dict, field: str, policy: KubeconfigPolicy) -> bytes | Non
     if user.get(f"{field}-data"):
         return _decode(user, f"{field}-data")
     return None
+
+
+def _private_directory() -> Path:
+    return Path(tempfile.mkdtemp(prefix="archipelago-member-"))  # mode 0700
 
 
 def _private_file(path: Path, content: bytes) -> str:

@@ -1,38 +1,74 @@
-"""THE client of one member cluster: the official `kubernetes` package (its Configuration, auth
-and urllib3 pool) over HTTP(S), with every failure turned into a MemberError a person can act on.
+"""THE client of one member cluster: the official `kubernetes` package's typed APIs (CoreV1Api,
+CustomObjectsApi, VersionApi, AuthorizationV1Api) over HTTP(S), with every failure turned into a
+MemberError a person can act on, and every request paid from the member's RequestBudget.
 
-Bodies are read as plain JSON dicts, not the package's model classes: building model objects for
-thousands of nodes costs more than the whole network round trip, and the inventory wants dicts.
+Bodies are read as plain JSON dicts (`_preload_content=False`), not the package's model classes:
+building model objects for thousands of nodes costs more than the whole network round trip, and
+the inventory wants dicts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import ssl
 from dataclasses import dataclass
-from typing import Any, Iterator
+from functools import partial
+from typing import Any, Callable, Iterator
 
 import urllib3
-from kubernetes.client import ApiClient
+from kubernetes.client import (ApiClient, AuthorizationV1Api, CoreV1Api, CustomObjectsApi, RbacAuthorizationV1Api,
+                               V1DeleteOptions, V1Preconditions, V1ResourceAttributes, V1SelfSubjectAccessReview,
+                               V1SelfSubjectAccessReviewSpec, VersionApi)
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from clusters.budget import BudgetExhausted, RequestBudget
 from clusters.kubeconfig import KubeconfigPolicy, LoadedKubeconfig, load_kubeconfig
 
 JOBSET_GROUP, JOBSET_VERSION = "jobset.x-k8s.io", "v1alpha2"
 HYPERNODE_GROUP, HYPERNODE_VERSION = "topology.volcano.sh", "v1alpha1"
-NODES = "/api/v1/nodes"
-PODS = "/api/v1/pods"
-HYPERNODES = f"/apis/{HYPERNODE_GROUP}/{HYPERNODE_VERSION}/hypernodes"
 # Pods that hold resources: not finished. Pending pods without a node hold nothing and are skipped later.
 ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 PAGE = 500
+APPLY = "application/apply-patch+yaml"
+# A 429 is retried after its Retry-After this many times before the caller hears of it (client-go: 10).
+THROTTLED_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A kind the broker reads or writes on a member. Built-in kinds go through their typed API
+    (`CoreV1Api.list_node`, `RbacAuthorizationV1Api.patch_cluster_role`: the package names those
+    methods after the kind), custom ones through CustomObjectsApi."""
+
+    group: str  # "" for the core API
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    def __str__(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def snake(self) -> str:
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", self.kind).lower()
+
+
+NODES = Resource("", "v1", "nodes", "Node", False)
+PODS = Resource("", "v1", "pods", "Pod", True)
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
+JOBSETS = Resource(JOBSET_GROUP, JOBSET_VERSION, "jobsets", "JobSet", True)
+HYPERNODES = Resource(HYPERNODE_GROUP, HYPERNODE_VERSION, "hypernodes", "HyperNode", False)
+_BUILT_IN = {("", "v1"): CoreV1Api, ("rbac.authorization.k8s.io", "v1"): RbacAuthorizationV1Api}
 
 
 class MemberError(Exception):
-    """A member did not answer as needed. `reason`: Unreachable, Timeout, TLS, Unauthorized,
-    Forbidden, NotFound, Gone, ServerError or BadResponse. The message never holds a credential."""
+    """A member did not answer as needed. `reason`: Unreachable (refused, DNS, reset), Timeout, TLS,
+    Unauthorized, Forbidden, NotFound, Gone, Throttled (429, or its Retry-After outlasts the
+    timeout), ServerError or BadResponse. The message never holds a credential."""
 
     def __init__(self, reason: str, message: str, status: int | None = None) -> None:
         super().__init__(message)
@@ -49,21 +85,25 @@ class MemberFacts:
 
 
 class MemberClient:
-    """One member cluster's API. Thread-safe: the urllib3 pool is shared by the sync, the watches
-    and the health probe of that member."""
+    """One member cluster's API. Thread-safe: the urllib3 pool and the request budget are shared by
+    the sync, the watches, the status watch, the dispatcher's lane and the health probe of that member."""
 
-    def __init__(self, loaded: LoadedKubeconfig, timeout: float = 5.0) -> None:
+    def __init__(self, loaded: LoadedKubeconfig, timeout: float = 5.0, budget: RequestBudget | None = None) -> None:
         self._loaded = loaded
         self.timeout = timeout
+        self.budget = budget or RequestBudget(None, 1)
         # kept connections: a list, three inventory watches, the status watch, a probe, the dispatcher's lane
         loaded.configuration.connection_pool_maxsize = 16
         self._api = ApiClient(loaded.configuration)
         self._api.user_agent = "archipelago"
+        self._custom = CustomObjectsApi(self._api)
+        self._built_in = {key: api(self._api) for key, api in _BUILT_IN.items()}
+        self._version, self._authorization = VersionApi(self._api), AuthorizationV1Api(self._api)
 
     @classmethod
-    def from_kubeconfig(cls, text: str, context: str | None = None, *,
-                        policy: KubeconfigPolicy = KubeconfigPolicy(), timeout: float = 5.0) -> MemberClient:
-        return cls(load_kubeconfig(text, context, policy), timeout)
+    def from_kubeconfig(cls, text: str, context: str | None = None, *, policy: KubeconfigPolicy = KubeconfigPolicy(),
+                        timeout: float = 5.0, budget: RequestBudget | None = None) -> MemberClient:
+        return cls(load_kubeconfig(text, context, policy), timeout, budget)
 
     @property
     def api_server(self) -> str:
@@ -78,89 +118,144 @@ class MemberClient:
         self._loaded.close()
 
     # requests ------------------------------------------------------------------------------------
-    def _send(self, method: str, path: str, query: dict | None = None, body: Any = None,
-              timeout: float | tuple[float, float] | None = None,
-              content_type: str = "application/json") -> urllib3.BaseHTTPResponse:
-        params = [(k, v) for k, v in (query or {}).items() if v is not None]
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        request = self._api.param_serialize(method, path, query_params=params, header_params=headers, body=body,
-                                            auth_settings=["BearerToken"])
-        try:
-            response = self._api.call_api(*request, _request_timeout=timeout or self.timeout).response
-        except ApiException as exc:  # the REST layer wraps TLS failures
-            raise MemberError("TLS", f"TLS handshake with {self.api_server} failed: "
-                                     f"{_tls_reason(str(exc.reason))}") from None
-        except urllib3.exceptions.HTTPError as exc:
-            raise _transport_error(self.api_server, exc) from None
-        if response.status >= 400:
-            data = response.data
-            response.release_conn()
-            raise _status_error(self.api_server, method, path, response.status, data)
-        return response
+    def _call(self, what: str, method: Callable[..., Any], *args: Any, timeout: float | tuple[float, float] | None = None,
+              **params: Any) -> urllib3.BaseHTTPResponse:
+        """One request through a typed API method, its body left undecoded; MemberError on failure. A 429
+        is retried after its Retry-After, during which nothing at all goes to the member (RequestBudget)."""
+        params = {k: v for k, v in params.items() if v is not None}
+        throttled = 0
+        while True:
+            try:
+                self.budget.take(self.timeout)
+            except BudgetExhausted as exc:
+                raise MemberError("Throttled", f"{what}: {self.api_server} asked for no requests for {exc.wait:.0f} s "
+                                  "more (429 Retry-After)" if exc.throttled else
+                                  f"{what}: the broker's request budget for {self.api_server} (ARCHIPELAGO_MEMBER_QPS)"
+                                  f" is spent for {exc.wait:.1f} s", 429) from None
+            try:
+                return method(*args, _preload_content=False, _request_timeout=timeout or self.timeout, **params)
+            except ApiException as exc:
+                if exc.status == 429:
+                    self.budget.hold(_retry_after(exc.headers))
+                    throttled += 1
+                    if throttled <= THROTTLED_RETRIES:
+                        continue
+                raise _api_error(self.api_server, what, exc) from None
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise _transport_error(self.api_server, exc) from None
 
-    def request(self, method: str, path: str, query: dict | None = None, body: Any = None,
-                content_type: str = "application/json") -> dict:
-        """One call; the decoded JSON body. Raises MemberError."""
-        response = self._send(method, path, query, body, content_type=content_type)
+    def _json(self, what: str, response: urllib3.BaseHTTPResponse) -> dict:
         try:
             return json.loads(response.data)
         except ValueError:
-            raise MemberError("BadResponse", f"{self.api_server}{path} did not answer JSON") from None
+            raise MemberError("BadResponse", f"{what}: {self.api_server} did not answer JSON") from None
 
-    def get(self, path: str, query: dict | None = None) -> dict:
-        return self.request("GET", path, query)
+    def _typed(self, resource: Resource) -> Any:
+        """The typed API of a built-in kind; None for a custom resource."""
+        return self._built_in.get((resource.group, resource.version))
 
-    def patch(self, path: str, body: Any, content_type: str = "application/merge-patch+json") -> dict:
-        return self.request("PATCH", path, body=body, content_type=content_type)
+    def _lister(self, resource: Resource, namespace: str | None) -> Callable[..., Any]:
+        api = self._typed(resource)
+        if api is None:
+            if namespace:
+                return partial(self._custom.list_namespaced_custom_object, resource.group, resource.version,
+                               namespace, resource.plural)
+            return partial(self._custom.list_cluster_custom_object, resource.group, resource.version, resource.plural)
+        if namespace:
+            return partial(getattr(api, f"list_namespaced_{resource.snake}"), namespace)
+        return getattr(api, f"list_{resource.snake}_for_all_namespaces" if resource.namespaced else
+                       f"list_{resource.snake}")
 
-    def list(self, path: str, query: dict | None = None) -> tuple[list[dict], str]:
-        """All items of a collection, page by page; and the resourceVersion to watch from."""
+    def _addressed(self, verb: str, resource: Resource, name: str, namespace: str | None) -> Callable[..., Any]:
+        """The typed method that `verb`s one object (read, patch, delete), its address bound."""
+        api = self._typed(resource)
+        if api is None:
+            where = (resource.group, resource.version) + ((namespace,) if resource.namespaced else ())
+            scope = "namespaced" if resource.namespaced else "cluster"
+            method = getattr(self._custom, f"{'get' if verb == 'read' else verb}_{scope}_custom_object")
+            return partial(method, *where, resource.plural, name)
+        if resource.namespaced:
+            return partial(getattr(api, f"{verb}_namespaced_{resource.snake}"), name, namespace)
+        return partial(getattr(api, f"{verb}_{resource.snake}"), name)
+
+    def list(self, resource: Resource, namespace: str | None = None, *, label_selector: str | None = None,
+             field_selector: str | None = None, from_cache: bool = False) -> tuple[list[dict], str]:
+        """All items of a collection, page by page; and the resourceVersion to watch from.
+
+        `from_cache`: resourceVersion=0, served from the API server's watch cache rather than a quorum
+        read of etcd — right for a relist that a watch from its resourceVersion then keeps fresh (an
+        API server may then answer in one page whatever the limit)."""
+        lister, what = self._lister(resource, namespace), f"list {resource}"
         items: list[dict] = []
         token = None
         while True:
-            page = self.get(path, {**(query or {}), "limit": PAGE, "continue": token})
+            page = self._json(what, self._call(what, lister, label_selector=label_selector,
+                                               field_selector=field_selector, limit=PAGE, _continue=token,
+                                               resource_version="0" if from_cache and token is None else None))
             items.extend(page.get("items") or ())
             metadata = page.get("metadata") or {}
             token = metadata.get("continue")
             if not token:
                 return items, str(metadata.get("resourceVersion") or "")
 
-    def watch(self, path: str, resource_version: str, query: dict | None = None,
-              timeout_seconds: int = 300) -> WatchStream:
+    def watch(self, resource: Resource, resource_version: str, *, label_selector: str | None = None,
+              field_selector: str | None = None, timeout_seconds: int = 300) -> WatchStream:
         """Watch events ({type, object}) after `resource_version` until the server ends the stream.
 
-        BOOKMARK events are yielded too (they carry the resourceVersion to resume from); an ERROR
-        event raises MemberError (Gone when the version is too old and a relist is needed).
+        BOOKMARK events are asked for and yielded (they carry the resourceVersion to resume from); an
+        ERROR event raises MemberError (Gone when the version is too old and a relist is needed).
         """
-        params = {**(query or {}), "watch": "true", "resourceVersion": resource_version,
-                  "allowWatchBookmarks": "true", "timeoutSeconds": timeout_seconds}
+        what = f"watch {resource}"
         # a read timeout longer than the server's own end of stream: silence means a dead member
-        response = self._send("GET", path, params, timeout=(self.timeout, timeout_seconds + self.timeout))
-        return WatchStream(self.api_server, path, response)
+        response = self._call(what, self._lister(resource, None), label_selector=label_selector,
+                              field_selector=field_selector, watch=True, resource_version=resource_version,
+                              allow_watch_bookmarks=True, timeout_seconds=timeout_seconds,
+                              timeout=(self.timeout, timeout_seconds + self.timeout))
+        return WatchStream(self.api_server, str(resource), response)
+
+    def read(self, resource: Resource, name: str, namespace: str | None = None) -> dict:
+        what = f"get {resource} {namespace + '/' if namespace else ''}{name}"
+        return self._json(what, self._call(what, self._addressed("read", resource, name, namespace)))
+
+    def apply(self, resource: Resource, body: dict, field_manager: str) -> dict:
+        """Server-side apply with force: the field manager owns the fields it sets, whoever touched them since."""
+        meta = body["metadata"]
+        what = f"apply {resource} {meta.get('namespace', '') and meta['namespace'] + '/'}{meta['name']}"
+        method = self._addressed("patch", resource, meta["name"], meta.get("namespace"))
+        return self._json(what, self._call(what, method, body=body, field_manager=field_manager, force=True,
+                                           _content_type=APPLY))
+
+    def delete(self, resource: Resource, name: str, namespace: str | None = None, *,
+               propagation: str | None = None, uid: str | None = None) -> None:
+        """Delete one object; `uid`: only if it is still that object (else 409 Conflict)."""
+        options = V1DeleteOptions(propagation_policy=propagation,
+                                  preconditions=V1Preconditions(uid=uid) if uid else None)
+        what = f"delete {resource} {namespace + '/' if namespace else ''}{name}"
+        self._call(what, self._addressed("delete", resource, name, namespace), body=options).drain_conn()
 
     # what the broker asks of every member --------------------------------------------------------
     def version(self) -> str:
-        return str(self.get("/version").get("gitVersion") or "unknown")
+        info = self._json("get version", self._call("get version", self._version.get_code))
+        return str(info.get("gitVersion") or "unknown")
 
     def serves(self, group: str, version: str, plural: str) -> bool:
         """Whether the API serves `plural` in group/version (discovery, readable by any identity)."""
+        what = f"discover {group}/{version}"
         try:
-            resources = self.get(f"/apis/{group}/{version}").get("resources") or ()
+            resources = self._json(what, self._call(what, self._custom.get_api_resources, group, version))
         except MemberError as exc:
             if exc.reason == "NotFound":
                 return False
             raise
-        return any(r.get("name") == plural for r in resources)
+        return any(r.get("name") == plural for r in resources.get("resources") or ())
 
     def may(self, verb: str, group: str, resource: str, namespace: str | None = None) -> bool | None:
         """A SelfSubjectAccessReview; None where the member has no such API."""
-        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                  "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource,
-                                                  "namespace": namespace}}}
+        review = V1SelfSubjectAccessReview(spec=V1SelfSubjectAccessReviewSpec(resource_attributes=V1ResourceAttributes(
+            verb=verb, group=group, resource=resource, namespace=namespace)))
+        what = f"review access to {verb} {resource}"
         try:
-            answer = self.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review)
+            answer = self._json(what, self._call(what, self._authorization.create_self_subject_access_review, review))
         except MemberError as exc:
             if exc.reason == "NotFound":
                 return None
@@ -180,11 +275,12 @@ _TLS_MARKERS = re.compile(r"(certificate verify failed[^(')\"]*|hostname mismatc
 class WatchStream:
     """An open watch; iterate for events, `close()` from any thread to end it at once."""
 
-    def __init__(self, server: str, path: str, response: urllib3.BaseHTTPResponse) -> None:
-        self._server, self._path, self._response = server, path, response
+    def __init__(self, server: str, what: str, response: urllib3.BaseHTTPResponse) -> None:
+        self._server, self._what, self._response = server, what, response
 
     def close(self) -> None:
-        self._response.shutdown()  # unblocks a read in progress in another thread
+        with contextlib.suppress(RuntimeError):  # RuntimeError: the stream has ended already
+            self._response.shutdown()  # unblocks a read in progress in another thread
 
     def __iter__(self) -> Iterator[dict]:
         try:
@@ -196,12 +292,20 @@ class WatchStream:
                     status = event.get("object") or {}
                     code = status.get("code")
                     raise MemberError("Gone" if code == 410 else "ServerError",
-                                      f"watch of {self._path} on {self._server} ended: {status.get('message')}", code)
+                                      f"watch of {self._what} on {self._server} ended: {status.get('message')}", code)
                 yield event
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise _transport_error(self._server, exc) from None
         finally:
             self._response.release_conn()
+
+
+def _retry_after(headers: Any) -> float:
+    """Seconds from a Retry-After header (the API server sends whole seconds); 1 s when absent or unreadable."""
+    try:
+        return max(float((headers or {}).get("Retry-After")), 0.0)
+    except (TypeError, ValueError):
+        return 1.0
 
 
 def _tls_reason(text: str) -> str:
@@ -210,7 +314,19 @@ def _tls_reason(text: str) -> str:
     return found.group(1).strip() if found else text.strip().splitlines()[-1][:300]
 
 
+def _api_error(server: str, what: str, exc: ApiException) -> MemberError:
+    """The package's REST layer raises ApiException for an HTTP error status, and with status 0 for a
+    TLS failure (urllib3's SSLError) or a request it could not build."""
+    if exc.status:
+        return _status_error(server, what, exc.status, exc.body)
+    if str(exc.reason or "").startswith("SSLError"):
+        return MemberError("TLS", f"TLS handshake with {server} failed: {_tls_reason(str(exc.reason))}")
+    return MemberError("BadResponse", f"{what}: {server}: {str(exc.reason or '').strip()[:300]}")
+
+
 def _transport_error(server: str, exc: Exception) -> MemberError:
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        exc = exc.reason  # one attempt only (clusters.kubeconfig): the failure it wraps is the one to tell
     if isinstance(exc, (urllib3.exceptions.SSLError, ssl.SSLError)):
         return MemberError("TLS", f"TLS handshake with {server} failed: {_tls_reason(str(exc))}")
     if isinstance(exc, urllib3.exceptions.TimeoutError) and not isinstance(exc, urllib3.exceptions.NewConnectionError):
@@ -227,13 +343,13 @@ def _transport_error(server: str, exc: Exception) -> MemberError:
     return MemberError("Unreachable", f"cannot reach {server}: {detail or type(reason).__name__}")
 
 
-def _status_error(server: str, method: str, path: str, status: int, data: bytes) -> MemberError:
+def _status_error(server: str, what: str, status: int, data: bytes | str | None) -> MemberError:
     try:
         message = json.loads(data).get("message") or ""
-    except (ValueError, AttributeError):
+    except (TypeError, ValueError, AttributeError):
         message = ""
-    reason = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 410: "Gone"}.get(
+    reason = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 410: "Gone", 429: "Throttled"}.get(
         status, "ServerError" if status >= 500 else "BadResponse")
-    what = {401: "rejected the credentials (401 Unauthorized)",
-            403: "forbids it (403 Forbidden)"}.get(status, f"answered {status}")
-    return MemberError(reason, f"{method} {path}: {server} {what}{': ' + message if message else ''}", status)
+    said = {401: "rejected the credentials (401 Unauthorized)", 403: "forbids it (403 Forbidden)",
+            429: "is overloaded (429 Too Many Requests)"}.get(status, f"answered {status}")
+    return MemberError(reason, f"{what}: {server} {said}{': ' + message if message else ''}", status)

@@ -180,12 +180,15 @@ def _int(version: str) -> int:
         return -1
 
 
-_LISTS = {"nodes": (NODES, None), "pods": (PODS, {"fieldSelector": ACTIVE_PODS}), "hypernodes": (HYPERNODES, None)}
+# kind -> (resource, field selector)
+_LISTS = {"nodes": (NODES, None), "pods": (PODS, ACTIVE_PODS), "hypernodes": (HYPERNODES, None)}
 
 
 def relist(client: MemberClient, mirror: MemberMirror, kind: str) -> None:
-    path, query = _LISTS[kind]
-    items, version = client.list(path, query)
+    """From the API server's watch cache (resourceVersion=0), not etcd: the watch that follows from
+    the list's resourceVersion brings whatever the cache had not seen yet."""
+    resource, field_selector = _LISTS[kind]
+    items, version = client.list(resource, field_selector=field_selector, from_cache=True)
     mirror.replace(kind, items, version)
 
 
@@ -336,10 +339,11 @@ class _Watch(WatchThread):
 
     def run(self) -> None:
         failures = 0
-        path, query = _LISTS[self.kind]
+        resource, field_selector = _LISTS[self.kind]
         while not self._stop_event.is_set():
             try:
-                self._stream = self.client.watch(path, self.mirror.resume.get(self.kind, ""), query, WATCH_SECONDS)
+                self._stream = self.client.watch(resource, self.mirror.resume.get(self.kind, ""),
+                                                 field_selector=field_selector, timeout_seconds=WATCH_SECONDS)
                 if self._stop_event.is_set():
                     return
                 for event in self._stream:

@@ -77,7 +77,7 @@ class StatusService(LoopService):
 
     def resync(self, cluster_id: int, client: MemberClient) -> tuple[int, str]:
         """List the member's copies and record them all, and the ones gone; (count, resourceVersion)."""
-        items, version = jobsets.list_owned(client)
+        items, version = jobsets.list_owned(client, from_cache=True)
         now = self.now()
         with writing(self.database) as session:
             changes = Changes()

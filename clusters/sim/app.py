@@ -18,7 +18,6 @@ import socket
 import threading
 import time
 from typing import Iterable
-from urllib.parse import parse_qs
 
 import yaml
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -29,6 +28,7 @@ from clusters.sim.rbac import REVIEW_PATH, User, request_verb
 from clusters.sim.resources import NAMESPACES, Kind
 from clusters.sim.scenario import ClusterSpec
 from clusters.sim.store import ApiError, Event, Filter, Watcher, dumps
+from clusters.sim.traffic import Traffic, list_limit, parse_query
 
 _PATCH_TYPES = {"application/json-patch+json": "json", "application/merge-patch+json": "merge",
                 "application/strategic-merge-patch+json": "strategic", "application/apply-patch+yaml": "apply"}
@@ -81,6 +81,7 @@ class SimApp:
         for spec in specs:
             self.clusters[spec.name] = SimCluster(spec, clock, self.wake)
         self.streams: dict[str, set[_WatchStream]] = {name: set() for name in self.clusters}
+        self.traffic = {name: Traffic() for name in self.clusters}
         self._slowed: dict[str, asyncio.Event] = {}
         self.started = threading.Event()
         self.stopping = False
@@ -191,17 +192,18 @@ class SimApp:
                 break
         return b"".join(chunks)
 
-    async def _respond(self, send, code: int, payload, content_type: bytes = b"application/json") -> None:
+    async def _respond(self, send, code: int, payload, content_type: bytes = b"application/json",
+                       headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
         body = payload if isinstance(payload, bytes) else dumps(payload)
         await send({"type": "http.response.start", "status": code,
                     "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
-                                (b"cache-control", b"no-cache, private")]})
+                                (b"cache-control", b"no-cache, private"), *headers]})
         await send({"type": "http.response.body", "body": body})
 
     async def _http(self, scope, receive, send) -> None:
         path = scope["path"]
         headers = {k.decode().lower(): v.decode(errors="replace") for k, v in scope["headers"]}
-        query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
+        query = parse_query(scope.get("query_string", b""))
         parts = [p for p in path.split("/") if p]
         try:
             if parts[:1] == ["admin"]:
@@ -214,6 +216,12 @@ class SimApp:
                     return
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             cluster = self.clusters[parts[1]]
+            retry_after = self.traffic[cluster.name].arrive(scope["method"], "/" + "/".join(parts[2:]), query)
+            if retry_after is not None:
+                await self._respond(send, 429, ApiError(429, "TooManyRequests", "too many requests (simulated), "
+                                                        "please try again later").status(),
+                                    headers=((b"retry-after", str(retry_after).encode()),))
+                return
             if cluster.fault == "unreachable":
                 raise ApiError(503, "ServiceUnavailable", "cluster unreachable (simulated)")
             if cluster.fault == "slow" and cluster.latency > 0:
@@ -327,7 +335,7 @@ class SimApp:
                 await self._watch(cluster, kind, namespace, query, send)
                 return
             if method == "GET":
-                limit = int(query.get("limit") or 0)
+                limit = list_limit(query)
                 with cluster.lock:
                     items, rv, token, remaining = cluster.list(kind, namespace, query.get("labelSelector"),
                                                                query.get("fieldSelector"), limit, query.get("continue"))

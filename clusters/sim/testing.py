@@ -20,6 +20,7 @@ from kubernetes import client, config
 
 from clusters.sim.cluster import SimCluster
 from clusters.sim.server import SimServer
+from clusters.sim.traffic import Request
 
 STARTUP_TIMEOUT = 30.0
 
@@ -106,6 +107,14 @@ class SimHandle:
 
     def heal(self, name: str) -> None:
         self.app.set_fault(name, None)
+
+    def throttle(self, name: str, retry_after: int, seconds: float) -> None:
+        """For `seconds`, the cluster answers every request 429 Too Many Requests, `Retry-After: retry_after`."""
+        self.app.traffic[name].throttle(retry_after, seconds)
+
+    def requests(self, name: str) -> list[Request]:
+        """Every request the cluster received (at most the last 20,000), oldest first."""
+        return self.app.traffic[name].requests()
 
     # time
     @property

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import time
 
+import yaml
+from kubernetes import client, config
 from sqlalchemy import event, select
 
 from broker.db.models import Cluster, Event, HyperNode, Node
 from broker.inventory import cluster_capacity
 from broker.services.inventory import InventorySyncService
-from clusters.member import MemberClient
 from clusters.quantity import to_milli
 from clusters.sim.scenario import LEAF, SPINE
 from tests.clusters.conftest import LABEL_TIERS, expected_tree, register
@@ -30,15 +31,12 @@ def _tree(db, cluster: str) -> dict[str, tuple[int, str | None, set[str]]]:
 
 
 def _run_pods(sim, cluster: str, count: int, cpu: str = "2", gpu: str = "1") -> None:
-    client = MemberClient.from_kubeconfig(sim.kubeconfig(cluster))
-    try:
+    with config.new_client_from_config_dict(yaml.safe_load(sim.kubeconfig(cluster))) as api:
         for i in range(count):
-            client.request("POST", "/api/v1/namespaces/default/pods", body={
+            client.CoreV1Api(api).create_namespaced_pod("default", {
                 "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"work-{i}"},
                 "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {
                     "requests": {"cpu": cpu, "memory": "1Gi"}, "limits": {"nvidia.com/gpu": gpu}}}]}})
-    finally:
-        client.close()
     sim.settle()
 
 
