@@ -3,7 +3,7 @@
 Two sources, one result (`Topology`):
 - `resolve_hypernodes`: the member's Volcano HyperNode objects. Node members resolve as Volcano's
   scheduler does: `exactMatch` by name, `regexMatch` by an unanchored search over node names (Go's
-  MatchString), `labelMatch` by a label selector (an empty one matches nothing). HyperNode members
+  MatchString, with RE2: Go's syntax, and linear time whatever the pattern), `labelMatch` by a label selector (an empty one matches nothing). HyperNode members
   resolve by `exactMatch`, and also by `regexMatch` over HyperNode names, which Volcano's scheduler
   ignores but this project's own examples use (a fabric over `^spine-`).
 - `derive_from_labels`: Volcano's label-based discovery, for members without HyperNode objects:
@@ -16,13 +16,18 @@ as sound as it can be (the offending edge is dropped).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
+
+import re2
 
 from clusters.labels import selector_from_object
 
 MAX_WARNINGS_PER_KIND = 5
+# Longest regexMatch pattern read (Volcano's CRD sets none): a member's patterns are untrusted input.
+MAX_PATTERN = 1024
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a refused pattern is a topology warning, not a line on stderr
 
 
 @dataclass(frozen=True)
@@ -117,13 +122,21 @@ def _match_nodes(owner: str, selector: Mapping, node_labels: Mapping[str, Mappin
     return found
 
 
-def _regex(owner: str, selector: Mapping, warnings: _Warnings) -> re.Pattern | None:
-    """The compiled regexMatch pattern (Go's MatchString is a search, as `re.search` is), or None with a warning."""
+def _regex(owner: str, selector: Mapping, warnings: _Warnings) -> Any:
+    """The compiled regexMatch pattern, or None with a warning. RE2, as Go's regexp that Volcano uses:
+    the same syntax (no lookaround, no backreferences) and no catastrophic backtracking on a hostile
+    pattern; Go's MatchString is a search, as `search` is."""
     pattern = (selector["regexMatch"] or {}).get("pattern") or ""
+    if len(pattern) > MAX_PATTERN:
+        warnings.add("member", f"HyperNode {owner}: regexMatch pattern of {len(pattern)} characters is longer than "
+                               f"the {MAX_PATTERN} read; ignored")
+        return None
     try:
-        return re.compile(pattern)
-    except re.error as exc:
-        warnings.add("member", f"HyperNode {owner}: regexMatch {pattern!r} is not a regular expression ({exc})")
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+        warnings.add("member", f"HyperNode {owner}: regexMatch {pattern!r} is not a regular expression Go's regexp "
+                               f"(RE2) accepts ({reason}); ignored")
         return None
 
 

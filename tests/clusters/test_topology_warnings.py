@@ -3,7 +3,10 @@ kinds first appear, at most five of a kind (clusters/topology.py); and the order
 
 from __future__ import annotations
 
-from clusters.topology import derive_from_labels, resolve_hypernodes
+import subprocess
+import sys
+
+from clusters.topology import MAX_PATTERN, derive_from_labels, resolve_hypernodes
 from tests.clusters.test_topology import hn, tree
 
 NODES = {"n1": {"pool": "a"}, "n2": {"pool": "b"}}
@@ -35,7 +38,7 @@ def test_every_broken_member_is_one_warning_grouped_by_kind_at_most_five_of_a_ki
         "HyperNode h02: unknown member type 'Pod'; ignored",
         "HyperNode h04: a member has no exactMatch, regexMatch or labelMatch",
         "HyperNode h06: labelMatch is not a label selector (unknown selector operator 'Like')",
-        "HyperNode h08: regexMatch '(' is not a regular expression (missing ), unterminated subpattern at position 0)",
+        "HyperNode h08: regexMatch '(' is not a regular expression Go's regexp (RE2) accepts (missing ): (); ignored",
         "HyperNode h09: a HyperNode member needs exactMatch or regexMatch",
         "... and 2 more like it",
     ]
@@ -80,3 +83,33 @@ def test_label_tiers_are_listed_highest_first_and_a_node_without_labels_is_in_no
     assert [(h.name, h.tier, h.parent, h.nodes) for h in result.hypernodes] == [
         ("z", 3, None, ("n1",)), ("a", 1, None, ("n2",)), ("b", 1, "z", ("n1",))]
     assert result.warnings == []
+
+
+def test_regex_match_is_gos_syntax_and_bounded():
+    result = resolve_hypernodes([hn("ahead", 1, ("Node", {"regexMatch": {"pattern": "n(?!1)"}})),
+                                 hn("back", 1, ("Node", {"regexMatch": {"pattern": "(n)\\1"}})),
+                                 hn("long", 1, ("Node", {"regexMatch": {"pattern": "n" * (MAX_PATTERN + 1)}})),
+                                 hn("go", 1, ("Node", {"regexMatch": {"pattern": "^n[[:digit:]]$"}}))], NODES)
+    assert result.warnings == [
+        "HyperNode ahead: regexMatch 'n(?!1)' is not a regular expression Go's regexp (RE2) accepts "
+        "(invalid perl operator: (?!); ignored",
+        "HyperNode back: regexMatch '(n)\\\\1' is not a regular expression Go's regexp (RE2) accepts "
+        "(invalid escape sequence: \\1); ignored",
+        f"HyperNode long: regexMatch pattern of {MAX_PATTERN + 1} characters is longer than the {MAX_PATTERN} read; "
+        "ignored",
+    ]
+    assert tree(result)["go"] == (1, None, ("n1", "n2"))  # a POSIX class, which Python's re does not know
+
+
+HOSTILE = """
+from clusters.topology import resolve_hypernodes
+hypernode = {"metadata": {"name": "h"}, "spec": {"tier": 1, "members": [
+    {"type": "Node", "selector": {"regexMatch": {"pattern": "^(a+)+$"}}}]}}
+print(resolve_hypernodes([hypernode], {"a" * 64 + "!": {}}).warnings)
+"""
+
+
+def test_a_pattern_that_backtracks_catastrophically_in_pythons_re_is_matched_in_linear_time():
+    # Python's re would take 2^64 steps on this name, holding the GIL: hence a process of its own, and a deadline
+    done = subprocess.run([sys.executable, "-c", HOSTILE], capture_output=True, text=True, timeout=60, check=True)
+    assert "matches no node" in done.stdout
