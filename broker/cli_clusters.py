@@ -11,6 +11,8 @@ import typer
 from broker.cli_output import (Output, OutputOption, ServerOption, TokenOption, calling, client, emit, key_values,
                                 read_file, usage_error)
 from broker.client import ApiClient, ClientError
+from broker.inventory import kubeconfig_policy
+from broker.settings import ConfigError, get_settings
 from clusters import access
 from clusters.kubeconfig import KubeconfigError, LoadedKubeconfig, load_kubeconfig, server_identity
 from clusters.member import MemberClient, MemberError
@@ -71,9 +73,6 @@ def _fail(message: str) -> NoReturn:
 def _admin_member(kubeconfig: Path, context: str | None, namespace: str) -> Iterator[tuple[LoadedKubeconfig,
                                                                                             MemberClient]]:
     """The member as the admin kubeconfig reaches it; every member failure is one line."""
-    from broker.inventory import kubeconfig_policy
-    from broker.settings import ConfigError, get_settings
-
     if not namespace.startswith(access.NAME_PREFIX):
         usage_error(f"--namespace must start with {access.NAME_PREFIX!r}: unjoin deletes it, so it must be the "
                     "broker's own")
