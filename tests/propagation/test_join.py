@@ -149,6 +149,11 @@ def test_join_errors_are_one_line(broker, admin_kubeconfig, sim, db):
     assert not_allowed.endswith('cannot patch resource "clusterroles" in API group "rbac.authorization.k8s.io" at '
                                 "the cluster scope")
 
+    outside = run("clusters", "join", "eu-west", "--kubeconfig", admin_kubeconfig("eu-west"), "--namespace", "default")
+    assert outside.exit_code == 2  # unjoin deletes that namespace: it must be the broker's own
+    assert outside.output.strip() == "archipelago: --namespace must start with 'archipelago-': unjoin deletes it, " \
+                                     "so it must be the broker's own"
+
     assert run("clusters", "add", "us-east", "--kubeconfig", admin_kubeconfig("us-east")).exit_code == 0
     assert refused("join", "us-east", "--kubeconfig", admin_kubeconfig("eu-west")) == (
         f"archipelago: the name us-east is taken: the broker has it for {sim.cluster_url('us-east')}, not "
