@@ -18,7 +18,8 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-def get_settings_of_app(request: Request) -> Settings:
+async def get_settings_of_app(request: Request) -> Settings:
+    """On the event loop: a plain `def` would cost every request a trip through the thread pool."""
     return request.app.state.settings
 
 

@@ -6,7 +6,9 @@ Each backend gets a fresh database (an SQLite file; a throw-away PostgreSQL data
 ARCHIPELAGO_TEST_POSTGRES_URL or 127.0.0.1:5432), migrated, with one tenant, its queue and token, and a backlog of
 Queued jobs inserted in bulk. `archipelago serve` then runs as its own process with the loop services
 off (ARCHIPELAGO_RUN_LOOPS=false: this measures the API, not the scheduler), and C client threads
-POST JobSets one by one over HTTP, then in batches of B. Prints a table, then one JSON object.
+POST JobSets one by one over HTTP, then in batches of B. Then the floor (bench/floor_app.py: a FastAPI app
+that only inserts each body as one row of the same database) takes the same single POSTs, and the broker's
+rate is given as a ratio of the floor's: machines differ, ratios travel. Prints a table, then one JSON object.
 """
 
 from __future__ import annotations
@@ -106,11 +108,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def broker_server(url: str) -> Iterator[str]:
+def broker_server(url: str, app: str = "api.app:create_app") -> Iterator[str]:
     port = free_port()
     environment = {**os.environ, "ARCHIPELAGO_DATABASE_URL": url, "ARCHIPELAGO_ADMIN_TOKEN": ADMIN_TOKEN,
                    "ARCHIPELAGO_SECRET_KEY": Fernet.generate_key().decode(), "ARCHIPELAGO_RUN_LOOPS": "false"}
-    process = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app",
+    process = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", app,
                                 "--port", str(port), "--log-level", "warning", "--no-access-log"],
                                cwd=ROOT, env=environment)
     base = f"http://127.0.0.1:{port}"
@@ -178,7 +180,11 @@ def measure(backend: str, backlog: int, requests: int, clients: int, batch: int)
             wall, latencies = post_concurrently(base, [jobset(f"single-{i}") for i in range(requests)], clients)
             batches = [[jobset(f"batch-{b}-{i}") for i in range(batch)] for b in range(max(4, clients))]
             batch_wall, _ = post_concurrently(base, batches, min(clients, 2))
+        with broker_server(url, "bench.floor_app:create_app") as base:
+            post_concurrently(base, [jobset(f"warmup-{i}") for i in range(50)], clients)
+            floor_wall, _ = post_concurrently(base, [jobset(f"floor-{i}") for i in range(requests)], clients)
     return {"backend": backend, "single_per_s": round(requests / wall, 1),
+            "floor_per_s": round(requests / floor_wall, 1), "single_of_floor": round(floor_wall / wall, 2),
             "single_p50_ms": round(statistics.median(latencies) * 1000, 1),
             "single_p99_ms": round(p99(latencies) * 1000, 1),
             "batch_jobsets_per_s": round(len(batches) * batch / batch_wall, 1)}
@@ -193,10 +199,11 @@ def main() -> None:
     parser.add_argument("--backends", default="sqlite,postgres")
     args = parser.parse_args()
     results = [measure(b, args.backlog, args.requests, args.clients, args.batch) for b in args.backends.split(",")]
-    print(f"{'backend':<10} {'single/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'batch JobSets/s':>16}")
+    print(f"{'backend':<10} {'single/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'floor/s':>8} {'of floor':>8} "
+          f"{'batch JobSets/s':>16}")
     for r in results:
         print(f"{r['backend']:<10} {r['single_per_s']:>9} {r['single_p50_ms']:>8} {r['single_p99_ms']:>8} "
-              f"{r['batch_jobsets_per_s']:>16}")
+              f"{r['floor_per_s']:>8} {r['single_of_floor']:>8} {r['batch_jobsets_per_s']:>16}")
     figures = {"backlog": args.backlog, "clients": args.clients, "batch": args.batch}
     for r in results:
         figures.update({f"{r['backend']}_{k}": v for k, v in r.items() if k != "backend"})
