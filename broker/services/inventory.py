@@ -1,9 +1,11 @@
 """The loops that keep the inventory of every member right and fresh: sync (list, then watch) and health.
 
 Each member has a `MemberMirror`: its nodes, the pods' holds and its HyperNodes as last listed or
-watched. A full resync (`InventorySyncService.run_once`, every ARCHIPELAGO_CLUSTER_SYNC_INTERVAL
-per member) relists everything; between resyncs, watches on nodes, pods and HyperNodes apply each
-change to the mirror and a flusher writes the member's rows. Writes go through `write_inventory`,
+watched. A resync (`InventorySyncService.run_once`, every ARCHIPELAGO_CLUSTER_SYNC_INTERVAL per
+member) relists everything from the API server's watch cache while the member's watches are not all
+open (the first sync, a watch that failed); between resyncs, and instead of them while every watch
+holds, watches on nodes, pods and HyperNodes apply each change to the mirror and a flusher writes the
+member's rows. Writes go through `write_inventory`,
 which touches only rows that differ, so an unchanged member costs reads, not writes.
 
 Members are synced and probed concurrently in a thread pool; each request has a short timeout and
@@ -228,8 +230,18 @@ class _Member:
     watches: list[_Watch] | None = None
 
 
+def _kept_by_watches(client: MemberClient, member: _Member) -> bool:
+    """Whether the member's watches keep its mirror, so that a resync need list nothing (as client-go's
+    informers never relist while their watches hold): every watch open, and the member serving
+    HyperNodes exactly when they are watched (one discovery request tells)."""
+    if not member.watches or not all(watch.open and watch.is_alive() for watch in member.watches):
+        return False
+    return client.serves(HYPERNODE_GROUP, HYPERNODE_VERSION, "hypernodes") == member.mirror.has_hypernodes
+
+
 class InventorySyncService(LoopService):
-    """Full resync of each member on its own schedule; with `watch`, watches keep members fresh between."""
+    """Resync of each member on its own schedule; with `watch`, watches keep members fresh between, and
+    a resync relists a member only while one of its watches is down."""
 
     name = "inventory-sync"
 
@@ -259,7 +271,8 @@ class InventorySyncService(LoopService):
         member = self.members[row.id]
         try:
             client = self.clients.get(row.id, row.kubeconfig_encrypted, row.context)
-            relist_all(client, member.mirror)
+            if not _kept_by_watches(client, member):
+                relist_all(client, member.mirror)
             result = flush(self.database, self.settings, row.id, member.mirror)
         except (MemberError, KubeconfigError, ValueError) as exc:
             member.failures += 1
@@ -336,6 +349,7 @@ class _Watch(WatchThread):
         super().__init__(f"watch-{cluster}-{kind}")
         self.service, self.cluster_id, self.cluster, self.client = service, cluster_id, cluster, client
         self.mirror, self.kind = mirror, kind
+        self.open = False  # a stream is being read (not between a failure and the next watch)
 
     def run(self) -> None:
         failures = 0
@@ -346,11 +360,13 @@ class _Watch(WatchThread):
                                                  field_selector=field_selector, timeout_seconds=WATCH_SECONDS)
                 if self._stop_event.is_set():
                     return
+                self.open = True
                 for event in self._stream:
                     if self.mirror.apply(self.kind, event):
                         self.service.changed(self.cluster_id)
                 failures = 0
             except MemberError as exc:
+                self.open = False
                 if self._stop_event.is_set():
                     return
                 if exc.reason == "Gone":

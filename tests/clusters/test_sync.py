@@ -194,6 +194,28 @@ def test_watches_bring_changes_between_resyncs(api, sim, db, settings, members):
         service.stop()
 
 
+def test_a_resync_lists_nothing_while_every_watch_is_open(api, sim, db, settings, members):
+    register(api, sim, "crd")
+    service = InventorySyncService(db, settings, members)  # every member due on every pass
+    try:
+        service.run_once()
+        watches = service.members[1].watches
+        _wait_for(lambda: all(w.open for w in watches))
+        start = time.monotonic()
+        service.run_once()
+        asked = [(r.path, r.query.get("watch")) for r in sim.requests("crd") if r.at >= start]
+        assert [a for a in asked if a[1] != "true"] == [("/apis/topology.volcano.sh/v1alpha1", None)]  # discovery
+        watches[0].stop()
+        watches[0].join(10)
+        start = time.monotonic()
+        service.run_once()  # a watch is down: relist, from the watch cache
+        lists = {r.path: r.query.get("resourceVersion") for r in sim.requests("crd")
+                 if r.at >= start and r.query.get("watch") != "true" and "limit" in r.query}
+        assert lists == {"/api/v1/nodes": "0", "/api/v1/pods": "0", "/apis/topology.volcano.sh/v1alpha1/hypernodes": "0"}
+    finally:
+        service.stop()
+
+
 def _wait_for(condition, deadline: float = 10.0) -> None:
     end = time.monotonic() + deadline
     while not condition():
