@@ -8,14 +8,8 @@ makes the dispatcher kill its own process right after the named step.
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import httpx
 import pytest
@@ -25,10 +19,9 @@ from broker.services.dispatcher import CRASH_AT_ENV
 from clusters.jobsets import JOB_ID_LABEL, PLACEMENT_ID_LABEL
 from clusters.sim.resources import JOBSETS
 from clusters.sim.testing import SimHandle, running_simulator
+from tests.brokers import Broker, copies, wait_for
 from tests.propagation.conftest import SCENARIO, TENANTS, jobset
 
-ADMIN = "crash-test-admin-token"
-DEADLINE = 30.0
 STEPS = ["applying", "applied-on-member", "applied", "deleting", "deleted-on-member", "deleted"]
 
 
@@ -38,77 +31,6 @@ def sim() -> Iterator[SimHandle]:
         yield handle
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Broker:
-    """`archipelago serve` in a subprocess on a database of its own."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory, self.port = directory, _free_port()
-        self.env = {**os.environ, "ARCHIPELAGO_DATABASE_URL": f"sqlite:///{directory / 'broker.db'}",
-                    "ARCHIPELAGO_SECRET_KEY": Fernet.generate_key().decode(), "ARCHIPELAGO_ADMIN_TOKEN": ADMIN,
-                    "ARCHIPELAGO_SCHEDULER_INTERVAL": "0.2", "ARCHIPELAGO_DISPATCH_INTERVAL": "0.2",
-                    "ARCHIPELAGO_STATUS_POLL_INTERVAL": "0.5", "ARCHIPELAGO_HEALTH_PROBE_INTERVAL": "1",
-                    "ARCHIPELAGO_MEMBER_TIMEOUT": "2"}
-        self.process: subprocess.Popen | None = None
-        self.api = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", headers={"Authorization": f"Bearer {ADMIN}"},
-                                timeout=10)
-
-    def start(self, crash_at: str | None = None) -> None:
-        env = {k: v for k, v in self.env.items() if k != CRASH_AT_ENV}
-        if crash_at:
-            env[CRASH_AT_ENV] = crash_at
-        log = open(self.directory / "broker.log", "ab")
-        command = str(Path(sys.executable).parent / "archipelago")
-        self.process = subprocess.Popen([command, "serve", "--port", str(self.port)],
-                                        env=env, stdout=log, stderr=subprocess.STDOUT)
-        wait_for(lambda: self._ready(), "the broker to answer")
-
-    def _ready(self) -> bool:
-        assert self.process.poll() is None, f"the broker exited: {self.log()}"
-        try:
-            return self.api.get("/readyz").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    def log(self) -> str:
-        return (self.directory / "broker.log").read_text()[-3000:]
-
-    def killed(self) -> int:
-        """Wait for the process to die at its crash point; its exit status."""
-        return self.process.wait(DEADLINE)
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(DEADLINE)
-        self.api.close()
-
-    def state(self, job_id: int) -> str:
-        return self.api.get(f"/api/v1/jobs/{job_id}").json()["state"]
-
-
-def wait_for(condition: Callable[[], bool], what: str, tick: Callable[[], None] = lambda: None) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        tick()
-        time.sleep(0.05)
-
-
-def copies(sim: SimHandle) -> list[dict]:
-    found = []
-    for name in sim.cluster_names:
-        member = sim.cluster(name)
-        with member.lock:
-            found += member.list(JOBSETS, None, JOB_ID_LABEL, None)[0]
-    return found
-
-
 @pytest.mark.parametrize("step", STEPS)
 def test_a_broker_killed_at_each_outbox_step_resumes_with_one_copy_per_placement(sim, tmp_path, step):
     for name in sim.cluster_names:  # the previous test's copies must not count here
@@ -116,8 +38,9 @@ def test_a_broker_killed_at_each_outbox_step_resumes_with_one_copy_per_placement
         with member.lock:
             for obj in member.list(JOBSETS, None, JOB_ID_LABEL, None)[0]:
                 member.delete_object(JOBSETS, obj["metadata"]["namespace"], obj["metadata"]["name"], "Background")
-    broker = Broker(tmp_path)
-    broker.start(crash_at=step)
+    broker = Broker(tmp_path, database_url=f"sqlite:///{tmp_path / 'broker.db'}",
+                    secret_key=Fernet.generate_key().decode())
+    broker.start({CRASH_AT_ENV: step})
     try:
         for tenant, queue in TENANTS[:1]:
             broker.api.post("/api/v1/tenants", json={"name": tenant, "namespaces": [tenant]}).raise_for_status()

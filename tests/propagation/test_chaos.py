@@ -1,0 +1,185 @@
+"""Three `archipelago serve` replicas on one PostgreSQL and the simulator; a stream of JobSets, some cancelled; the
+leader SIGKILLed three times and another replica once, each started again; the long jobs cancelled in one burst
+through one replica. At the end every job reached exactly
+one terminal state, no job ever had two live copies on the members, no job or event was duplicated, and the
+members hold exactly the copies of the placements that finished."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from typing import Iterator
+
+import httpx
+import pytest
+from cryptography.fernet import Fernet
+from sqlalchemy import create_engine, func, select
+
+from broker.db import migrate
+from broker.db.models import JOB_FINISHED_STATES, LEADER, Event, Job, Lease, Placement
+from clusters.jobsets import JOB_ID_LABEL, PLACEMENT_ID_LABEL
+from clusters.sim.testing import SimHandle, running_simulator
+from tests.brokers import Broker, copies, wait_for
+from tests.conftest import fresh_postgres_database
+from tests.propagation.conftest import SCENARIO, TENANTS, jobset
+
+REPLICAS = 3
+JOBS = 45
+LEADER_KILLS = 3
+# A short lease keeps the test short: a dead leader is replaced within 2.5 s.
+LEASE = {"ARCHIPELAGO_LEASE_DURATION": "2", "ARCHIPELAGO_LEASE_RENEW_PERIOD": "0.5", "ARCHIPELAGO_LOG_FORMAT": "json"}
+TERMINAL_EVENTS = set(JOB_FINISHED_STATES)
+# Events that say what happened once to one placement (their messages name it): any repetition is a duplicate.
+ONCE_PER_PLACEMENT = {"Admitted", "Applied", "Deleted", *TERMINAL_EVENTS}
+
+
+@pytest.fixture
+def database_url() -> Iterator[str]:
+    with fresh_postgres_database() as url:
+        engine = create_engine(url)
+        migrate.upgrade(engine)
+        engine.dispose()
+        yield url
+
+
+@pytest.fixture
+def sim() -> Iterator[SimHandle]:
+    with running_simulator(SCENARIO, speed=20) as handle:  # a 30 s job runs 1.5 s
+        yield handle
+
+
+class CopyWatch(threading.Thread):
+    """Samples the members' copies until stopped; remembers any job seen with two live copies at once."""
+
+    def __init__(self, sim: SimHandle) -> None:
+        super().__init__(daemon=True)
+        self.sim, self.doubled, self.samples = sim, [], 0
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(0.02):
+            live = Counter(c["metadata"]["labels"][JOB_ID_LABEL] for c in copies(self.sim)
+                           if not c["metadata"].get("deletionTimestamp"))
+            self.doubled += [job for job, n in live.items() if n > 1]
+            self.samples += 1
+
+
+def leader_pid(engine) -> int | None:
+    with engine.connect() as connection:
+        holder = connection.scalar(select(Lease.holder).where(Lease.name == LEADER))
+    return int(holder.split("/")[1]) if holder else None
+
+
+@pytest.mark.postgres
+def test_replicas_whose_leader_is_killed_again_and_again_end_every_job_once(sim, database_url, tmp_path):
+    secret = Fernet.generate_key().decode()
+    replicas = [Broker(tmp_path, database_url=database_url, secret_key=secret, env=LEASE, name=f"replica-{i}")
+                for i in range(REPLICAS)]
+    engine = create_engine(database_url)
+    watch = CopyWatch(sim)
+    chance = random.Random(14)
+    try:
+        for replica in replicas:
+            replica.start(wait=False)
+        for replica in replicas:
+            wait_for(replica.ready, f"{replica.name} to answer")
+        first = replicas[0].api
+        tenant, queue = TENANTS[0]
+        first.post("/api/v1/tenants", json={"name": tenant, "namespaces": [tenant]}).raise_for_status()
+        first.post("/api/v1/queues", json={"name": queue, "tenant": tenant}).raise_for_status()
+        for name in sim.cluster_names:
+            first.post("/api/v1/clusters", json={"name": name, "kubeconfig": sim.kubeconfig(name)}).raise_for_status()
+        watch.start()
+
+        def live_replica() -> Broker:
+            answering: list[Broker] = []
+            wait_for(lambda: answering.extend(r for r in replicas if r.ready()) or answering, "a replica to answer")
+            return chance.choice(answering)
+
+        def kill(victim: Broker) -> None:
+            victim.kill()
+            wait_for(lambda: leader_pid(engine) not in (None, victim.process.pid), "another replica to lead")
+            victim.start(wait=False)
+
+        names, token_before = [], _token(engine)
+        kills = {JOBS * (k + 1) // (LEADER_KILLS + 1): "leader" for k in range(LEADER_KILLS)}
+        kills[JOBS // 2 + 1] = "follower"
+        for n in range(JOBS):
+            names.append(f"chaos-{n}")
+            submit_once(live_replica, jobset(names[-1], parts=(("workers", 1, 8, 8),),  # 8 of the 32 nodes
+                                             annotations={"sim.archipelago.io/duration": duration(names[-1])}))
+            if kills.get(n) == "leader":
+                wait_for(lambda: leader_pid(engine) is not None, "a leader")
+                kill(next(r for r in replicas if r.process.pid == leader_pid(engine)))
+            elif kills.get(n) == "follower":
+                kill(next(r for r in replicas if r.process.pid != leader_pid(engine)))
+        with engine.connect() as connection:  # the long ones, running or waiting, cancelled in one burst
+            long_ones = connection.scalars(select(Job.id).where(Job.name.in_(
+                [name for name in names if duration(name) == "1h"]))).all()
+        through = live_replica()
+        for job_id in long_ones:
+            assert through.api.delete(f"/api/v1/jobs/{job_id}").status_code == 202
+        wait_for(lambda: _all_finished(engine, len(names)), "every job to end", deadline=45.0)
+        watch.stopping.set()
+        watch.join()
+
+        with engine.connect() as connection:
+            jobs = connection.execute(select(Job.id, Job.name, Job.state)).all()
+            terminal = Counter(connection.execute(select(Event.object_id, Event.reason).where(
+                Event.kind == "job", Event.reason.in_(TERMINAL_EVENTS))).all())
+            once = Counter(connection.execute(select(Event.object_id, Event.reason, Event.message).where(
+                Event.kind == "job", Event.reason.in_(ONCE_PER_PLACEMENT))).all())
+            reasons = connection.execute(select(Event.object_id, Event.reason, Event.message).where(
+                Event.kind == "job").order_by(Event.id)).all()
+            finished = {pid for (pid,) in connection.execute(select(Placement.id).where(
+                Placement.state.in_(("Succeeded", "Failed"))))}
+        assert sorted(name for _, name, _ in jobs) == sorted(names)  # each job once, none lost
+        for job_id, name, state in jobs:
+            expected = "Cancelled" if duration(name) == "1h" else "Succeeded"
+            assert state == expected, (name, state)
+            assert [reason for (obj, reason), n in terminal.items() if obj == str(job_id) for _ in range(n)] == [state]
+        assert [key for key, n in once.items() if n > 1] == []  # no event written twice
+        last: dict[str, tuple[str, str]] = {}
+        for job_id, reason, message in reasons:  # a waiting reason is written when it changes, never twice in a row
+            assert last.get(job_id) != (reason, message) or reason != "Waiting", (job_id, message)
+            last[job_id] = (reason, message)
+        assert watch.samples > 0 and watch.doubled == []  # never two live copies of one job
+        on_members = sorted(int(c["metadata"]["labels"][PLACEMENT_ID_LABEL]) for c in copies(sim))
+        assert on_members == sorted(finished)  # one copy per finished placement, no copy of a cancelled job
+        assert _token(engine) >= token_before + LEADER_KILLS  # each kill made a new leader
+    finally:
+        watch.stopping.set()
+        for replica in replicas:
+            replica.stop()
+        engine.dispose()
+
+
+def _token(engine) -> int:
+    with engine.connect() as connection:
+        return connection.scalar(select(Lease.token).where(Lease.name == LEADER)) or 0
+
+
+def _all_finished(engine, count: int) -> bool:
+    with engine.connect() as connection:
+        return connection.scalar(select(func.count()).select_from(Job).where(Job.state.in_(JOB_FINISHED_STATES))) \
+            == count
+
+
+def duration(name: str) -> str:
+    """Every third job would run an hour: it is cancelled; the others run 30 s (1.5 s at the simulator's speed)."""
+    return "1h" if int(name.split("-")[1]) % 3 == 2 else "30s"
+
+
+def submit_once(live_replica, manifest: dict) -> None:
+    """Through any live replica; a replica killed mid-request may have committed it: a retry then gets 409."""
+    for _ in range(10):
+        try:
+            answer = live_replica().api.post("/api/v1/jobs", json=manifest, params={"tenant": "team-a"})
+        except httpx.TransportError:
+            continue
+        if answer.status_code in (201, 409):
+            return
+        answer.raise_for_status()
+    raise AssertionError(f"{manifest['metadata']['name']} could not be submitted")
