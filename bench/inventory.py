@@ -1,18 +1,22 @@
 """Benchmark of the inventory sync, against one `python -m clusters.sim --tls` process.
 
 Reports the time of one full sync of every member (first sync: every row inserted; resync: nothing
-changed, nothing written) and the time a node change on a member takes to reach the inventory
-through the watches (a label patched on the member, until the node row shows it). Prints a table;
-the last line is one JSON object of the figures.
+changed, nothing written), the time a node change on a member takes to reach the inventory through
+the watches (a label patched on the member, until the node row shows it), and what a member's API
+server is asked at steady state: requests per minute per member, by kind, with the inventory, status
+and health loops running at their default intervals (counted by the simulator as they arrive).
+Prints a table; the last line is one JSON object of the figures.
 
-    python bench/inventory.py [--clusters 100] [--nodes 500] [--changes 30] [--database-url URL]
+    python bench/inventory.py [--clusters 100] [--nodes 500] [--changes 30] [--steady 60] [--database-url URL]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import random
+import ssl
 import statistics
 import subprocess
 import sys
@@ -20,8 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import yaml
 from cryptography.fernet import Fernet
+from kubernetes import client as k8s, config as k8s_config
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -32,7 +38,9 @@ from broker.db.models import Cluster, Node  # noqa: E402
 from broker.db.runtime import open_database  # noqa: E402
 from broker.db.session import transaction  # noqa: E402
 from broker.inventory import register_cluster  # noqa: E402
-from broker.services.inventory import InventorySyncService, MemberClients  # noqa: E402
+from broker.services.inventory import ClusterHealthService, InventorySyncService, MemberClients  # noqa: E402
+from broker.services.loop import ServiceRunner  # noqa: E402
+from broker.services.status import StatusService  # noqa: E402
 from broker.settings import Settings  # noqa: E402
 from clusters.member import MemberClient  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
@@ -64,11 +72,67 @@ def start_simulator(work: Path, clusters: int, nodes: int) -> subprocess.Popen:
             time.sleep(0.1)
 
 
+def sim_requests(work: Path, since: float) -> dict[str, list]:
+    """Each member's requests since that time.monotonic(), from the simulator's log (its admin API)."""
+    cluster = yaml.safe_load((work / "c000.kubeconfig").read_text())["clusters"][0]["cluster"]
+    ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+    answer = httpx.post(cluster["server"].split("/clusters/")[0] + "/admin/requests", json={"since": since},
+                        headers={"Authorization": f"Bearer {(work / 'admin-token').read_text().strip()}"},
+                        verify=ssl.create_default_context(cadata=ca), timeout=30)
+    answer.raise_for_status()
+    return answer.json()["clusters"]
+
+
+def kind_of(method: str, path: str, query: dict) -> str:
+    segments = path.strip("/").split("/")
+    if query.get("watch") == "true":
+        return "watches"
+    if method == "GET" and segments[-1] in ("nodes", "pods", "hypernodes", "jobsets"):
+        return "relists"
+    if path == "/version":
+        return "probes"
+    if method == "GET" and segments[0] == "apis" and len(segments) == 3:
+        return "discovery"
+    return "other"
+
+
+def steady_state(database, settings: Settings, work: Path, names: list[str], seconds: float) -> dict[str, float]:
+    """Requests per minute per member, by kind, over `seconds` once every member's watches are open."""
+    interval = Settings.model_fields["cluster_sync_interval"].default
+    settings = settings.model_copy(update={"cluster_sync_interval": interval})
+    clients = MemberClients(settings)
+    inventory = InventorySyncService(database, settings, clients)
+    runner = ServiceRunner([inventory, StatusService(database, settings, clients),
+                            ClusterHealthService(database, settings, clients)])
+    runner.start()
+    try:
+        deadline = time.monotonic() + 120
+        while len(inventory.members) < len(names) or not all(
+                m.watches and all(w.open for w in m.watches) for m in inventory.members.values()):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the watches of every member did not open in 120 s")
+            time.sleep(0.1)
+        start = time.monotonic()
+        time.sleep(seconds)
+        asked = sim_requests(work, start)
+    finally:
+        runner.stop()
+    counts = {kind: 0 for kind in ("watches", "relists", "discovery", "probes", "other")}
+    for requests in asked.values():
+        for at, method, path, query, _ in requests:
+            if at < start + seconds:
+                counts[kind_of(method, path, query)] += 1
+    per_minute = 60.0 / seconds / len(names)
+    return {"total": round(sum(counts.values()) * per_minute, 1),
+            **{kind: round(count * per_minute, 2) for kind, count in counts.items()}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clusters", type=int, default=100)
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--changes", type=int, default=30)
+    parser.add_argument("--steady", type=float, default=60.0, help="seconds of steady state to count requests over")
     parser.add_argument("--database-url", default=None, help="default: a fresh SQLite file")
     parser.add_argument("--workers", type=int, default=Settings.model_fields["member_workers"].default,
                         help="members synced at once (ARCHIPELAGO_MEMBER_WORKERS)")
@@ -108,14 +172,15 @@ def main() -> None:
                                        MemberClients(settings))
         watcher.run_once()
         time.sleep(1.0)  # let every watch connect before the first change
-        patchers = {name: MemberClient.from_kubeconfig((work / f"{name}.kubeconfig").read_text()) for name in names}
+        patchers = {name: k8s.CoreV1Api(k8s_config.new_client_from_config(str(work / f"{name}.kubeconfig")))
+                    for name in names}
         rng = random.Random(7)
         latencies = []
         for i in range(args.changes):
             name, node = rng.choice(names), f"node-{rng.randrange(args.nodes):0{max(2, len(str(args.nodes - 1)))}d}"
             value = f"v{i}"
             t0 = time.perf_counter()
-            patchers[name].patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {"bench": value}}})
+            patchers[name].patch_node(node, {"metadata": {"labels": {"bench": value}}})
             deadline = t0 + 10
             while True:
                 with database.sessions() as session:
@@ -128,8 +193,9 @@ def main() -> None:
                     raise RuntimeError(f"change {i} on {name}/{node} did not reach the inventory in 10 s")
                 time.sleep(0.002)
         watcher.stop()
-        for client in patchers.values():
-            client.close()
+        for patcher in patchers.values():
+            patcher.api_client.close()
+        steady = steady_state(database, settings, work, names, args.steady)
     finally:
         members.close()
         proc.terminate()
@@ -140,13 +206,20 @@ def main() -> None:
                "registration_s": round(registration, 2), "full_sync_s": round(full_sync, 2),
                "resync_unchanged_s": round(resync, 2), "changes": args.changes,
                "change_p50_ms": round(statistics.median(latencies) * 1000, 1),
-               "change_max_ms": round(max(latencies) * 1000, 1)}
+               "change_max_ms": round(max(latencies) * 1000, 1),
+               "steady_s": args.steady, "requests_per_minute_per_member": steady}
     rows = [(f"register {args.clusters} clusters (checks over HTTPS)", f"{registration:.2f} s", ""),
             (f"full sync, {args.clusters} x {args.nodes} nodes (all rows written)", f"{full_sync:.2f} s", "<= 10 s"),
             ("resync, nothing changed (no writes)", f"{resync:.2f} s", ""),
             ("node change on a member -> inventory, median", f"{figures['change_p50_ms']} ms", ""),
             (f"node change on a member -> inventory, max of {args.changes}", f"{figures['change_max_ms']} ms",
-             "<= 1000 ms")]
+             "<= 1000 ms"),
+            (f"requests per minute per member at steady state ({args.steady:g} s, default intervals)",
+             f"{steady['total']}", ""),
+            ("  of which relists (nodes, pods, HyperNodes, JobSets)", f"{steady['relists']}",
+             f"<= {2 * 60 / Settings.model_fields['cluster_sync_interval'].default:g} (2 per sync interval)"),
+            ("  watches (re)started / discovery / health probes / other",
+             f"{steady['watches']} / {steady['discovery']} / {steady['probes']} / {steady['other']}", "")]
     print_table(rows, figures)
 
 

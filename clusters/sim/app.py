@@ -246,7 +246,8 @@ class SimApp:
 
     def _admin(self, parts: list[str], method: str, headers: dict, body: bytes) -> dict:
         """`GET /admin/clusters`, `POST /admin/clusters/<name>/fault {mode, seconds, status}`,
-        `POST /admin/advance {seconds}`; bearer admin token."""
+        `POST /admin/clusters/<name>/throttle {retry_after, seconds}` (429s), `POST /admin/advance {seconds}`,
+        `POST /admin/requests {since}` (each cluster's requests since that time.monotonic()); bearer admin token."""
         if headers.get("authorization", "") != f"Bearer {self.admin_token}":
             raise ApiError(401, "Unauthorized", "Unauthorized")
         data = json.loads(body or b"{}") if method == "POST" else {}
@@ -263,6 +264,15 @@ class SimApp:
             except ValueError as exc:
                 raise ApiError(400, "BadRequest", str(exc)) from exc
             return {"name": parts[1], "fault": self.clusters[parts[1]].fault}
+        if len(parts) == 3 and parts[0] == "clusters" and parts[2] == "throttle" and method == "POST":
+            if parts[1] not in self.clusters:
+                raise ApiError(404, "NotFound", f"cluster {parts[1]} not found")
+            self.traffic[parts[1]].throttle(int(data.get("retry_after", 1)), float(data.get("seconds", 0)))
+            return {"name": parts[1]}
+        if parts == ["requests"] and method == "POST":
+            since = float(data.get("since", 0))
+            return {"clusters": {name: [[r.at, r.method, r.path, r.query, r.throttled] for r in traffic.requests()
+                                        if r.at >= since] for name, traffic in self.traffic.items()}}
         if parts == ["advance"] and method == "POST":
             self.advance(float(data.get("seconds", 0)))
             return {"now": rfc3339(self.clock.now())}
