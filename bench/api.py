@@ -168,6 +168,32 @@ def post_concurrently(base: str, bodies: list, clients: int) -> tuple[float, lis
     return time.perf_counter() - started, latencies
 
 
+LISTINGS = {  # what an operator's and a tenant's pages ask for; Running matches no job of the backlog
+    "tenant": ("/api/v1/jobs?limit=50", HEADERS),
+    "tenant_deep": ("/api/v1/jobs?limit=50&cursor={middle}", HEADERS),
+    "tenant_running": ("/api/v1/jobs?limit=50&state=Running", HEADERS),
+    "admin_queued": ("/api/v1/jobs?limit=50&state=Queued", {"Authorization": f"Bearer {ADMIN_TOKEN}"}),
+}
+
+
+def list_latencies(base: str, middle: int, rounds: int = 100) -> dict[str, float]:
+    """p99 in ms of each listing, asked `rounds` times in turn by one client on one connection."""
+    address = urlsplit(base)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+    latencies: dict[str, list[float]] = {name: [] for name in LISTINGS}
+    for _ in range(rounds):
+        for name, (path, headers) in LISTINGS.items():
+            started = time.perf_counter()
+            connection.request("GET", path.format(middle=middle), headers=headers)
+            answer = connection.getresponse()
+            answer.read()
+            latencies[name].append(time.perf_counter() - started)
+            if answer.status != 200:
+                raise SystemExit(f"listing {path} failed: {answer.status}")
+    connection.close()
+    return {f"list_{name}_p99_ms": round(p99(values) * 1000, 1) for name, values in latencies.items()}
+
+
 def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100)[98] if len(values) >= 2 else values[0]
 
@@ -180,6 +206,7 @@ def measure(backend: str, backlog: int, requests: int, clients: int, batch: int)
             wall, latencies = post_concurrently(base, [jobset(f"single-{i}") for i in range(requests)], clients)
             batches = [[jobset(f"batch-{b}-{i}") for i in range(batch)] for b in range(max(4, clients))]
             batch_wall, _ = post_concurrently(base, batches, min(clients, 2))
+            listings = list_latencies(base, middle=backlog // 2)
         with broker_server(url, "bench.floor_app:create_app") as base:
             post_concurrently(base, [jobset(f"warmup-{i}") for i in range(50)], clients)
             floor_wall, _ = post_concurrently(base, [jobset(f"floor-{i}") for i in range(requests)], clients)
@@ -187,7 +214,7 @@ def measure(backend: str, backlog: int, requests: int, clients: int, batch: int)
             "floor_per_s": round(requests / floor_wall, 1), "single_of_floor": round(floor_wall / wall, 2),
             "single_p50_ms": round(statistics.median(latencies) * 1000, 1),
             "single_p99_ms": round(p99(latencies) * 1000, 1),
-            "batch_jobsets_per_s": round(len(batches) * batch / batch_wall, 1)}
+            "batch_jobsets_per_s": round(len(batches) * batch / batch_wall, 1), **listings}
 
 
 def main() -> None:
@@ -204,6 +231,9 @@ def main() -> None:
     for r in results:
         print(f"{r['backend']:<10} {r['single_per_s']:>9} {r['single_p50_ms']:>8} {r['single_p99_ms']:>8} "
               f"{r['floor_per_s']:>8} {r['single_of_floor']:>8} {r['batch_jobsets_per_s']:>16}")
+    print(f"\nGET /jobs?limit=50, p99 ms over the backlog: {', '.join(LISTINGS)}")
+    for r in results:
+        print(f"{r['backend']:<10} " + " ".join(f"{r[f'list_{name}_p99_ms']:>8}" for name in LISTINGS))
     figures = {"backlog": args.backlog, "clients": args.clients, "batch": args.batch}
     for r in results:
         figures.update({f"{r['backend']}_{k}": v for k, v in r.items() if k != "backend"})

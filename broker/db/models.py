@@ -208,7 +208,11 @@ class Job(Base):
         CheckConstraint("restart_count >= 0", name="restart_count"),
         # The scheduler's read: pending jobs by queue, then priority and age.
         Index(None, "state", "queue_id", "priority", "submitted_at"),
-        Index(None, "tenant_id", "state"),
+        # Listings, newest first: each filter walks an index already in id order (keyset pages, no sort).
+        Index(None, "tenant_id", "id"),
+        Index(None, "tenant_id", "state", "id"),
+        Index(None, "state", "id"),
+        Index(None, "queue_id", "id"),
         # One live job per namespace/name: two would collide on a member.
         Index("uq_jobs_live_name", "namespace", "name", unique=True,
               sqlite_where=text(f"NOT {_in('state', JOB_FINISHED_STATES)}"),
