@@ -20,6 +20,7 @@ from swagger_ui_bundle import swagger_ui_path
 
 import broker
 from api.deps import SessionDep, SettingsDep, bearer, get_principal
+from api.kube.routes import router as kube_router
 from api.problems import Problem, install_problem_handlers, problem_response
 from api.schemas import problems
 from api.routes import ROUTER_MODULES
@@ -140,6 +141,7 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
 
     for module in ROUTER_MODULES:
         app.include_router(importlib.import_module(f"api.routes.{module}").router)
+    app.include_router(kube_router)  # /k8s: the Kubernetes API front door
     return app
 
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from broker.db.models import Event, Job, Placement, Queue
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from broker import jobs as job_service
+from broker.db.models import Event, Job, Placement, Queue, Tenant
 from broker.tenancy import QueueStats
 from clusters.quantity import format_quantity
 
@@ -25,6 +29,15 @@ def job_out(job: Job, tenant: str, queue: str, placed: list[tuple[str, str | Non
         restart_count=job.restart_count, submitted_at=job.submitted_at,
         admitted_at=job.admitted_at, started_at=job.started_at, finished_at=job.finished_at,
         cancel_requested=job.cancel_requested_at is not None)
+
+
+def jobs_out(session: Session, jobs: list[Job]) -> list[schemas.JobOut]:
+    """Summaries of jobs, their tenant, queue, clusters and HyperNodes read in one query each."""
+    tenant_ids, queue_ids = {j.tenant_id for j in jobs}, {j.queue_id for j in jobs}
+    tenants = dict(session.execute(select(Tenant.id, Tenant.name).where(Tenant.id.in_(tenant_ids))).all())
+    queues = dict(session.execute(select(Queue.id, Queue.name).where(Queue.id.in_(queue_ids))).all())
+    clusters = job_service.clusters_of(session, [j.id for j in jobs])
+    return [job_out(j, tenants[j.tenant_id], queues[j.queue_id], clusters.get(j.id, [])) for j in jobs]
 
 
 def placement_out(placement: Placement) -> schemas.PlacementOut:

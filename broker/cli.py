@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 import broker
 from broker.cli_clusters import clusters_app
 from broker.cli_jobs import jobs_app, queues_app, submit, tenants_app, tokens_app
+from broker.cli_kube import kubeconfig
 from broker.errors import Conflict, Invalid, NotFound
 from broker.settings import ConfigError, get_settings
 
@@ -29,6 +30,7 @@ app.add_typer(tenants_app, name="tenants")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(clusters_app, name="clusters")
 app.command()(submit)
+app.command()(kubeconfig)
 
 
 def fail(message: str, code: int = 2) -> None:

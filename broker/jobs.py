@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, exists, insert, select, update
+from sqlalchemy import and_, exists, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, defer
 
@@ -259,6 +259,13 @@ class JobFilter:
     cluster: str | None = None
     name: str | None = None
     selector: str | None = None
+    namespaces: list[str] = field(default_factory=list)
+    shown_as_jobsets: bool = False  # only what the Kubernetes front door shows (see SHOWN_AS_JOBSETS)
+
+
+# What the Kubernetes front door shows as JobSets: every job but the cancelled ones and the finished ones
+# removed (request_removal); a cancel request is what deleted them, so a job asked to stop vanishes once stopped.
+SHOWN_AS_JOBSETS = or_(Job.state.not_in(JOB_FINISHED_STATES), Job.cancel_requested_at.is_(None))
 
 
 def _visible(principal: Principal):
@@ -296,6 +303,10 @@ def list_jobs(session: Session, principal: Principal, filters: JobFilter, limit:
         query = query.where(Job.state.in_(filters.states))
     if filters.name:
         query = query.where(Job.name == filters.name)
+    if filters.namespaces:
+        query = query.where(Job.namespace.in_(filters.namespaces))
+    if filters.shown_as_jobsets:
+        query = query.where(SHOWN_AS_JOBSETS)
     if filters.cluster:
         query = query.where(exists().where(and_(Placement.job_id == Job.id,
                                                 Placement.cluster_name == filters.cluster)))
@@ -341,6 +352,21 @@ def request_cancel(session: Session, principal: Principal, job_id: int) -> Job:
     elif first_request:
         events.record(session, "job", job.id, "CancelRequested",
                       "cancel requested; removing the JobSet from every member", tenant_id=job.tenant_id)
+    session.flush()
+    session.refresh(job)
+    return job
+
+
+def request_removal(session: Session, principal: Principal, job_id: int) -> Job:
+    """Delete as Kubernetes means it: a live job is cancelled (it is gone once every copy is); a finished one
+    leaves the JobSets the front door shows at once, its row and events kept as the REST API's history."""
+    job = get_job(session, principal, job_id)
+    if job.state not in JOB_FINISHED_STATES:
+        return request_cancel(session, principal, job_id)
+    if session.execute(update(Job).where(Job.id == job.id, Job.cancel_requested_at.is_(None))
+                       .values(cancel_requested_at=utcnow())).rowcount == 1:
+        events.record(session, "job", job.id, "Removed", f"{job.state} job removed from the JobSets shown; kept "
+                                                         "in the history", tenant_id=job.tenant_id)
     session.flush()
     session.refresh(job)
     return job

@@ -75,6 +75,11 @@ class Settings(BaseSettings):
     placement_starvation_after: float = Field(900.0, gt=0)
     placement_max_holds: int = Field(32, ge=0)
 
+    # History: finished jobs (and their placements) and events older than this many days are deleted, in
+    # bounded batches, every retention_interval seconds; 0 keeps everything.
+    retention_days: float = Field(30.0, ge=0)
+    retention_interval: float = Field(600.0, gt=0)
+
     # Member health and recovery.
     not_ready_grace: float = Field(20.0, ge=0)
     failover_toleration: float = Field(300.0, ge=0)
@@ -102,6 +107,10 @@ class Settings(BaseSettings):
          "cloud.google.com/gce-topology-block"],
         ["topology.k8s.aws/network-node-layer-1", "topology.kubernetes.io/zone"],
     ]
+
+    # The JobSet CustomResourceDefinition installed on the members (a YAML file): the Kubernetes front door
+    # (/k8s) serves its schema in its OpenAPI document, for `kubectl explain`; unset, the schema is left open.
+    jobset_crd: Path | None = None
 
     # Kubeconfig trust: each stays off unless an admin turns it on.
     allow_kubeconfig_exec: bool = False

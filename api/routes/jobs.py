@@ -7,15 +7,14 @@ from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
-from sqlalchemy import select
 
 from api import schemas
 from api.deps import PrincipalDep, SessionDep, SettingsDep
 from api.problems import Problem
 from api.schemas import problems
-from api.views import event_out, humanised, job_out, placement_out
+from api.views import event_out, humanised, job_out, jobs_out, placement_out
 from broker import jobs as job_service
-from broker.db.models import Job, Queue, Tenant, as_utc
+from broker.db.models import Job, Tenant, as_utc
 from broker.errors import Invalid, NotFound
 from broker.jobset import JobSetError
 from broker.scheduling import RULE_WORDS, dry_run_manifest, engine_config
@@ -57,7 +56,7 @@ async def _read_body(request: Request, settings: SettingsDep) -> bytes:
 BodyDep = Annotated[bytes, Depends(_read_body)]
 
 
-def _decode_jobsets(content_type: str, body: bytes) -> tuple[list[Any], bool]:
+def decode_jobsets(content_type: str, body: bytes) -> tuple[list[Any], bool]:
     """The manifests in a body, and whether it was a batch."""
     media_type = content_type.split(";")[0].strip().lower()
     if media_type not in JSON_TYPES + YAML_TYPES:
@@ -88,26 +87,13 @@ def _submitting_tenant(session, principal: Principal, tenant: str | None) -> Ten
     return session.get(Tenant, principal.tenant_id)
 
 
-def _names(session, jobs: list[Job]) -> tuple[dict[int, str], dict[int, str]]:
-    tenant_ids, queue_ids = {j.tenant_id for j in jobs}, {j.queue_id for j in jobs}
-    tenants = dict(session.execute(select(Tenant.id, Tenant.name).where(Tenant.id.in_(tenant_ids))).all())
-    queues = dict(session.execute(select(Queue.id, Queue.name).where(Queue.id.in_(queue_ids))).all())
-    return tenants, queues
-
-
-def _jobs_out(session, jobs: list[Job]) -> list[schemas.JobOut]:
-    tenants, queues = _names(session, jobs)
-    clusters = job_service.clusters_of(session, [j.id for j in jobs])
-    return [job_out(j, tenants[j.tenant_id], queues[j.queue_id], clusters.get(j.id, [])) for j in jobs]
-
-
 @router.post("/jobs", tags=["jobs"], status_code=201, response_model=schemas.SubmitResult,
              openapi_extra=JOBSET_BODY, responses=problems(400, 401, 404, 409, 413, 415, 422),
              summary="Submit one JobSet or a batch")
 def submit(request: Request, session: SessionDep, principal: PrincipalDep, body: BodyDep, settings: SettingsDep,
            tenant: str | None = Query(None, description="the tenant to submit for (admins only)"),
            queue: str | None = Query(None, description="overrides the kueue.x-k8s.io/queue-name label")):
-    manifests, batch = _decode_jobsets(request.headers.get("content-type", ""), body)
+    manifests, batch = decode_jobsets(request.headers.get("content-type", ""), body)
     owner = _submitting_tenant(session, principal, tenant)
     accepted = job_service.accept_jobs(session, owner, manifests, settings, request.app.state.capacity.get(session),
                                        queue_override=queue, batch=batch)
@@ -123,7 +109,7 @@ def submit(request: Request, session: SessionDep, principal: PrincipalDep, body:
 def dry_run(request: Request, session: SessionDep, principal: PrincipalDep, body: BodyDep, settings: SettingsDep,
             tenant: str | None = Query(None, description="the tenant to ask for (admins only)"),
             queue: str | None = Query(None, description="overrides the kueue.x-k8s.io/queue-name label")):
-    manifests, batch = _decode_jobsets(request.headers.get("content-type", ""), body)
+    manifests, batch = decode_jobsets(request.headers.get("content-type", ""), body)
     if batch:
         raise Invalid("", "a dry run takes one JobSet")
     owner = _submitting_tenant(session, principal, tenant)
@@ -161,7 +147,7 @@ def list_jobs(session: SessionDep, principal: PrincipalDep,
                                     selector=selector)
     page, next_cursor = job_service.list_jobs(session, principal, filters, limit, _cursor(cursor),
                                               oldest_first=order == "oldest")
-    return schemas.JobPage(items=_jobs_out(session, page),
+    return schemas.JobPage(items=jobs_out(session, page),
                            next_cursor=str(next_cursor) if next_cursor is not None else None)
 
 
@@ -183,7 +169,7 @@ def _since(value: datetime | None) -> datetime | None:
 
 
 def _job_detail(session, job: Job) -> schemas.JobDetail:
-    summary = _jobs_out(session, [job])[0]
+    summary = jobs_out(session, [job])[0]
     return schemas.JobDetail(**summary.model_dump(), manifest=job.manifest, demand=humanised(job.demand),
                              waiting_reasons=job.waiting_reasons or {}, status=job.status or {},
                              placements=[placement_out(p) for p in job.placements],
@@ -201,7 +187,7 @@ def cancel_job(job_id: schemas.ObjectId, request: Request, session: SessionDep, 
     job = job_service.request_cancel(session, principal, job_id)
     session.commit()
     request.app.state.services.wake("dispatcher")
-    return _jobs_out(session, [job])[0]
+    return jobs_out(session, [job])[0]
 
 
 @router.get("/placements", tags=["placements"], response_model=schemas.PlacementPage, responses=problems(401, 422))

@@ -1,0 +1,128 @@
+"""Jobs as JobSet objects: the manifest the tenant sent, the broker's metadata and the federated status.
+
+resourceVersion is the id of the newest event of the job (every state change writes one, in the same
+transaction). A list carries the event id below which every event is committed (`watermark`), so a watch
+started from it misses nothing even when transactions commit out of id order (PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from api.kube.resource import API_VERSION, KIND
+from api.views import jobs_out
+from broker.db.models import JOB_FINISHED_STATES, Event, Job, as_utc, utcnow
+
+BROKER = "archipelago.io/"
+# How long a transaction may hold an event id before it commits; older gaps in the ids are rollbacks.
+COMMIT_SLACK = timedelta(seconds=30)
+_UID_NAMESPACE = uuid.UUID("6f1d8a52-5b1e-4d8e-9d55-1f3c0e3b7a10")
+TABLE_COLUMNS = [("Name", "string", "name", "the JobSet's name"), ("Queue", "string", "", "the broker queue"),
+                 ("State", "string", "", "Queued, Admitted, Dispatching, Starting, Running, Succeeded, Failed"),
+                 ("Clusters", "string", "", "the members it runs on"),
+                 ("HyperNodes", "string", "", "the HyperNodes it was placed in"),
+                 ("Age", "string", "", "since it was submitted")]
+
+
+def rfc3339(moment: datetime) -> str:
+    return as_utc(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def uid_of(job_id: int) -> str:
+    return str(uuid.uuid5(_UID_NAMESPACE, f"job/{job_id}"))
+
+
+def resource_versions(session: Session, job_ids: list[int]) -> dict[int, int]:
+    """Each job's newest event id."""
+    if not job_ids:
+        return {}
+    rows = session.execute(select(Event.object_id, func.max(Event.id)).where(
+        Event.kind == "job", Event.object_id.in_([str(i) for i in job_ids])).group_by(Event.object_id))
+    return {int(object_id): newest for object_id, newest in rows}
+
+
+def watermark(session: Session) -> int:
+    """The newest event id at or below which every event is visible: below the first gap among the ids of
+    the last COMMIT_SLACK (an event still being committed), else the newest id."""
+    cutoff = utcnow() - COMMIT_SLACK
+    expected = (session.scalar(select(func.max(Event.id)).where(Event.time < cutoff)) or 0) + 1
+    for event_id in session.scalars(select(Event.id).where(Event.id >= expected).order_by(Event.id)):
+        if event_id != expected:
+            return expected - 1
+        expected += 1
+    return expected - 1
+
+
+def shown(job: Job) -> bool:
+    """As broker.jobs.SHOWN_AS_JOBSETS decides in SQL."""
+    return job.state not in JOB_FINISHED_STATES or job.cancel_requested_at is None
+
+
+def render(session: Session, jobs: list[Job]) -> list[dict[str, Any]]:
+    """JobSet objects of these jobs (their manifests are read)."""
+    versions = resource_versions(session, [j.id for j in jobs])
+    return [jobset(job, summary.model_dump(), versions.get(job.id, 0))
+            for job, summary in zip(jobs, jobs_out(session, jobs))]
+
+
+def jobset(job: Job, summary: dict[str, Any], resource_version: int) -> dict[str, Any]:
+    manifest = job.manifest
+    metadata = {**(manifest.get("metadata") or {}), "name": job.name, "namespace": job.namespace,
+                "uid": uid_of(job.id), "resourceVersion": str(resource_version), "generation": 1,
+                "creationTimestamp": rfc3339(job.submitted_at)}
+    if job.cancel_requested_at is not None:
+        metadata["deletionTimestamp"] = rfc3339(job.cancel_requested_at)
+    broker_fields = {"job-id": str(job.id), "queue": summary["queue"], "state": job.state,
+                     "clusters": ",".join(summary["clusters"]), "hypernodes": ",".join(summary["hypernodes"]),
+                     "reason": job.reason or ""}
+    metadata["annotations"] = {**(metadata.get("annotations") or {}),
+                               **{BROKER + key: value for key, value in broker_fields.items() if value}}
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": manifest.get("spec") or {},
+            "status": _status(job, summary)}
+
+
+def _status(job: Job, summary: dict[str, Any]) -> dict[str, Any]:
+    """JobSet's status shape, aggregated over the placements, and a Placed condition saying where or why not."""
+    federated = job.status or {}
+    placed = job.admitted_at is not None and job.state != "Queued"
+    where = ", ".join(summary["clusters"]) + (f" ({', '.join(summary['hypernodes'])})" if summary["hypernodes"] else "")
+    conditions = [{"type": "Placed", "status": "True" if placed else "False",
+                   "reason": job.state, "message": (f"on {where}" if placed and where else job.reason or job.state),
+                   "lastTransitionTime": rfc3339(job.admitted_at if placed else job.submitted_at)}]
+    conditions += [{**condition, "lastTransitionTime": condition.get("lastTransitionTime") or rfc3339(job.submitted_at)}
+                   for condition in federated.get("conditions") or ()]
+    status: dict[str, Any] = {"replicatedJobsStatus": federated.get("replicatedJobsStatus") or [],
+                              "conditions": conditions, "restarts": job.restart_count + int(federated.get("restarts") or 0)}
+    if federated.get("terminalState"):
+        status["terminalState"] = federated["terminalState"]
+    return status
+
+
+def table(objects: list[dict[str, Any]], list_meta: dict[str, Any]) -> dict[str, Any]:
+    """The server-side printing `kubectl get` asks for (Accept: ...;as=Table)."""
+    now = utcnow()
+    rows = []
+    for obj in objects:
+        metadata, annotations = obj["metadata"], obj["metadata"].get("annotations") or {}
+        created = datetime.strptime(metadata["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ")
+        cells = [metadata["name"]] + [annotations.get(BROKER + key, "") for key in ("queue", "state", "clusters",
+                                                                                     "hypernodes")]
+        partial = {k: v for k, v in metadata.items() if k != "managedFields"}
+        rows.append({"cells": cells + [_age(now - as_utc(created))],
+                     "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": partial}})
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta, "rows": rows,
+            "columnDefinitions": [{"name": name, "type": kind, "format": fmt, "description": text, "priority": 0}
+                                  for name, kind, fmt, text in TABLE_COLUMNS]}
+
+
+def _age(elapsed: timedelta) -> str:
+    seconds = max(0, int(elapsed.total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

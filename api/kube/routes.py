@@ -1,0 +1,442 @@
+"""The Kubernetes API front door under /k8s: discovery, OpenAPI v3 and namespaced JobSets.
+
+Another face on the job service (broker.jobs), as the REST API is: submissions go through accept_jobs and
+store_jobs, deletes through request_removal, listings through list_jobs. A tenant's token sees its own
+namespaces; an admin's, every namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Annotated, Any, Callable
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from api.deps import SessionDep, SettingsDep
+from api.kube import resource
+from api.kube.errors import KubeError, forbidden, from_broker, invalid, not_found
+from api.kube.objects import BROKER, render, table, watermark
+from api.kube.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from api.kube.watch import EventCursor, Scope, bookmark, changes
+from api.problems import Problem
+from api.routes.jobs import BodyDep, decode_jobsets
+from broker import jobs as job_service
+from broker.db.models import Job, Tenant
+from broker.errors import Conflict, Invalid, NotFound
+from broker.tenancy import Principal, authenticate
+from clusters.documents import DocumentError, load_json, load_yaml_all
+from clusters.labels import parse_selector
+
+PREFIX = "/k8s"
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+WATCH_TIMEOUT = 1800.0
+WATCH_POLL = 0.5
+BOOKMARK_INTERVAL = 10.0
+_TABLE = "as=Table"
+
+
+class KubeRoute(APIRoute):
+    """Every error of a front-door route, the broker's included, answered as a Status."""
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+
+        async def answered_with_status(request: Request) -> Response:
+            name = request.path_params.get("name")
+            try:
+                return await handler(request)
+            except KubeError as exc:
+                return exc.response()
+            except (Invalid, NotFound, Conflict, Problem) as exc:
+                return from_broker(exc, name).response()
+            except RequestValidationError as exc:
+                return KubeError(400, "; ".join(str(e.get("msg")) for e in exc.errors())).response()
+
+        return answered_with_status
+
+
+router = APIRouter(prefix=PREFIX, route_class=KubeRoute, include_in_schema=False)
+
+
+class Caller:
+    """Who asks, and the namespaces they may use (None: every one, for an admin)."""
+
+    def __init__(self, principal: Principal, namespaces: list[str] | None) -> None:
+        self.principal, self.namespaces = principal, namespaces
+        self.user = "admin" if principal.is_admin else f"tenant:{principal.tenant_name}"
+
+    def scope(self, verb: str, namespace: str | None) -> list[str] | None:
+        """The namespaces a request covers; 403 outside the caller's."""
+        if namespace is None:
+            return self.namespaces
+        if self.namespaces is not None and namespace not in self.namespaces:
+            raise forbidden(self.user, verb, namespace)
+        return [namespace]
+
+
+def get_caller(request: Request, session: SessionDep, settings: SettingsDep) -> Caller:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    principal = authenticate(session, settings.admin_token, token) if scheme.lower() == "bearer" and token else None
+    if principal is None:
+        raise KubeError(401, "Unauthorized")
+    tenant = session.info.get("tenant")
+    return Caller(principal, None if principal.is_admin else list(tenant.namespaces if tenant else []))
+
+
+CallerDep = Annotated[Caller, Depends(get_caller)]
+
+
+# Discovery and OpenAPI ---------------------------------------------------------------------------
+
+def _discovery(request: Request, legacy: dict[str, Any], core: bool) -> JSONResponse:
+    if resource.wants_aggregated(request.headers.get("accept", "")):
+        return JSONResponse(resource.aggregated(core), media_type=resource.AGGREGATED,
+                            headers={"content-type": resource.AGGREGATED})
+    return JSONResponse(legacy)
+
+
+@router.get("/version")
+def version(_: CallerDep) -> dict[str, str]:
+    return resource.version_info()
+
+
+@router.get("/api")
+def core_api(request: Request, _: CallerDep) -> JSONResponse:
+    return _discovery(request, resource.api_versions(), core=True)
+
+
+@router.get("/apis")
+def apis(request: Request, _: CallerDep) -> JSONResponse:
+    return _discovery(request, resource.group_list(), core=False)
+
+
+@router.get(f"/apis/{GROUP}")
+def api_group(_: CallerDep) -> dict[str, Any]:
+    return resource.group()
+
+
+@router.get(f"/apis/{GROUP}/{VERSION}")
+def api_resources(_: CallerDep) -> dict[str, Any]:
+    return resource.resource_list()
+
+
+@router.get("/openapi/v3")
+def openapi_index(request: Request, settings: SettingsDep, _: CallerDep) -> dict[str, Any]:
+    # client-go requests serverRelativeURL as the whole path: it carries the front door's prefix.
+    url = f"{request.scope.get('root_path', '')}{PREFIX}/openapi/v3/{resource.GROUP_VERSION_PATH}"
+    return {"paths": {resource.GROUP_VERSION_PATH: {
+        "serverRelativeURL": f"{url}?hash={resource.group_version_hash(settings.jobset_crd)}"}}}
+
+
+@router.get(f"/openapi/v3/apis/{GROUP}/{VERSION}")
+def openapi_group_version(settings: SettingsDep, _: CallerDep) -> Response:
+    return Response(json.dumps(resource.group_version_document(settings.jobset_crd)), media_type="application/json",
+                    headers={"cache-control": "public, immutable"})
+
+
+# Reading -----------------------------------------------------------------------------------------
+
+_FIELDS = {"metadata.name": lambda obj: obj["metadata"]["name"],
+           "metadata.namespace": lambda obj: obj["metadata"]["namespace"]}
+
+
+def _matcher(label_selector: str | None, field_selector: str | None) -> tuple[Callable[[dict], bool], str | None]:
+    """The selectors as one predicate over a JobSet, and the name a field selector pins (for the query)."""
+    try:
+        labels = parse_selector(label_selector) if label_selector else None
+    except ValueError as exc:
+        raise KubeError(400, f"unable to parse requirement: {exc}") from None
+    fields: list[tuple[Callable, str, bool]] = []
+    pinned = None
+    for term in filter(None, (field_selector or "").split(",")):
+        negated = "!=" in term
+        key, _, value = term.replace("!=", "=").replace("==", "=").partition("=")
+        if key.strip() not in _FIELDS:
+            raise KubeError(400, f'"{key.strip()}" is not a known field selector: only "metadata.name", '
+                                 '"metadata.namespace"')
+        fields.append((_FIELDS[key.strip()], value.strip(), negated))
+        if key.strip() == "metadata.name" and not negated:
+            pinned = value.strip()
+
+    def matches(obj: dict) -> bool:
+        return ((labels is None or labels.matches(obj["metadata"].get("labels") or {}))
+                and all((read(obj) == value) != negated for read, value, negated in fields))
+
+    return matches, pinned
+
+
+def _find(session: Session, caller: Caller, namespace: str, name: str) -> Job:
+    """The JobSet shown under this namespace/name (the newest job of that name not removed), or 404."""
+    job = session.scalar(select(Job).where(Job.namespace == namespace, Job.name == name,
+                                           job_service.SHOWN_AS_JOBSETS).order_by(Job.id.desc()).limit(1))
+    if job is None or not caller.principal.may_see(job.tenant_id):
+        raise not_found(name)
+    return job
+
+
+def _answer(request: Request, objects: list[dict], list_meta: dict | None = None) -> dict[str, Any]:
+    """One object, or a list, as JSON or as the Table kubectl asks for."""
+    if _TABLE in request.headers.get("accept", ""):
+        return table(objects, list_meta or {"resourceVersion": objects[0]["metadata"]["resourceVersion"]})
+    if list_meta is None:
+        return objects[0]
+    return {"apiVersion": API_VERSION, "kind": f"{KIND}List", "metadata": list_meta, "items": objects}
+
+
+def _list(request: Request, session: Session, caller: Caller, namespace: str | None) -> Response:
+    query = request.query_params
+    namespaces = caller.scope("list", namespace)
+    matches, pinned = _matcher(query.get("labelSelector"), query.get("fieldSelector"))
+    if query.get("watch") in ("1", "true"):
+        return _watch(request, caller, Scope(caller.principal, namespaces, matches))
+    limit = _integer(query.get("limit") or "0", "limit")
+    cursor = _integer(query["continue"], "continue") if query.get("continue") else None
+    resource_version = watermark(session)  # before the rows: a watch from it sees every later change
+    filters = job_service.JobFilter(namespaces=namespaces or [], selector=query.get("labelSelector"), name=pinned,
+                                    shown_as_jobsets=True)
+    if namespaces == []:
+        return JSONResponse(_answer(request, [], {"resourceVersion": str(resource_version)}))
+    jobs: list[Job] = []
+    while True:
+        page, cursor = job_service.list_jobs(session, caller.principal, filters, limit or job_service.MAX_PAGE,
+                                             cursor, oldest_first=True)
+        jobs += page
+        if limit or cursor is None:
+            break
+    objects = [obj for obj in render(session, jobs) if matches(obj)]
+    meta = {"resourceVersion": str(resource_version)}
+    if cursor is not None:
+        meta["continue"] = str(cursor)
+    return JSONResponse(_answer(request, objects, meta))
+
+
+def _integer(value: str, name: str) -> int:
+    if not value.isdigit() or len(value) > 19:
+        raise KubeError(400, f"{name} must be a non-negative integer, not {value!r}")
+    return int(value)
+
+
+@router.get(f"/apis/{GROUP}/{VERSION}/{PLURAL}")
+def list_everywhere(request: Request, session: SessionDep, caller: CallerDep) -> Response:
+    return _list(request, session, caller, None)
+
+
+@router.get(f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}")
+def list_in_namespace(namespace: str, request: Request, session: SessionDep, caller: CallerDep) -> Response:
+    return _list(request, session, caller, namespace)
+
+
+@router.get(f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}/{{name}}")
+@router.get(f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}/{{name}}/status")
+def get_jobset(namespace: str, name: str, request: Request, session: SessionDep, caller: CallerDep) -> JSONResponse:
+    caller.scope("get", namespace)
+    return JSONResponse(_answer(request, render(session, [_find(session, caller, namespace, name)])))
+
+
+# Watching ----------------------------------------------------------------------------------------
+
+def _watch(request: Request, caller: Caller, scope: Scope) -> StreamingResponse:
+    query = request.query_params
+    since = query.get("resourceVersion") or ""
+    from_start = since in ("", "0") or query.get("sendInitialEvents") in ("1", "true")
+    floor = None if from_start else _integer(since, "resourceVersion")
+    bookmarks = query.get("allowWatchBookmarks") in ("1", "true")
+    timeout = min(float(_integer(query.get("timeoutSeconds") or "0", "timeoutSeconds") or WATCH_TIMEOUT),
+                  WATCH_TIMEOUT)
+    as_table = _TABLE in request.headers.get("accept", "")
+    sessions = request.app.state.db.sessions
+
+    def line(event_type: str, obj: dict) -> bytes:
+        if as_table and event_type != "BOOKMARK":
+            obj = table([obj], {"resourceVersion": obj["metadata"]["resourceVersion"]})
+        return json.dumps({"type": event_type, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+    def initial() -> tuple[int, list[dict]]:
+        with sessions() as session:
+            start = watermark(session)
+            jobs, cursor = [], None
+            filters = job_service.JobFilter(namespaces=scope.namespaces or [], shown_as_jobsets=True)
+            while scope.namespaces != []:
+                page, cursor = job_service.list_jobs(session, caller.principal, filters, job_service.MAX_PAGE,
+                                                     cursor, oldest_first=True)
+                jobs += page
+                if cursor is None:
+                    break
+            return start, [obj for obj in render(session, jobs) if scope.matches(obj)]
+
+    def poll(cursor: EventCursor) -> list[tuple[str, dict]]:
+        with sessions() as session:
+            return changes(session, scope, cursor)
+
+    def current_watermark() -> int:
+        with sessions() as session:
+            return watermark(session)
+
+    async def stream():
+        nonlocal floor
+        deadline = time.monotonic() + timeout
+        if floor is None:
+            floor, objects = await run_in_threadpool(initial)
+            if objects:
+                yield b"".join(line("ADDED", obj) for obj in objects)
+            if bookmarks and query.get("sendInitialEvents") in ("1", "true"):
+                mark = bookmark(floor)
+                mark["object"]["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
+                yield line("BOOKMARK", mark["object"])
+        cursor = EventCursor(floor)
+        next_bookmark = time.monotonic() + BOOKMARK_INTERVAL
+        while time.monotonic() < deadline and not await request.is_disconnected():
+            found = await run_in_threadpool(poll, cursor)
+            if found:
+                yield b"".join(line(event_type, obj) for event_type, obj in found)
+            if bookmarks and time.monotonic() >= next_bookmark:
+                yield line("BOOKMARK", bookmark(await run_in_threadpool(current_watermark))["object"])
+                next_bookmark = time.monotonic() + BOOKMARK_INTERVAL
+            if not found:
+                await asyncio.sleep(WATCH_POLL)
+
+    return StreamingResponse(stream(), media_type="application/json")
+
+
+# Writing -----------------------------------------------------------------------------------------
+
+def _owner(session: Session, caller: Caller, namespace: str) -> Tenant:
+    """The tenant a JobSet in this namespace is submitted for: the caller's, or for an admin the namespace's."""
+    caller.scope("create", namespace)
+    if not caller.principal.is_admin:
+        return session.get(Tenant, caller.principal.tenant_id)
+    for tenant in session.scalars(select(Tenant)):
+        if namespace in tenant.namespaces:
+            return tenant
+    raise KubeError(404, f'namespaces "{namespace}" not found', reason="NotFound")
+
+
+def _in_namespace(manifest: Any, namespace: str) -> dict[str, Any]:
+    if not isinstance(manifest, dict):
+        raise KubeError(400, "the body must be one JobSet object")
+    metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), dict) else {}
+    if metadata.get("namespace") not in (None, namespace):
+        raise KubeError(400, "the namespace of the provided object does not match the namespace sent on the request")
+    return {**manifest, "metadata": {**metadata, "namespace": namespace}}
+
+
+def _create(request: Request, session: Session, caller: Caller, namespace: str, manifest: dict) -> JSONResponse:
+    owner = _owner(session, caller, namespace)
+    name = (manifest.get("metadata") or {}).get("name")
+    if isinstance(name, str) and session.scalar(select(Job.id).where(
+            Job.namespace == namespace, Job.name == name, job_service.SHOWN_AS_JOBSETS).limit(1)) is not None:
+        raise KubeError(409, f'{PLURAL}.{GROUP} "{name}" already exists', reason="AlreadyExists", name=name)
+    settings = request.app.state.settings
+    accepted = job_service.accept_jobs(session, owner, [manifest], settings, request.app.state.capacity.get(session))
+    if request.query_params.get("dryRun"):
+        raise KubeError(400, "server-side dry runs are answered by POST /api/v1/jobs:dry-run; this one is valid")
+    with request.app.state.sqlite_writer:
+        (job, _), = job_service.store_jobs(session, owner, accepted, settings)
+        session.commit()
+    request.app.state.services.wake("scheduler")
+    return JSONResponse(render(session, [session.get(Job, job.id)])[0], status_code=201)
+
+
+@router.post(f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}")
+def create_jobset(namespace: str, request: Request, session: SessionDep, caller: CallerDep,
+                  body: BodyDep) -> JSONResponse:
+    manifests, batch = decode_jobsets(request.headers.get("content-type", ""), body)
+    if batch:
+        raise KubeError(400, "send one JobSet per request")
+    return _create(request, session, caller, namespace, _in_namespace(manifests[0], namespace))
+
+
+def _tenant_annotations(annotations: dict | None) -> dict[str, Any]:
+    """Annotations as the tenant wrote them: without the broker's fields or kubectl's record of the last apply."""
+    return {key: value for key, value in (annotations or {}).items()
+            if key != LAST_APPLIED and not (key.startswith(BROKER) and key not in job_service.TENANT_ANNOTATIONS)}
+
+
+def _unchanged(name: str, wanted: dict[str, Any], stored: dict[str, Any]) -> None:
+    """A JobSet is placed as it was submitted: a change to its spec, labels or annotations is refused (422)."""
+    if wanted.get("spec") != stored.get("spec"):
+        raise invalid(name, "spec", "field is immutable: the broker placed the JobSet as it was submitted; "
+                                    "delete it and create it again to change it")
+    wanted_meta, stored_meta = wanted.get("metadata") or {}, stored.get("metadata") or {}
+    if (wanted_meta.get("labels") or {}) != (stored_meta.get("labels") or {}):
+        raise invalid(name, "metadata.labels", "field is immutable: labels are read when the JobSet is submitted")
+    if _tenant_annotations(wanted_meta.get("annotations")) != _tenant_annotations(stored_meta.get("annotations")):
+        raise invalid(name, "metadata.annotations", "field is immutable: annotations are read when the JobSet is "
+                                                    "submitted")
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = _merge(merged.get(key), value)
+    return merged
+
+
+_MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+_APPLY_TYPE = "application/apply-patch+yaml"
+
+
+@router.patch(f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}/{{name}}")
+def patch_jobset(namespace: str, name: str, request: Request, session: SessionDep, caller: CallerDep,
+                 body: BodyDep) -> JSONResponse:
+    """Server-side apply creates a JobSet or confirms it unchanged; a merge patch may change nothing either
+    (kubectl apply sends one only when the file differs from what was applied)."""
+    caller.scope("patch", namespace)
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type not in _MERGE_TYPES + (_APPLY_TYPE,):
+        raise KubeError(415, f"the body of the request was in an unknown format - accepted media types include: "
+                             f"{', '.join(_MERGE_TYPES + (_APPLY_TYPE,))}")
+    try:
+        patch = load_json(body) if media_type != _APPLY_TYPE or body.lstrip().startswith(b"{") else \
+            (load_yaml_all(body) or [None])[0]
+    except DocumentError as exc:
+        raise KubeError(400, f"the body: {exc}") from None
+    if not isinstance(patch, dict):
+        raise KubeError(400, "the patch must be an object")
+    job = session.scalar(select(Job).where(Job.namespace == namespace, Job.name == name,
+                                           job_service.SHOWN_AS_JOBSETS).order_by(Job.id.desc()).limit(1))
+    if job is None or not caller.principal.may_see(job.tenant_id):
+        if media_type != _APPLY_TYPE:
+            raise not_found(name)
+        if (patch.get("metadata") or {}).get("name") not in (None, name):
+            raise KubeError(400, "the name of the object does not match the name on the URL")
+        return _create(request, session, caller, namespace,
+                       _in_namespace(_merge(patch, {"metadata": {"name": name}}), namespace))
+    current = render(session, [job])[0]
+    wanted = patch if media_type == _APPLY_TYPE else _merge(current, patch)
+    _unchanged(name, wanted, job.manifest)
+    return JSONResponse(current)
+
+
+@router.delete(f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}/{{name}}")
+def delete_jobset(namespace: str, name: str, request: Request, session: SessionDep,
+                  caller: CallerDep) -> JSONResponse:
+    """Cancel: the JobSet is removed from every member, and is gone once it is."""
+    caller.scope("delete", namespace)
+    job = job_service.request_removal(session, caller.principal, _find(session, caller, namespace, name).id)
+    session.commit()
+    request.app.state.services.wake("dispatcher")
+    return JSONResponse(render(session, [job])[0])
+
+
+@router.api_route("/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+def unknown(rest: str, request: Request, _: CallerDep) -> JSONResponse:
+    known = request.url.path.startswith(f"{PREFIX}/apis/{GROUP}/{VERSION}/namespaces/")
+    if known and request.method in ("PUT", "POST", "DELETE"):
+        raise KubeError(405, f"{request.method} is not supported here: the front door creates, patches and deletes "
+                             "single JobSets")
+    raise KubeError(404, "the server could not find the requested resource")
