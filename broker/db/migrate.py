@@ -6,11 +6,13 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 import migrations
 
 MIGRATIONS_DIR = Path(migrations.__file__).parent
+MIGRATION_LOCK = 0x41524348  # PostgreSQL advisory lock key ("ARCH"): replicas starting together migrate in turn
 
 
 def alembic_config(engine: Engine) -> Config:
@@ -22,6 +24,8 @@ def alembic_config(engine: Engine) -> Config:
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":  # the next one waits here, then finds the schema at head
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         config = alembic_config(engine)
         config.attributes["connection"] = connection
         command.upgrade(config, revision)

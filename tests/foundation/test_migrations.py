@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
@@ -12,7 +14,7 @@ from tests.conftest import fresh_postgres_database
 
 import pytest
 
-TABLES = {"clusters", "nodes", "hypernodes", "tenants", "queues", "tokens", "jobs", "placements", "events"}
+TABLES = {"clusters", "nodes", "hypernodes", "tenants", "queues", "tokens", "jobs", "placements", "events", "leases"}
 
 
 @pytest.fixture
@@ -46,3 +48,26 @@ def test_upgrade_downgrade_upgrade(empty_database_url):
     migrate.upgrade(engine)
     assert _differences(engine) == []
     engine.dispose()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_replicas_that_start_together_migrate_in_turn(empty_database_url):
+    """Each replica's `db upgrade` at the same moment: one migrates, the others wait and find the schema at head."""
+    failures: list[Exception] = []
+
+    def upgrade() -> None:
+        engine = create_engine(empty_database_url)
+        try:
+            migrate.upgrade(engine)
+        except Exception as exc:  # e.g. DuplicateTable, when two create the same table
+            failures.append(exc)
+        finally:
+            engine.dispose()
+
+    replicas = [threading.Thread(target=upgrade) for _ in range(3)]
+    for replica in replicas:
+        replica.start()
+    for replica in replicas:
+        replica.join()
+    assert failures == []
