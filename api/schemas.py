@@ -156,6 +156,8 @@ class JobOut(BaseModel):
 class JobPage(BaseModel):
     items: list[JobOut]
     next_cursor: str | None
+    history_from: datetime | None = Field(None, description="finished jobs and events from before this moment are "
+                                                           "deleted (ARCHIPELAGO_RETENTION_DAYS); null: kept forever")
 
 
 class SubmitResult(BaseModel):
@@ -198,6 +200,8 @@ class EventOut(BaseModel):
 class EventPage(BaseModel):
     items: list[EventOut]
     next_cursor: str | None
+    history_from: datetime | None = Field(None, description="finished jobs and events from before this moment are "
+                                                           "deleted (ARCHIPELAGO_RETENTION_DAYS); null: kept forever")
 
 
 class JobDetail(JobOut):

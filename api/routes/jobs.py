@@ -14,9 +14,10 @@ from api.problems import Problem
 from api.schemas import problems
 from api.views import event_out, humanised, job_out, jobs_out, placement_out
 from broker import jobs as job_service
-from broker.db.models import Job, Tenant, as_utc
+from broker.db.models import Job, Tenant, as_utc, utcnow
 from broker.errors import Invalid, NotFound
 from broker.jobset import JobSetError
+from broker.retention import history_from
 from broker.scheduling import RULE_WORDS, dry_run_manifest, engine_config
 from broker.tenancy import Principal, get_tenant
 from clusters.documents import DocumentError, load_json, load_yaml_all
@@ -135,7 +136,7 @@ def dry_run(request: Request, session: SessionDep, principal: PrincipalDep, body
 
 
 @router.get("/jobs", tags=["jobs"], response_model=schemas.JobPage, responses=problems(401, 422))
-def list_jobs(session: SessionDep, principal: PrincipalDep,
+def list_jobs(session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
               tenant: str | None = None, queue: str | None = None,
               state: list[str] = Query([], description="one or more of Queued, Admitted, Dispatching, Starting, Running, "
                                                        "Succeeded, Failed, Cancelled"),
@@ -148,7 +149,8 @@ def list_jobs(session: SessionDep, principal: PrincipalDep,
     page, next_cursor = job_service.list_jobs(session, principal, filters, limit, _cursor(cursor),
                                               oldest_first=order == "oldest")
     return schemas.JobPage(items=jobs_out(session, page),
-                           next_cursor=str(next_cursor) if next_cursor is not None else None)
+                           next_cursor=str(next_cursor) if next_cursor is not None else None,
+                           history_from=history_from(utcnow(), settings.retention_days))
 
 
 def _cursor(value: str | None) -> int | None:
@@ -200,11 +202,12 @@ def list_placements(session: SessionDep, principal: PrincipalDep, cluster: str |
 
 
 @router.get("/events", tags=["events"], response_model=schemas.EventPage, responses=problems(401, 422))
-def list_events(session: SessionDep, principal: PrincipalDep,
+def list_events(session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
                 kind: str | None = Query(None, description="cluster, job, queue, tenant or placement"),
                 object: str | None = Query(None, description="the object's name or id"),
                 since: datetime | None = None, limit: int = Query(100, ge=1, le=job_service.MAX_PAGE),
                 cursor: str | None = None):
     rows = job_service.list_events(session, principal, kind, object, _since(since), limit, _cursor(cursor))
     return schemas.EventPage(items=[event_out(e) for e in rows],
-                             next_cursor=str(rows[-1].id) if rows else cursor)
+                             next_cursor=str(rows[-1].id) if rows else cursor,
+                             history_from=history_from(utcnow(), settings.retention_days))

@@ -213,6 +213,7 @@ class Job(Base):
         Index(None, "tenant_id", "state", "id"),
         Index(None, "state", "id"),
         Index(None, "queue_id", "id"),
+        Index(None, "finished_at"),  # retention: the oldest finished jobs first
         # One live job per namespace/name: two would collide on a member.
         Index("uq_jobs_live_name", "namespace", "name", unique=True,
               sqlite_where=text(f"NOT {_in('state', JOB_FINISHED_STATES)}"),

@@ -7,6 +7,7 @@ from broker.services.dispatcher import DispatcherService
 from broker.services.inventory import ClusterHealthService, InventorySyncService, MemberClients
 from broker.services.lease import Leader
 from broker.services.loop import LoopService
+from broker.services.retention import RetentionService
 from broker.services.scheduler import SchedulerService
 from broker.services.status import StatusService
 from broker.services.wakeups import Wakeups
@@ -17,7 +18,7 @@ def build_services(database: Database, settings: Settings) -> list[LoopService]:
     members = MemberClients(settings)
     return [InventorySyncService(database, settings, members), ClusterHealthService(database, settings, members),
             SchedulerService(database, settings), DispatcherService(database, settings, members),
-            StatusService(database, settings, members)]
+            StatusService(database, settings, members), RetentionService(database, settings)]
 
 
 def replica(database: Database, settings: Settings, *, run_loops: bool) -> Wakeups:

@@ -1,4 +1,5 @@
-"""job listings: indexes that match each filter in id order, so a page reads 50 rows, not every match
+"""job listings: indexes that match each filter in id order, so a page reads 50 rows, not every match;
+retention: finished jobs by age
 
 Revision ID: 0007_job_listing_indexes
 Revises: 0006_leader_lease
@@ -18,9 +19,11 @@ def upgrade() -> None:
     op.create_index('ix_jobs_tenant_id_state_id', 'jobs', ['tenant_id', 'state', 'id'])
     op.create_index('ix_jobs_state_id', 'jobs', ['state', 'id'])
     op.create_index('ix_jobs_queue_id_id', 'jobs', ['queue_id', 'id'])
+    op.create_index('ix_jobs_finished_at', 'jobs', ['finished_at'])
 
 
 def downgrade() -> None:
+    op.drop_index('ix_jobs_finished_at', table_name='jobs')
     op.drop_index('ix_jobs_queue_id_id', table_name='jobs')
     op.drop_index('ix_jobs_state_id', table_name='jobs')
     op.drop_index('ix_jobs_tenant_id_state_id', table_name='jobs')

@@ -1,0 +1,41 @@
+"""The retention loop: deletes history older than ARCHIPELAGO_RETENTION_DAYS (broker.retention), one bounded
+transaction at a time, so that the scheduler and the API never wait long behind it."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Callable
+
+from broker.db.models import utcnow
+from broker.db.runtime import Database
+from broker.db.session import transaction
+from broker.retention import Pruned, history_from, prune_batch
+from broker.services.loop import LoopService
+from broker.settings import Settings
+
+log = logging.getLogger("archipelago.retention")
+
+
+class RetentionService(LoopService):
+    name = "retention"
+
+    def __init__(self, database: Database, settings: Settings, *, now: Callable[[], datetime] = utcnow) -> None:
+        super().__init__(settings.retention_interval)
+        self.sessions, self.now, self.retention_days = database.sessions, now, settings.retention_days
+
+    def run_once(self) -> Pruned:
+        """Batches until one is not full; returns what this pass deleted."""
+        total = Pruned()
+        before = history_from(self.now(), self.retention_days)
+        while before is not None:
+            with transaction(self.sessions) as session:
+                pruned = prune_batch(session, before)
+            total.jobs += pruned.jobs
+            total.events += pruned.events
+            if not pruned.full:
+                break
+        if total.jobs or total.events:
+            log.info("retention: deleted %d finished jobs and %d events from before %s", total.jobs, total.events,
+                     before.isoformat())
+        return total
