@@ -6,6 +6,7 @@ members hold exactly the copies of the placements that finished."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -17,12 +18,10 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import create_engine, func, select
 
-from broker.db import migrate
 from broker.db.models import JOB_FINISHED_STATES, LEADER, Event, Job, Lease, Placement
 from clusters.jobsets import JOB_ID_LABEL, PLACEMENT_ID_LABEL
 from clusters.sim.testing import SimHandle, running_simulator
 from tests.brokers import Broker, copies, wait_for
-from tests.conftest import fresh_postgres_database
 from tests.propagation.conftest import SCENARIO, TENANTS, jobset
 
 REPLICAS = 3
@@ -33,15 +32,6 @@ LEASE = {"ARCHIPELAGO_LEASE_DURATION": "2", "ARCHIPELAGO_LEASE_RENEW_PERIOD": "0
 TERMINAL_EVENTS = set(JOB_FINISHED_STATES)
 # Events that say what happened once to one placement (their messages name it): any repetition is a duplicate.
 ONCE_PER_PLACEMENT = {"Admitted", "Applied", "Deleted", *TERMINAL_EVENTS}
-
-
-@pytest.fixture
-def database_url() -> Iterator[str]:
-    with fresh_postgres_database() as url:
-        engine = create_engine(url)
-        migrate.upgrade(engine)
-        engine.dispose()
-        yield url
 
 
 @pytest.fixture
@@ -73,8 +63,9 @@ def leader_pid(engine) -> int | None:
 
 
 @pytest.mark.postgres
-def test_replicas_whose_leader_is_killed_again_and_again_end_every_job_once(sim, database_url, tmp_path):
-    secret = Fernet.generate_key().decode()
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_replicas_whose_leader_is_killed_again_and_again_end_every_job_once(sim, settings, tmp_path):
+    database_url, secret = settings.database_url, Fernet.generate_key().decode()
     replicas = [Broker(tmp_path, database_url=database_url, secret_key=secret, env=LEASE, name=f"replica-{i}")
                 for i in range(REPLICAS)]
     engine = create_engine(database_url)
@@ -149,6 +140,9 @@ def test_replicas_whose_leader_is_killed_again_and_again_end_every_job_once(sim,
         on_members = sorted(int(c["metadata"]["labels"][PLACEMENT_ID_LABEL]) for c in copies(sim))
         assert on_members == sorted(finished)  # one copy per finished placement, no copy of a cancelled job
         assert _token(engine) >= token_before + LEADER_KILLS  # each kill made a new leader
+        logged = [json.loads(line)["message"] for replica in replicas
+                  for line in (tmp_path / f"{replica.name}.log").read_text().splitlines() if line.startswith("{")]
+        assert sum(m.startswith("lease: acquired") for m in logged) >= LEADER_KILLS + 1  # JSON logs say who led
     finally:
         watch.stopping.set()
         for replica in replicas:
