@@ -28,7 +28,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from broker.db.fencing import Fence, fenced
 from broker.db.models import LEADER, Lease, utcnow
 from broker.db.runtime import Database
-from broker.db.session import transaction
 from broker.metrics import LEASE_HELD, LEASES_LOST
 from broker.services.dispatcher import writing
 from broker.services.loop import LoopService, ServiceRunner
@@ -77,7 +76,7 @@ class LeaseRecord:
         if self.token is None:
             return
         lease = Lease.__table__
-        with transaction(self.database.sessions) as session:
+        with writing(self.database) as session:
             session.execute(update(lease).where(lease.c.name == self.name, lease.c.holder == self.holder,
                                                 lease.c.token == self.token).values(holder=None, expires_at=self.now()))
         self.token = None
