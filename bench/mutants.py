@@ -16,6 +16,7 @@ last line. Exits 1 when a group is below its target.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -79,24 +80,33 @@ def forget_survivors(group: Group) -> None:
         meta.write_text(json.dumps(data))
 
 
-def run_mutmut(group: Group, max_children: int) -> None:
+def covers(group: Group, pattern: str) -> bool:
+    """Whether mutants named by `pattern` (e.g. broker.placement.feasibility*) can be in this group's modules."""
+    prefix = pattern.split("*")[0].replace(".", "/")
+    return any(path.rstrip("*").startswith(prefix) or prefix.startswith(path.rstrip("*")) for path in group.mutate)
+
+
+def run_mutmut(group: Group, max_children: int, only: str | None = None) -> None:
     # the tests run inside the view's mutants/, where ../shared is not beside them
     env = {**os.environ, "ARCHIPELAGO_SHARED_DIR": os.environ.get("ARCHIPELAGO_SHARED_DIR")
            or str(ROOT.parent / "shared"), "ARCHIPELAGO_HYPOTHESIS_PROFILE": "mutants"}
     log = group.folder / "mutmut.log"
     with open(log, "w") as out:
-        done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
+        done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children),
+                               *([only] if only else [])],
                               cwd=group.folder, env=env, stdout=out, stderr=subprocess.STDOUT)
     if done.returncode:
         print(log.read_text()[-4000:])
         sys.exit(f"mutmut failed on the {group.name} (exit {done.returncode}); its output is in {log}")
 
 
-def read_results(group: Group) -> dict[str, dict[str, str]]:
+def read_results(group: Group, only: str | None = None) -> dict[str, dict[str, str]]:
     """module path → mutant name → status, from the .meta files mutmut leaves beside each mutated file."""
     results = {}
     for meta in sorted((group.folder / "mutants").rglob("*.py.meta")):
         codes = json.loads(meta.read_text())["exit_code_by_key"]
+        if only:
+            codes = {name: code for name, code in codes.items() if fnmatch.fnmatch(name, only)}
         if codes:
             module = str(meta.relative_to(group.folder / "mutants"))[:-len(".meta")]
             results[module] = {name: status_by_exit_code[code] for name, code in codes.items()}
@@ -125,20 +135,23 @@ def main() -> None:
     parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
     parser.add_argument("--again", action="store_true",
                         help="keep the last run's killed mutants and test only the others again (after new tests)")
+    parser.add_argument("--only", metavar="PATTERN",
+                        help="only the mutants whose names match, e.g. 'broker.placement.feasibility*' (one module's "
+                             "score while writing its tests; the group's score then covers those mutants only)")
     args = parser.parse_args()
 
     if not args.again:
         shutil.rmtree(WORK, ignore_errors=True)
     rows, figures, below = [], {"modules": {}, "groups": {}, "survivors": []}, []
-    for group in GROUPS:
+    for group in [g for g in GROUPS if not args.only or covers(g, args.only)]:
         if args.again:
             forget_survivors(group)
         else:
             prepare(group)
         started = time.monotonic()
-        run_mutmut(group, args.max_children)
+        run_mutmut(group, args.max_children, args.only)
         minutes = (time.monotonic() - started) / 60
-        results = read_results(group)
+        results = read_results(group, args.only)
         unchecked = sum(s == "not checked" for statuses in results.values() for s in statuses.values())
         if unchecked:
             sys.exit(f"mutmut stopped with {unchecked} mutants of the {group.name} not checked; see "

@@ -38,7 +38,7 @@ def never_fits(clusters: Iterable[ClusterIndex], spec: JobSpec, config: Config =
     """Per cluster (from `empty`), why the job could never run there; empty when some cluster could
     take it (a `split` job: each part on some cluster, or all of them on one)."""
     clusters = list(clusters)
-    job = PendingJob("submission", "", "", 0, 0.0, spec)
+    job = PendingJob("submission", "", "", 0, 0.0, spec)  # pragma: no mutate (a probe: its identity shows nowhere)
     filters = [FILTERS[name]() for name in config.filters]
     whole = Request(job, None, spec.parts, spec.requests, spec.tier_bound)
     reasons = _reasons(whole, clusters, filters)
