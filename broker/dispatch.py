@@ -16,7 +16,7 @@ member failed over, or a failed part of a split JobSet is to be re-placed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable
 
@@ -27,10 +27,12 @@ from broker import events
 from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES,
                               PLACEMENT_UNSTARTED_STATES, Cluster, Event, Job, Placement, as_utc)
 from broker.db.session import in_chunks
+from broker.cluster_overrides import cluster_labels, stored_rules
 from broker.jobset import STARTUP_TIMEOUT_ANNOTATION, startup_timeout
+from broker.overrides import OverrideError, apply_overrides
 from broker.status import (Aggregate, PartView, Policy, aggregate, failure_message, member_status, newer,
                            not_ready, part_failure, placement_state)
-from clusters.jobsets import member_name, render
+from clusters.jobsets import member_copy, member_name, stamp
 
 ON_MEMBER_STATES = ("Starting", "Running")  # a copy the status watch follows
 VERDICT_STATES = ("Succeeded", "Failed")  # the member judged the copy: it is never judged again
@@ -62,7 +64,9 @@ class Work:
     name: str  # the JobSet's name on the member
     member_uid: str | None
     attempts: int
-    jobset: dict[str, Any] | None  # what to apply; None for a deletion
+    jobset: dict[str, Any] | None  # what to apply; None for a deletion or a refusal
+    overrides: tuple[str, ...] = ()  # the override rules that rewrote `jobset`, in order
+    refused: str | None = None  # why an override rule makes the JobSet one the broker cannot send
 
 
 @dataclass
@@ -100,17 +104,29 @@ def due_work(session: Session, now: datetime, cluster_ids: Iterable[int], limit:
     manifests: dict[int, Any] = {}
     for chunk in in_chunks(applied):
         manifests.update(session.execute(select(Job.id, Job.manifest).where(Job.id.in_(chunk))).all())
+    rules, labels = (stored_rules(session), cluster_labels(session)) if applied else ([], {})
     work = []
     for placement, namespace, name in rows:
-        jobset = None
+        item = Work(placement.id, placement.job_id, placement.cluster_id, placement.cluster_name, placement.state,
+                    namespace, member_name(name, placement.part), placement.member_uid, placement.attempts, None)
         if placement.state != "Deleting":
-            jobset = render(manifests[placement.job_id], namespace=namespace, job_id=placement.job_id,
-                            placement_id=placement.id, generation=placement.generation, part=placement.part,
-                            assignments=placement.assignments)
-        work.append(Work(placement.id, placement.job_id, placement.cluster_id, placement.cluster_name,
-                         placement.state, namespace, member_name(name, placement.part), placement.member_uid,
-                         placement.attempts, jobset))
+            item = _rendered(item, placement, manifests[placement.job_id], rules,
+                             labels.get(placement.cluster_name, {}))
+        work.append(item)
     return work
+
+
+def _rendered(work: Work, placement: Placement, manifest: Any, rules: list, labels: dict[str, str]) -> Work:
+    """The work with the JobSet its member is sent: the tenant's part, rewritten by the cluster's override
+    rules, then stamped with the broker's labels and node pins; or refused, naming the rule."""
+    jobset = member_copy(manifest, namespace=work.namespace, part=placement.part)
+    try:
+        jobset, applied = apply_overrides(rules, placement.cluster_name, labels, jobset)
+    except OverrideError as exc:
+        return replace(work, refused=str(exc))
+    return replace(work, overrides=applied, jobset=stamp(
+        jobset, job_id=placement.job_id, placement_id=placement.id, generation=placement.generation,
+        part=placement.part, assignments=placement.assignments))
 
 
 def kept_placements(session: Session, placement_ids: Iterable[int]) -> set[int]:
@@ -192,10 +208,12 @@ def finish_apply(session: Session, work: Work, jobset: dict[str, Any], now: date
     placement.member_uid, placement.status = status["uid"], status
     placement.attempts, placement.last_error, placement.next_attempt_at = 0, None, None
     placement.state, placement.applied_at = "Starting", now
+    placement.overrides = list(work.overrides)
     what = f"{work.namespace}/{work.name}"
     verb = "adopted the existing copy" if adopted else ("recreated" if redone else "applied")
+    rewritten = f"; override rules {', '.join(work.overrides)}" if work.overrides else ""
     _job_event(session, job, "Applied", f"{verb} {what} on {work.cluster} (placement {placement.id}, "
-                                        f"generation {placement.generation})")
+                                        f"generation {placement.generation}{rewritten})")
     return _follow_status(session, job, placement, status, now)
 
 
@@ -213,15 +231,18 @@ def retry_later(session: Session, work: Work, error: str, delay: float, now: dat
 
 
 def fail_apply(session: Session, work: Work, error: str, now: datetime) -> Changes:
-    """The member refused the JobSet for good (invalid, forbidden): the placement and the job fail."""
+    """The member refused the JobSet for good (invalid, forbidden), or an override rule would make it invalid
+    (`work.refused`, before any member call): the placement and the job fail."""
     job = _lock_job(session, work.job_id)
     placement = _lock_placement(session, work.placement_id)
     if job is None or placement is None or placement.state != work.state:
         return Changes()
     placement.state, placement.finished_at, placement.last_error = "Failed", now, error
-    _job_event(session, job, "ApplyFailed", f"{work.cluster} refused the JobSet: {error}", warning=True)
+    reason, why = ("OverrideFailed", f"{error}, on {work.cluster}") if work.refused else \
+        ("ApplyFailed", f"{work.cluster} refused the JobSet: {error}")
+    _job_event(session, job, reason, why, warning=True)
     if job.state not in JOB_FINISHED_STATES and job.cancel_requested_at is None:
-        _finish_job(session, job, "Failed", f"{work.cluster} refused the JobSet: {error}", now)
+        _finish_job(session, job, "Failed", why, now)
     return settle_job(session, job.id, now).add(Changes(freed=True))
 
 

@@ -1,7 +1,8 @@
 """JobSets on a member cluster: the copy the broker renders for one placement, and the calls that
 apply, read, list, watch and delete it (server-side apply, field manager `archipelago`).
 
-`render` is pure: the tenant's manifest and one placement's decision in, the member's JobSet out.
+`member_copy` and `stamp` are pure: the tenant's manifest and one placement's decision in, the member's
+JobSet out (cluster overrides rewrite it between the two).
 Every copy carries the broker's labels, so the broker finds its copies by label, never by name alone.
 """
 
@@ -44,37 +45,44 @@ def placement_id_of(obj: Mapping[str, Any]) -> str | None:
 
 # Rendering ---------------------------------------------------------------------------------------
 
-def render(manifest: Mapping[str, Any], *, namespace: str, job_id: int, placement_id: int, generation: int,
-           part: str, assignments: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The member's JobSet for one placement.
+def member_copy(manifest: Mapping[str, Any], *, namespace: str, part: str) -> dict[str, Any]:
+    """What the member is sent of the tenant's JobSet, before the broker's labels and node pins (cluster
+    overrides rewrite it in between, so that they can neither drop a pin nor a broker label).
 
     `part` "" is the whole JobSet; otherwise only that ReplicatedJob, with the success policy narrowed
-    to it and no failure policy (a failed part is the broker's to restart: it re-places it). Each
-    ReplicatedJob's pods are bound by required node affinity to the nodes the engine chose for it.
+    to it and no failure policy (a failed part is the broker's to restart: it re-places it).
     """
     metadata = manifest.get("metadata") or {}
     labels = {k: v for k, v in (metadata.get("labels") or {}).items() if k not in DROPPED_LABELS}
-    labels.update({JOB_ID_LABEL: str(job_id), PLACEMENT_ID_LABEL: str(placement_id),
-                   GENERATION_LABEL: str(generation)})
-    if part:
-        labels[PART_LABEL] = part
-    annotations = {**(metadata.get("annotations") or {}), OWNER_ANNOTATION: f"archipelago/jobs/{job_id}"}
     # Only what this placement sends is copied (its pod templates get the broker's labels and node pins):
     # a part of a split job of many costs that part, not the whole JobSet.
     spec = _part_spec(manifest.get("spec") or {}, part) if part else {
         **(manifest.get("spec") or {}), "replicatedJobs": copy.deepcopy((manifest.get("spec") or {}).get(
             "replicatedJobs") or [])}
+    return {"apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}", "kind": "JobSet",
+            "metadata": {"name": member_name(metadata["name"], part), "namespace": namespace, "labels": labels,
+                         "annotations": dict(metadata.get("annotations") or {})},
+            "spec": spec}
+
+
+def stamp(jobset: dict[str, Any], *, job_id: int, placement_id: int, generation: int, part: str,
+          assignments: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The broker's labels on the member copy and its pods, and each ReplicatedJob's pods bound by required
+    node affinity to the nodes the engine chose for it (changes `jobset` in place)."""
+    metadata = jobset["metadata"]
+    metadata["labels"] = {**(metadata.get("labels") or {}), JOB_ID_LABEL: str(job_id),
+                          PLACEMENT_ID_LABEL: str(placement_id), GENERATION_LABEL: str(generation)}
+    if part:
+        metadata["labels"][PART_LABEL] = part
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), OWNER_ANNOTATION: f"archipelago/jobs/{job_id}"}
     nodes: dict[str, set[str]] = {}
     for assignment in assignments:
         nodes.setdefault(assignment["replicatedJob"], set()).add(assignment["node"])
-    for rjob in spec.get("replicatedJobs") or ():
+    for rjob in jobset["spec"].get("replicatedJobs") or ():
         _label_pods(rjob, {JOB_ID_LABEL: str(job_id), PLACEMENT_ID_LABEL: str(placement_id)})
         if rjob.get("name") in nodes:
             _require_nodes(rjob, sorted(nodes[rjob["name"]]))
-    return {"apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}", "kind": "JobSet",
-            "metadata": {"name": member_name(metadata["name"], part), "namespace": namespace, "labels": labels,
-                         "annotations": annotations},
-            "spec": spec}
+    return jobset
 
 
 def _part_spec(spec: dict[str, Any], part: str) -> dict[str, Any]:

@@ -290,8 +290,26 @@ class Placement(Base):
     applied_at: Mapped[datetime | None] = mapped_column(UtcDateTime())  # the startup timeout runs from here
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    # the cluster override rules its copy was rendered with, in the order they applied
+    overrides: Mapped[list[str]] = mapped_column(Json, default=list, server_default="[]")
 
     job: Mapped[Job] = relationship(back_populates="placements")
+
+
+class ClusterOverride(Base):
+    """An admin's rule that rewrites JobSets on their way to the clusters it targets (broker.overrides)."""
+
+    __tablename__ = "cluster_overrides"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    apply_order: Mapped[int] = mapped_column(Integer, default=0)  # rules apply lowest first, then by name
+    cluster: Mapped[str | None] = mapped_column(String(63))  # one cluster by name, or
+    selector: Mapped[str | None] = mapped_column(Text)  # a label selector over cluster labels
+    changes: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)  # broker.overrides.FIELDS
+    description: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
 
 class Event(Base):

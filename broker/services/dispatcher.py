@@ -9,7 +9,8 @@ One pass (`run_once`):
 2. Deletions due, on every member that answers (a member still down keeps them for later).
 3. A member seen for the first time by this process, or back from NotReady, is swept first: copies
    labelled by the broker that no placement owns any more are deleted before anything starts there.
-4. Applies due, on members that are swept and whose deletions went through: the pass commits every
+4. Applies due, on members that are swept and whose deletions went through: a placement whose JobSet an
+   override rule would make invalid fails (naming the rule) without a member call; the pass commits every
    step Decided → Applying before any member is touched, lists each namespace it applies to once
    (created if missing: a name held by a stale copy is cleared, by a foreign object refused), then
    applies each JobSet.
@@ -130,6 +131,10 @@ class DispatcherService(LoopService):
 
         applies = [w for w in work if w.state != "Deleting" and w.cluster_id in self._swept
                    and w.cluster_id not in blocked]
+        refused = [w for w in applies if w.refused is not None]  # an override rule would make it invalid
+        if refused:
+            changes.add(self._record([Outcome(w, "fail", w.refused) for w in refused]))
+            applies = [w for w in applies if w.refused is None]
         decided = [w for w in applies if w.state == "Decided"]
         if decided:
             with writing(self.database) as session:  # committed before any member is touched

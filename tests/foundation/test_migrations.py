@@ -14,7 +14,8 @@ from tests.conftest import fresh_postgres_database
 
 import pytest
 
-TABLES = {"clusters", "nodes", "hypernodes", "tenants", "queues", "tokens", "jobs", "placements", "events", "leases"}
+TABLES = {"clusters", "nodes", "hypernodes", "tenants", "queues", "tokens", "jobs", "placements", "events", "leases",
+          "cluster_overrides"}
 
 
 @pytest.fixture
