@@ -11,11 +11,12 @@ import uvicorn
 
 
 @contextlib.contextmanager
-def serving(app, *, startup_timeout: float = 30.0) -> Iterator[str]:
-    """Yield the base URL once the server has started (uvicorn's own `started` flag), stop it after."""
+def serving(app, *, startup_timeout: float = 30.0, **options) -> Iterator[str]:
+    """Yield the base URL once the server has started (uvicorn's own `started` flag), stop it after.
+    `options` go to uvicorn's Config (`ssl_certfile` and `ssl_keyfile` serve HTTPS)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", **options))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     ready = threading.Event()
@@ -25,7 +26,7 @@ def serving(app, *, startup_timeout: float = 30.0) -> Iterator[str]:
         elif not thread.is_alive():
             raise RuntimeError("the test server failed to start")
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield f"{'https' if options.get('ssl_certfile') else 'http'}://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
         thread.join(startup_timeout)

@@ -18,13 +18,14 @@ REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFo
 
 class KubeError(Exception):
     def __init__(self, code: int, message: str, *, reason: str | None = None, name: str | None = None,
-                 causes: list[dict[str, str]] | None = None, headers: dict[str, str] | None = None) -> None:
+                 causes: list[dict[str, str]] | None = None, headers: dict[str, str] | None = None,
+                 group: str = GROUP, kind: str = PLURAL) -> None:
         super().__init__(message)
         self.code, self.message, self.reason, self.name = code, message, reason or REASONS.get(code, "Unknown"), name
-        self.causes, self.headers = causes, headers
+        self.causes, self.headers, self.group, self.kind = causes, headers, group, kind
 
     def status(self) -> dict[str, Any]:
-        details: dict[str, Any] = {"group": GROUP, "kind": PLURAL}
+        details: dict[str, Any] = {"group": self.group, "kind": self.kind}
         if self.name:
             details["name"] = self.name
         if self.causes:
@@ -48,7 +49,7 @@ def forbidden(user: str, verb: str, namespace: str | None) -> KubeError:
 
 def invalid(name: str, field: str, message: str) -> KubeError:
     return KubeError(422, f'{KIND}.{GROUP} "{name}" is invalid: {field or "<root>"}: {message}', name=name,
-                     causes=[{"reason": "FieldValueInvalid", "message": message, "field": field}])
+                     causes=[{"reason": "FieldValueInvalid", "message": message, "field": field}], kind=KIND)
 
 
 def from_broker(exc: Exception, name: str | None) -> KubeError:

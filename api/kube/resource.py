@@ -29,8 +29,23 @@ def version_info() -> dict[str, str]:
 
 
 def api_versions() -> dict[str, Any]:
-    """`/api`: the core group; the front door serves none of its resources."""
-    return {"kind": "APIVersions", "apiVersion": "v1", "versions": [], "serverAddressByClientCIDRs": []}
+    """`/api`: the core group, of which the front door serves namespaces (kubectl reads one after a 404)."""
+    return {"kind": "APIVersions", "apiVersion": "v1", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+
+
+_NAMESPACES = {"name": "namespaces", "singularName": "namespace", "namespaced": False, "kind": "Namespace",
+               "verbs": ["get", "list"], "shortNames": ["ns"]}
+
+
+def core_resource_list() -> dict[str, Any]:
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1", "resources": [_NAMESPACES]}
+
+
+def namespace(name: str, tenant: str) -> dict[str, Any]:
+    """A tenant's namespace as a Namespace object."""
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, "archipelago.io/tenant": tenant}},
+            "spec": {}, "status": {"phase": "Active"}}
 
 
 def group() -> dict[str, Any]:
@@ -51,11 +66,18 @@ def resource_list() -> dict[str, Any]:
 
 def aggregated(core: bool) -> dict[str, Any]:
     """Aggregated discovery (apidiscovery.k8s.io/v2), which kubectl asks for first: `/api` or `/apis`."""
-    items = [] if core else [{"metadata": {"name": GROUP}, "versions": [{"version": VERSION, "freshness": "Current",
-                                                                          "resources": [{
-        "resource": PLURAL, "responseKind": GVK, "scope": "Namespaced", "singularResource": SINGULAR, "verbs": VERBS,
-        "shortNames": SHORT_NAMES, "categories": CATEGORIES,
-        "subresources": [{"subresource": "status", "responseKind": GVK, "verbs": ["get"]}]}]}]}]
+    if core:
+        resources = [{"resource": "namespaces", "responseKind": {"group": "", "version": "v1", "kind": "Namespace"},
+                      "scope": "Cluster", "singularResource": "namespace", "verbs": _NAMESPACES["verbs"],
+                      "shortNames": _NAMESPACES["shortNames"]}]
+        items = [{"metadata": {"name": ""}, "versions": [{"version": "v1", "freshness": "Current",
+                                                          "resources": resources}]}]
+    else:
+        resources = [{"resource": PLURAL, "responseKind": GVK, "scope": "Namespaced", "singularResource": SINGULAR,
+                      "verbs": VERBS, "shortNames": SHORT_NAMES, "categories": CATEGORIES,
+                      "subresources": [{"subresource": "status", "responseKind": GVK, "verbs": ["get"]}]}]
+        items = [{"metadata": {"name": GROUP}, "versions": [{"version": VERSION, "freshness": "Current",
+                                                              "resources": resources}]}]
     return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items}
 
 

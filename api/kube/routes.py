@@ -118,6 +118,35 @@ def apis(request: Request, _: CallerDep) -> JSONResponse:
     return _discovery(request, resource.group_list(), core=False)
 
 
+@router.get("/api/v1")
+def core_resources(_: CallerDep) -> dict[str, Any]:
+    return resource.core_resource_list()
+
+
+def _tenant_namespaces(session: Session, caller: Caller) -> dict[str, str]:
+    """namespace → tenant, of the namespaces the caller may use."""
+    tenants = session.scalars(select(Tenant).order_by(Tenant.name))
+    return {ns: tenant.name for tenant in tenants for ns in tenant.namespaces
+            if caller.namespaces is None or ns in caller.namespaces}
+
+
+@router.get("/api/v1/namespaces")
+def list_namespaces(session: SessionDep, caller: CallerDep) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "NamespaceList", "metadata": {"resourceVersion": ""},
+            "items": [resource.namespace(ns, tenant) for ns, tenant in _tenant_namespaces(session, caller).items()]}
+
+
+@router.get("/api/v1/namespaces/{name}")
+def get_namespace(name: str, session: SessionDep, caller: CallerDep) -> dict[str, Any]:
+    if caller.namespaces is not None and name not in caller.namespaces:
+        raise KubeError(403, f'namespaces "{name}" is forbidden: User "{caller.user}" cannot get resource '
+                             f'"namespaces" in API group "" in the namespace "{name}"', group="", kind="namespaces")
+    owners = _tenant_namespaces(session, caller)
+    if name not in owners:
+        raise KubeError(404, f'namespaces "{name}" not found', name=name, group="", kind="namespaces")
+    return resource.namespace(name, owners[name])
+
+
 @router.get(f"/apis/{GROUP}")
 def api_group(_: CallerDep) -> dict[str, Any]:
     return resource.group()
@@ -316,7 +345,7 @@ def _owner(session: Session, caller: Caller, namespace: str) -> Tenant:
     for tenant in session.scalars(select(Tenant)):
         if namespace in tenant.namespaces:
             return tenant
-    raise KubeError(404, f'namespaces "{namespace}" not found', reason="NotFound")
+    raise KubeError(404, f'namespaces "{namespace}" not found', name=namespace, group="", kind="namespaces")
 
 
 def _in_namespace(manifest: Any, namespace: str) -> dict[str, Any]:
@@ -335,12 +364,16 @@ def _create(request: Request, session: Session, caller: Caller, namespace: str, 
             Job.namespace == namespace, Job.name == name, job_service.SHOWN_AS_JOBSETS).limit(1)) is not None:
         raise KubeError(409, f'{PLURAL}.{GROUP} "{name}" already exists', reason="AlreadyExists", name=name)
     settings = request.app.state.settings
-    accepted = job_service.accept_jobs(session, owner, [manifest], settings, request.app.state.capacity.get(session))
-    if request.query_params.get("dryRun"):
-        raise KubeError(400, "server-side dry runs are answered by POST /api/v1/jobs:dry-run; this one is valid")
-    with request.app.state.sqlite_writer:
-        (job, _), = job_service.store_jobs(session, owner, accepted, settings)
-        session.commit()
+    try:
+        accepted = job_service.accept_jobs(session, owner, [manifest], settings,
+                                           request.app.state.capacity.get(session))
+        if request.query_params.get("dryRun"):
+            raise KubeError(400, "server-side dry runs are answered by POST /api/v1/jobs:dry-run; this one is valid")
+        with request.app.state.sqlite_writer:
+            (job, _), = job_service.store_jobs(session, owner, accepted, settings)
+            session.commit()
+    except (Invalid, Conflict) as exc:  # named as the body names the JobSet: a create has no name in its path
+        raise from_broker(exc, name if isinstance(name, str) else None) from None
     request.app.state.services.wake("scheduler")
     return JSONResponse(render(session, [session.get(Job, job.id)])[0], status_code=201)
 
@@ -348,7 +381,8 @@ def _create(request: Request, session: Session, caller: Caller, namespace: str, 
 @router.post(f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}")
 def create_jobset(namespace: str, request: Request, session: SessionDep, caller: CallerDep,
                   body: BodyDep) -> JSONResponse:
-    manifests, batch = decode_jobsets(request.headers.get("content-type", ""), body)
+    # kube-apiserver reads a body that names no media type as JSON, and client libraries rely on it
+    manifests, batch = decode_jobsets(request.headers.get("content-type") or "application/json", body)
     if batch:
         raise KubeError(400, "send one JobSet per request")
     return _create(request, session, caller, namespace, _in_namespace(manifests[0], namespace))

@@ -1,0 +1,86 @@
+"""The official `kubernetes` Python client against the front door: CustomObjectsApi and watch.Watch."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import pytest
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+from tests.propagation.conftest import jobset
+
+GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+
+
+@pytest.fixture
+def objects(front_door):
+    """CustomObjectsApi for team-a, configured from the kubeconfig `archipelago kubeconfig` writes."""
+    api_client = config.new_client_from_config(str(front_door.kubeconfig("team-a")))
+    yield client.CustomObjectsApi(api_client)
+    api_client.close()
+
+
+def test_custom_objects_api_creates_gets_lists_and_deletes(front_door, objects):
+    created = objects.create_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, jobset("one"))
+    assert created["metadata"]["annotations"]["archipelago.io/state"] == "Queued"
+    objects.create_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL,
+                                            {**jobset("two"), "metadata": {**jobset("two")["metadata"],
+                                                                           "labels": {"tier": "batch"}}})
+    with pytest.raises(ApiException) as taken:
+        objects.create_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, jobset("one"))
+    assert taken.value.status == 409 and '"reason":"AlreadyExists"' in taken.value.body.replace(" ", "")
+
+    got = objects.get_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, "one")
+    assert got["metadata"]["uid"] == created["metadata"]["uid"] and got["spec"] == jobset("one")["spec"]
+    listed = objects.list_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL)
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["one", "two"]
+    selected = objects.list_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, label_selector="tier=batch")
+    assert [i["metadata"]["name"] for i in selected["items"]] == ["two"]
+    first = objects.list_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, limit=1)
+    rest = objects.list_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, limit=1,
+                                                 _continue=first["metadata"]["continue"])
+    assert [i["metadata"]["name"] for i in first["items"] + rest["items"]] == ["one", "two"]
+
+    objects.delete_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, "two")  # queued: cancelled at once
+    with pytest.raises(ApiException) as gone:
+        objects.get_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, "two")
+    assert gone.value.status == 404
+
+    front_door.until_state(int(got["metadata"]["annotations"]["archipelago.io/job-id"]), "Running")
+    placed = objects.get_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, "one")
+    assert placed["status"]["replicatedJobsStatus"][0]["name"] == "workers"
+    assert placed["status"]["conditions"][0]["type"] == "Placed" and placed["status"]["conditions"][0]["status"] == "True"
+    with pytest.raises(ApiException) as elsewhere:
+        objects.list_namespaced_custom_object(GROUP, VERSION, "team-b", PLURAL)
+    assert elsewhere.value.status == 403
+
+
+def test_a_watch_from_a_lists_resource_version_sees_every_later_change(front_door, objects):
+    objects.create_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, jobset("watched"))
+    listed = objects.list_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL)
+    [item] = listed["items"]
+    assert item["metadata"]["annotations"]["archipelago.io/state"] == "Queued"
+    job = int(item["metadata"]["annotations"]["archipelago.io/job-id"])
+    front_door.until_state(job, "Running")  # changed after the list, before the watch starts
+    events: queue.Queue = queue.Queue()
+    stream = watch.Watch()
+
+    def follow() -> None:
+        try:
+            for event in stream.stream(objects.list_namespaced_custom_object, GROUP, VERSION, "team-a", PLURAL,
+                                       resource_version=listed["metadata"]["resourceVersion"], timeout_seconds=60):
+                events.put((event["type"], event["object"]["metadata"]["annotations"]["archipelago.io/state"]))
+        except Exception as exc:  # the server stops at teardown under a watch still open
+            events.put(("closed", type(exc).__name__))
+
+    threading.Thread(target=follow, daemon=True).start()
+    try:
+        assert events.get(timeout=30) == ("MODIFIED", "Running")  # nothing stepped since: the change it missed
+        front_door.until_state(job, "Succeeded", seconds=30)
+        seen = []
+        while not seen or seen[-1] != ("MODIFIED", "Succeeded"):
+            seen.append(events.get(timeout=30))
+    finally:
+        stream.stop()
