@@ -1,0 +1,50 @@
+"""resourceVersions from the event log when transactions commit out of id order (PostgreSQL's sequences):
+a list's resourceVersion stops below an id still being committed, and a watch picks up a late event."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import insert
+
+from api.kube.objects import COMMIT_SLACK, watermark
+from api.kube.watch import EventCursor
+from broker.db.models import Event, utcnow
+from broker.tenancy import Principal
+
+ADMIN = Principal("admin")
+
+
+def _events(db, *rows: tuple[int, int, timedelta]) -> None:
+    """(event id, job id, age) rows, committed now whatever their ids."""
+    with db.sessions() as session, session.begin():
+        session.execute(insert(Event.__table__), [
+            {"id": event_id, "time": utcnow() - age, "kind": "job", "object_id": str(job), "type": "Normal",
+             "reason": "Admitted", "message": "-"} for event_id, job, age in rows])
+
+
+def test_a_list_stops_below_an_event_still_being_committed_and_a_watch_from_it_sees_it(db):
+    old = COMMIT_SLACK * 2
+    _events(db, (1, 10, old), (2, 10, old), (4, 11, timedelta()), (5, 12, timedelta()))  # 3: not committed yet
+    with db.sessions() as session:
+        assert watermark(session) == 2  # a watch from 2 reads 3 once it commits, and 4 and 5
+        cursor = EventCursor(watermark(session))
+        assert cursor.changed_jobs(session, ADMIN) == ([11, 12], set())
+        assert cursor.changed_jobs(session, ADMIN) == ([], set())
+    _events(db, (3, 13, timedelta()))  # the late commit
+    with db.sessions() as session:
+        assert cursor.changed_jobs(session, ADMIN) == ([13], set())  # below the newest id seen, still sent
+        assert watermark(session) == 5
+
+
+def test_an_old_gap_is_a_rollback_and_does_not_hold_lists_back(db):
+    old = COMMIT_SLACK * 2
+    _events(db, (1, 10, old), (3, 10, old), (4, 11, timedelta()))
+    with db.sessions() as session:
+        assert watermark(session) == 4
+
+
+def test_a_watch_sees_only_the_jobs_of_its_tenant(db):
+    _events(db, (1, 10, timedelta()))
+    with db.sessions() as session:
+        assert EventCursor(0).changed_jobs(session, Principal("tenant", tenant_id=7, tenant_name="t")) == ([], set())
