@@ -150,7 +150,14 @@ def test_kubectl_server_side_apply_twice_is_a_no_op_and_a_spec_change_is_refused
     refused = front_door.kubectl(config, "apply", "--server-side", "-f", _write(front_door, changed), ok=False)
     assert refused.returncode == 1
     assert 'The JobSet "ssa" is invalid: spec: field is immutable' in refused.stderr
-    assert len(front_door.api.get("/api/v1/jobs").json()["items"]) == 1
+    patched = front_door.kubectl(config, "apply", "-f", _write(front_door, changed), ok=False)  # a merge patch
+    assert patched.returncode == 1 and 'The JobSet "ssa" is invalid: spec: field is immutable' in patched.stderr
+    relabelled = jobset("ssa")
+    relabelled["metadata"]["labels"]["team"] = "vision"
+    refused = front_door.kubectl(config, "apply", "--server-side", "-f", _write(front_door, relabelled), ok=False)
+    assert 'metadata.labels: field is immutable' in refused.stderr
+    [job] = front_door.api.get("/api/v1/jobs").json()["items"]
+    assert front_door.job(job["id"])["manifest"]["spec"] == jobset("ssa")["spec"]
 
 
 def test_a_second_tenant_sees_nothing_of_the_first(front_door):
