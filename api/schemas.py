@@ -177,6 +177,7 @@ class PlacementOut(BaseModel):
     resources: dict[str, str]
     status: dict[str, Any]
     last_error: str | None
+    overrides: list[str] = Field(description="the cluster override rules its copy was rendered with, in order")
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -219,12 +220,18 @@ class DryRunPlacement(BaseModel):
     hypernode: str | None
     tier: int | None
     nodes: list[str]
+    overrides: list[str] = Field(description="the cluster override rules that would rewrite its copy, in order")
+    manifest: dict[str, Any] | None = Field(description="the JobSet that member would receive, before the broker's "
+                                                        "labels and node pins; null when an override fails")
+    override_error: str | None = Field(description="the override rule that would make it invalid, and why: the "
+                                                   "placement would fail")
 
 
 class DryRunCluster(BaseModel):
     cluster: str
     score: float | None
     reason: str | None
+    overrides: list[str] = Field(description="the cluster override rules that apply there, in order")
 
 
 class DryRunPreemption(BaseModel):

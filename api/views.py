@@ -46,7 +46,8 @@ def placement_out(placement: Placement) -> schemas.PlacementOut:
         id=placement.id, job_id=placement.job_id, part=placement.part, cluster=placement.cluster_name,
         hypernode=placement.hypernode, tier=placement.tier, state=placement.state,
         generation=placement.generation, nodes=nodes, resources=humanised(placement.resources),
-        status=placement.status or {}, last_error=placement.last_error, created_at=placement.created_at,
+        status=placement.status or {}, last_error=placement.last_error, overrides=placement.overrides or [],
+        created_at=placement.created_at,
         started_at=placement.started_at, finished_at=placement.finished_at)
 
 

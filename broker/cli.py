@@ -15,6 +15,7 @@ import broker
 from broker.cli_clusters import clusters_app
 from broker.cli_jobs import jobs_app, queues_app, submit, tenants_app, tokens_app
 from broker.cli_kube import kubeconfig
+from broker.cli_overrides import overrides_app
 from broker.errors import Conflict, Invalid, NotFound
 from broker.settings import ConfigError, get_settings
 
@@ -29,6 +30,7 @@ app.add_typer(queues_app, name="queues")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(clusters_app, name="clusters")
+app.add_typer(overrides_app, name="overrides")
 app.command()(submit)
 app.command()(kubeconfig)
 

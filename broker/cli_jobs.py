@@ -27,7 +27,8 @@ QUEUE_COLUMNS = [("NAME", lambda q: q["name"]), ("TENANT", lambda q: q["tenant"]
                  ("PENDING", lambda q: q["pending"]), ("RUNNING", lambda q: q["running"]),
                  ("FAIR SHARE", lambda q: f"{q['fair_share']:.0%}"), ("SHARE", lambda q: f"{q['dominant_share']:.0%}")]
 PLACEMENT_COLUMNS = [("PART", lambda p: p["part"] or "(whole)"), ("CLUSTER", lambda p: p["cluster"]),
-                     ("HYPERNODE", lambda p: p["hypernode"] or "(several)"), ("TIER", lambda p: p["tier"])]
+                     ("HYPERNODE", lambda p: p["hypernode"] or "(several)"), ("TIER", lambda p: p["tier"]),
+                     ("OVERRIDES", lambda p: ",".join(p["overrides"]))]
 EVENT_COLUMNS = [("TIME", lambda e: e["time"][:19]), ("TYPE", lambda e: e["type"]), ("REASON", lambda e: e["reason"]),
                  ("MESSAGE", lambda e: e["message"])]
 
@@ -54,6 +55,11 @@ def submit(files: list[Path] = typer.Argument(..., help="JobSet YAML or JSON fil
             elif answer["fits"]:
                 typer.echo(f"{path}: would run now")
                 emit(answer["placements"], output, PLACEMENT_COLUMNS)
+                for placement in answer["placements"]:
+                    if placement["override_error"]:
+                        typer.echo(f"  would fail on {placement['cluster']}: {placement['override_error']}")
+                if any(p["overrides"] for p in answer["placements"]):
+                    typer.echo("  (-o yaml shows the JobSet each member would receive)")
                 for victim in answer["preemptions"]:
                     typer.echo(f"  preempting job {victim['job']} on {victim['cluster']}: {victim['reason']}")
             else:

@@ -3,6 +3,7 @@ dispatcher and the dry run read them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from sqlalchemy import select
@@ -10,7 +11,8 @@ from sqlalchemy.orm import Session
 
 from broker.db.models import Cluster, ClusterOverride, utcnow
 from broker.errors import Conflict, Invalid, NotFound
-from broker.overrides import FIELDS, OverrideRule, RuleError, parse_rule
+from broker.overrides import FIELDS, OverrideError, OverrideRule, RuleError, apply_overrides, parse_rule, rules_for
+from clusters.jobsets import member_copy
 
 
 def rule_of(row: ClusterOverride) -> OverrideRule:
@@ -31,6 +33,25 @@ def stored_rules(session: Session) -> list[OverrideRule]:
 def cluster_labels(session: Session) -> dict[str, dict[str, str]]:
     """Every cluster's labels by name: what the rules' selectors match."""
     return {name: labels or {} for name, labels in session.execute(select(Cluster.name, Cluster.labels))}
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What one placement's member would receive: the rules that rewrite it, and the JobSet or the refusal."""
+
+    rules: tuple[str, ...]
+    manifest: dict[str, Any] | None
+    error: str | None
+
+
+def preview(rules: list[OverrideRule], labels: Mapping[str, str], manifest: Mapping[str, Any], *, namespace: str,
+            cluster: str, part: str) -> Preview:
+    """A dry run's view of the copy a cluster would be sent (before the broker's labels and node pins)."""
+    try:
+        jobset, applied = apply_overrides(rules, cluster, labels, member_copy(manifest, namespace=namespace, part=part))
+    except OverrideError as exc:
+        return Preview(tuple(r.name for r in rules_for(rules, cluster, labels)), None, str(exc))
+    return Preview(applied, jobset, None)
 
 
 def list_overrides(session: Session) -> list[ClusterOverride]:

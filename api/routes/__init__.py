@@ -4,5 +4,6 @@ ROUTER_MODULES = [
     "clusters",
     "tenants",
     "jobs",
+    "overrides",
     "dashboard",
 ]

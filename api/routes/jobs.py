@@ -14,9 +14,11 @@ from api.problems import Problem
 from api.schemas import problems
 from api.views import event_out, humanised, job_out, jobs_out, placement_out
 from broker import jobs as job_service
+from broker.cluster_overrides import cluster_labels, preview, stored_rules
 from broker.db.models import Job, Tenant, as_utc, utcnow
 from broker.errors import Invalid, NotFound
 from broker.jobset import JobSetError
+from broker.overrides import rules_for
 from broker.retention import history_from
 from broker.scheduling import RULE_WORDS, dry_run_manifest, engine_config
 from broker.tenancy import Principal, get_tenant
@@ -114,22 +116,28 @@ def dry_run(request: Request, session: SessionDep, principal: PrincipalDep, body
     if batch:
         raise Invalid("", "a dry run takes one JobSet")
     owner = _submitting_tenant(session, principal, tenant)
-    _, chosen, _, _ = job_service.validate_submission(session, owner, manifests[0], "", queue, settings,
+    _, chosen, namespace, _ = job_service.validate_submission(session, owner, manifests[0], "", queue, settings,
                                                       request.app.state.capacity.get(session), engine_config(settings))
     manifest = job_service.with_queue_label(manifests[0], chosen.name)
     try:
         with request.app.state.db.sessions() as snapshot_session:  # its own consistent read
             answer = dry_run_manifest(snapshot_session, manifest, owner.name, settings)
+            rules, labels = stored_rules(snapshot_session), cluster_labels(snapshot_session)
     except JobSetError as exc:
         raise Invalid(exc.path, exc.message) from None
     waiting = answer.waiting
+    previews = [preview(rules, labels.get(p.cluster, {}), manifest, namespace=namespace, cluster=p.cluster,
+                        part=p.part or "") for p in answer.placements]
     return schemas.DryRunOut(
         fits=bool(answer.placements),
         placements=[schemas.DryRunPlacement(part=p.part or "", cluster=p.cluster, hypernode=p.hypernode, tier=p.tier,
-                                            nodes=sorted(p.node_names())) for p in answer.placements],
+                                            nodes=sorted(p.node_names()), overrides=list(seen.rules),
+                                            manifest=seen.manifest, override_error=seen.error)
+                    for p, seen in zip(answer.placements, previews)],
         preemptions=[schemas.DryRunPreemption(job=v.job_id, part=v.part or "", cluster=v.cluster, rule=v.rule,
                                               reason=RULE_WORDS[v.rule]) for v in answer.preemptions],
-        clusters=[schemas.DryRunCluster(cluster=v.cluster, score=v.score, reason=v.reason or None)
+        clusters=[schemas.DryRunCluster(cluster=v.cluster, score=v.score, reason=v.reason or None,
+                                        overrides=[r.name for r in rules_for(rules, v.cluster, labels.get(v.cluster, {}))])
                   for v in answer.clusters],
         reason=waiting.message if waiting else None,
         waiting_reasons=dict(waiting.clusters) if waiting else {})
