@@ -31,4 +31,22 @@
   }
 
   AP.live(() => api("/clusters"), show);
+
+  // The override rules, for admins (only they may read them).
+  const CHANGES = ["image", "env", "nodeSelector", "nodeAffinity", "tolerations", "labels", "annotations", "podLabels",
+                   "podAnnotations", "jsonPatch"];
+  function showOverrides(rules) {
+    document.getElementById("overrides").hidden = false;
+    render(document.getElementById("overrides-table"), rules.length ? AP.table({
+      testid: "overrides-table", caption: "Override rules, in the order they apply", rows: rules, rowKey: (r) => r.name,
+      columns: [
+        { key: "order", label: "Order", numeric: true },
+        { key: "name", label: "Rule", header: true },
+        { key: "target", label: "Target", cell: (r) => "cluster" in r ? "cluster " + r.cluster : "selector " + (r.selector || "(every cluster)") },
+        { key: "changes", label: "Changes", cell: (r) => h("ul", { class: "chips" },
+            CHANGES.filter((c) => c in r).map((c) => h("li", {}, c === "jsonPatch" ? `jsonPatch (${r.jsonPatch.length})` : c))) },
+        { key: "description", label: "Description", cell: (r) => r.description || "—" },
+      ] }) : empty("No override rule: every cluster receives JobSets as submitted."));
+  }
+  if (AP.me && AP.me.role === "admin") AP.live(() => api("/overrides"), showOverrides);
 })();

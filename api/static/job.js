@@ -66,6 +66,8 @@
         { key: "generation", label: "Gen.", numeric: true },
         { key: "nodes", label: "Nodes", cell: (p) => p.nodes.join(", ") || "—" },
         { key: "resources", label: "Resources", cell: (p) => Object.entries(p.resources).map(([r, v]) => `${r} ${v}`).join(", ") },
+        { key: "overrides", label: "Overrides", cell: (p) => p.overrides.length
+            ? h("ul", { class: "chips", "data-testid": "placement-overrides" }, p.overrides.map((name) => h("li", {}, name))) : "—" },
         { key: "last_error", label: "Last error", cell: (p) => p.last_error ? h("span", { class: "error small" }, p.last_error) : "" },
       ] }) : empty(job.state === "Queued" ? "Not placed yet." : "No placement."));
 

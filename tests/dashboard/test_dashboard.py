@@ -249,3 +249,40 @@ def test_a_tenant_sees_only_its_own_jobs_and_queues(browser, federation):
     expect(page.locator("#live-error")).to_have_text(f"job {other['id']} does not exist")
     shot(page, "tenant-forbidden-job")
     context.close()
+
+
+def test_override_rules_on_the_clusters_page_and_those_applied_on_the_job_page(page, federation):
+    rule = {"name": "proxy-everywhere", "order": 7, "selector": "", "description": "the site proxy",
+            "env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}]}
+    with federation.client() as admin:
+        assert admin.post("/overrides", json=rule).status_code == 201
+    try:
+        page.goto(federation.url + "/clusters")
+        row = page.locator('[data-testid="overrides-table"] tr[data-row="proxy-everywhere"]')
+        expect(row).to_contain_text("selector (every cluster)")
+        expect(row).to_contain_text("env")
+        expect(row).to_contain_text("the site proxy")
+        shot(page, "clusters-overrides")
+
+        job = federation.submit("research", jobset("proxied", queue="eval", replicas=1, annotations=SHORT))
+        federation.schedule()
+        federation.run(job["id"])
+        placed = federation.get(f"/jobs/{job['id']}")
+        assert [p["overrides"] for p in placed["placements"]] == [["proxy-everywhere"]]
+        page.goto(federation.url + f"/jobs/{job['id']}")
+        expect(page.get_by_test_id("placement-overrides")).to_have_text("proxy-everywhere")
+        shot(page, "job-overrides")
+        federation.finish(job["id"])
+    finally:
+        with federation.client() as admin:
+            assert admin.delete("/overrides/proxy-everywhere").status_code == 204
+
+
+def test_a_tenant_does_not_see_the_override_rules(browser, federation):
+    context = browser.new_context(viewport=VIEWPORT)
+    context.add_init_script(f"sessionStorage.setItem('archipelago.token', {federation.tokens['vision']!r})")
+    tenant = context.new_page()
+    tenant.goto(federation.url + "/clusters")
+    expect(tenant.get_by_test_id("clusters-table")).to_be_visible()
+    expect(tenant.get_by_test_id("overrides")).to_be_hidden()
+    context.close()
