@@ -120,3 +120,42 @@ def test_dry_run_prints_where_or_why(server, admin, db, settings, tmp_path):
     as_json = json.loads(run("submit", str(fits), "--dry-run", "-o", "json", env=env).output)
     assert as_json["fits"] is True and as_json["placements"][0]["cluster"] == "eu-west"
     assert json.loads(run("jobs", "list", "-o", "json", env=env).output) == []  # nothing was submitted
+
+
+def test_override_rules_from_files_and_what_the_dry_run_says_of_them(server, admin, db, settings, tmp_path):
+    from broker.db.crypto import KubeconfigCipher
+    from tests.api.conftest import add_cluster_with_leaves, make_tenant
+
+    with db.sessions() as session, session.begin():
+        add_cluster_with_leaves(session, KubeconfigCipher(settings.fernet_key()), "eu-west", 2, {"region": "eu"})
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump_all([
+        {"name": "eu-mirror", "selector": "region=eu", "image": {"registry": "mirror.eu:5000"}},
+        {"name": "eu-strip", "order": 2, "cluster": "eu-west", "jsonPatch": [
+            {"op": "remove", "path": "/spec/replicatedJobs/0/template/spec/template/spec/containers"}]}]))
+    applied = run("overrides", "apply", str(rules))
+    assert applied.exit_code == 0, applied.output
+    assert "eu-mirror" in applied.output and "selector='region=eu'" in applied.output
+    listed = run("overrides", "list", "-o", "json")
+    assert [r["name"] for r in json.loads(listed.output)] == ["eu-mirror", "eu-strip"]
+
+    token = make_tenant(admin, "research").headers["Authorization"].split()[1]
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(jobset("small", replicas=1)))
+    dry = run("submit", str(path), "--dry-run", env={"ARCHIPELAGO_TOKEN": token})
+    assert dry.exit_code == 0, dry.output
+    assert "eu-mirror,eu-strip" in dry.output
+    assert "would fail on eu-west: override rule 'eu-strip'" in dry.output
+
+    assert run("overrides", "delete", "eu-strip").exit_code == 0
+    answer = json.loads(run("submit", str(path), "--dry-run", "-o", "json", env={"ARCHIPELAGO_TOKEN": token}).output)
+    [placement] = answer["placements"]
+    assert placement["overrides"] == ["eu-mirror"] and placement["override_error"] is None
+    image = placement["manifest"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert image["image"].startswith("mirror.eu:5000/")
+
+    bad = rules.with_name("bad.yaml")
+    bad.write_text(yaml.safe_dump({"name": "bad", "selector": "region in (eu", "env": [{"name": "A"}]}))
+    refused = run("overrides", "apply", str(bad))
+    assert refused.exit_code == 1 and len(refused.output.strip().splitlines()) == 1
+    assert "selector" in refused.output
