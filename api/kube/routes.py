@@ -34,6 +34,7 @@ from broker.errors import Conflict, Invalid, NotFound
 from broker.tenancy import Principal, authenticate
 from clusters.documents import DocumentError, load_json, load_yaml_all
 from clusters.labels import parse_selector
+from clusters.sim.patch import merge_patch, strategic_merge_patch
 
 PREFIX = "/k8s"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -202,11 +203,16 @@ def _matcher(label_selector: str | None, field_selector: str | None) -> tuple[Ca
     return matches, pinned
 
 
-def _find(session: Session, caller: Caller, namespace: str, name: str) -> Job:
-    """The JobSet shown under this namespace/name (the newest job of that name not removed), or 404."""
+def _shown(session: Session, caller: Caller, namespace: str, name: str) -> Job | None:
+    """The job shown under this namespace/name: the newest of that name not cancelled or removed."""
     job = session.scalar(select(Job).where(Job.namespace == namespace, Job.name == name,
                                            job_service.SHOWN_AS_JOBSETS).order_by(Job.id.desc()).limit(1))
-    if job is None or not caller.principal.may_see(job.tenant_id):
+    return job if job is not None and caller.principal.may_see(job.tenant_id) else None
+
+
+def _find(session: Session, caller: Caller, namespace: str, name: str) -> Job:
+    job = _shown(session, caller, namespace, name)
+    if job is None:
         raise not_found(name)
     return job
 
@@ -360,8 +366,7 @@ def _in_namespace(manifest: Any, namespace: str) -> dict[str, Any]:
 def _create(request: Request, session: Session, caller: Caller, namespace: str, manifest: dict) -> JSONResponse:
     owner = _owner(session, caller, namespace)
     name = (manifest.get("metadata") or {}).get("name")
-    if isinstance(name, str) and session.scalar(select(Job.id).where(
-            Job.namespace == namespace, Job.name == name, job_service.SHOWN_AS_JOBSETS).limit(1)) is not None:
+    if isinstance(name, str) and _shown(session, caller, namespace, name) is not None:
         raise KubeError(409, f'{PLURAL}.{GROUP} "{name}" already exists', reason="AlreadyExists", name=name)
     settings = request.app.state.settings
     try:
@@ -407,19 +412,6 @@ def _unchanged(name: str, wanted: dict[str, Any], stored: dict[str, Any]) -> Non
                                                     "submitted")
 
 
-def _merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return patch
-    merged = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = _merge(merged.get(key), value)
-    return merged
-
-
 _MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 _APPLY_TYPE = "application/apply-patch+yaml"
 
@@ -441,17 +433,17 @@ def patch_jobset(namespace: str, name: str, request: Request, session: SessionDe
         raise KubeError(400, f"the body: {exc}") from None
     if not isinstance(patch, dict):
         raise KubeError(400, "the patch must be an object")
-    job = session.scalar(select(Job).where(Job.namespace == namespace, Job.name == name,
-                                           job_service.SHOWN_AS_JOBSETS).order_by(Job.id.desc()).limit(1))
-    if job is None or not caller.principal.may_see(job.tenant_id):
+    job = _shown(session, caller, namespace, name)
+    if job is None:
         if media_type != _APPLY_TYPE:
             raise not_found(name)
         if (patch.get("metadata") or {}).get("name") not in (None, name):
             raise KubeError(400, "the name of the object does not match the name on the URL")
         return _create(request, session, caller, namespace,
-                       _in_namespace(_merge(patch, {"metadata": {"name": name}}), namespace))
+                       _in_namespace(merge_patch(patch, {"metadata": {"name": name}}), namespace))
     current = render(session, [job])[0]
-    wanted = patch if media_type == _APPLY_TYPE else _merge(current, patch)
+    wanted = patch if media_type == _APPLY_TYPE else \
+        (strategic_merge_patch if media_type == _MERGE_TYPES[1] else merge_patch)(current, patch)
     _unchanged(name, wanted, job.manifest)
     return JSONResponse(current)
 

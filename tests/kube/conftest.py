@@ -19,7 +19,7 @@ import yaml
 from api.app import create_app
 from broker.cli_kube import kubeconfig_document
 from tests.examples import SHARED
-from tests.propagation.conftest import ADMIN, SCENARIO, TENANTS, Federation
+from tests.propagation.conftest import ADMIN, SCENARIO, Federation, populate
 from tests.servers import serving
 from clusters.sim.testing import running_simulator
 from clusters.sim.tls import make_serving_cert
@@ -76,14 +76,8 @@ def front_door(sim, settings, db, tmp_path) -> Iterator[FrontDoor]:
     with serving(create_app(settings, db, run_loops=False), ssl_certfile=str(certfile), ssl_keyfile=str(keyfile),
                  timeout_graceful_shutdown=1) \
             as url, httpx.Client(base_url=url, headers=ADMIN, timeout=30.0, verify=trust) as api:
-        for tenant, queue in TENANTS:
-            assert api.post("/api/v1/tenants", json={"name": tenant, "namespaces": [tenant]}).status_code == 201
-            assert api.post("/api/v1/queues", json={"name": queue, "tenant": tenant}).status_code == 201
         door = FrontDoor(sim, api, db, settings, url, tmp_path, cert.ca_pem)
-        for name, labels in [("eu-west", {"region": "eu"}), ("us-east", {"region": "us"})]:
-            answer = api.post("/api/v1/clusters", json={"name": name, "kubeconfig": sim.kubeconfig(name),
-                                                        "labels": labels})
-            assert answer.status_code == 201, answer.text
+        populate(api, sim)
         try:
             yield door
         finally:

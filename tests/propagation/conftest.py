@@ -132,19 +132,24 @@ def sim(scenario) -> Iterator[SimHandle]:
         yield handle
 
 
+def populate(api, sim: SimHandle) -> None:
+    """Through the API, as an admin: the tenants with a queue each, and the simulator's members registered."""
+    for tenant, queue in TENANTS:
+        assert api.post("/api/v1/tenants", json={"name": tenant, "namespaces": [tenant]}).status_code == 201
+        assert api.post("/api/v1/queues", json={"name": queue, "tenant": tenant,
+                                                "preemption_policy": "LowerPriority"}).status_code == 201
+    for name, labels in [("eu-west", {"region": "eu"}), ("us-east", {"region": "us"})]:
+        if name in sim.cluster_names:
+            answer = api.post("/api/v1/clusters", json={"name": name, "kubeconfig": sim.kubeconfig(name),
+                                                        "labels": labels})
+            assert answer.status_code == 201, answer.text
+
+
 @pytest.fixture
 def federation(sim, settings, db) -> Iterator[Federation]:
     with TestClient(create_app(settings, db, run_loops=False), headers=ADMIN) as api:
-        for tenant, queue in TENANTS:
-            assert api.post("/api/v1/tenants", json={"name": tenant, "namespaces": [tenant]}).status_code == 201
-            assert api.post("/api/v1/queues", json={"name": queue, "tenant": tenant,
-                                                    "preemption_policy": "LowerPriority"}).status_code == 201
         fed = Federation(sim, api, db, settings)
-        for name, labels in [("eu-west", {"region": "eu"}), ("us-east", {"region": "us"})]:
-            if name in sim.cluster_names:
-                answer = api.post("/api/v1/clusters", json={"name": name, "kubeconfig": sim.kubeconfig(name),
-                                                            "labels": labels})
-                assert answer.status_code == 201, answer.text
+        populate(api, sim)
         try:
             yield fed
         finally:
