@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import jsonpatch
 import jsonpointer
@@ -133,6 +133,9 @@ def apply_overrides(rules: Iterable[OverrideRule], cluster: str, labels: Mapping
                 result = _APPLY[field](result, value)
             except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
                 raise OverrideError(rule.name, f"jsonPatch: {exc}") from None
+            except (TypeError, AttributeError):  # the JobSet holds something else where the rule writes
+                raise OverrideError(rule.name, f"{field}: the JobSet's fields there are not of the kind Kubernetes "
+                                               "defines (e.g. env is not a list)") from None
         _check_result(rule.name, result, images, before)
     return result, tuple(r.name for r in applying)
 
@@ -194,15 +197,18 @@ def _check_env(value: Any, path: str) -> None:
             raise RuleError(f"{where}.container", f"{container!r:.80} is not a container name")
 
 
-def _check_label_map(value: Any, path: str) -> None:
-    labels = _mapping(value, path)
-    _no_broker_keys(labels, path)
-    try:
-        (check_annotations if "nnotations" in path else check_labels)(labels)
-    except ValueError as exc:
-        raise RuleError(path, str(exc)) from None
-    for key, text in labels.items():
-        _string(text, f"{path}[{key!r}]")
+def _key_values(check: Callable[[Mapping[str, str]], None]) -> Callable[[Any, str], None]:
+    """Labels (`check_labels`) or annotations (`check_annotations`), none of the broker's keys among them."""
+    def checked(value: Any, path: str) -> None:
+        entries = _mapping(value, path)
+        _no_broker_keys(entries, path)
+        try:
+            check(entries)
+        except ValueError as exc:
+            raise RuleError(path, str(exc)) from None
+        for key, text in entries.items():
+            _string(text, f"{path}[{key!r}]")
+    return checked
 
 
 def _no_broker_keys(mapping: Mapping, path: str) -> None:
@@ -273,10 +279,10 @@ def _check_patch(value: Any, path: str) -> None:
         raise RuleError(path, f"not an RFC 6902 JSON patch: {exc}") from None
 
 
-_CHECKS = {"image": _check_image, "env": _check_env, "nodeSelector": _check_label_map,
-           "nodeAffinity": _check_affinity, "tolerations": _check_tolerations, "labels": _check_label_map,
-           "annotations": _check_label_map, "podLabels": _check_label_map, "podAnnotations": _check_label_map,
-           "jsonPatch": _check_patch}
+_CHECKS = {"image": _check_image, "env": _check_env, "nodeSelector": _key_values(check_labels),
+           "nodeAffinity": _check_affinity, "tolerations": _check_tolerations, "labels": _key_values(check_labels),
+           "annotations": _key_values(check_annotations), "podLabels": _key_values(check_labels),
+           "podAnnotations": _key_values(check_annotations), "jsonPatch": _check_patch}
 
 
 # Applying a rule ---------------------------------------------------------------------------------------

@@ -112,6 +112,8 @@ REFUSED = [
         {"op": "replace", "path": "/spec/replicatedJobs/3/replicas", "value": 1}])], None, ["'missing'", "jsonPatch"]),
     ("a JSON patch that changes the demand placement reserved", [rule("grow", jsonPatch=[
         {"op": "replace", "path": "/spec/replicatedJobs/0/replicas", "value": 8}])], None, ["'grow'", "replicas"]),
+    ("env where the JobSet's is not a list", [rule("proxy", env=[{"name": "A", "value": "1"}])],
+     [{"name": "main", "image": "busybox", "env": "A=1"}], ["'proxy'", "env"]),
     ("the second rule of two, the first being fine", [rule("ok", order=0, env=[{"name": "A", "value": "1"}]),
                                                       rule("bad", order=1, nodeSelector={"x": "y"}, jsonPatch=[
         {"op": "replace", "path": "/spec/replicatedJobs/0/name", "value": "Not A Name"}])], None, ["'bad'", "name"]),
