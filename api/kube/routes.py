@@ -363,6 +363,14 @@ def _in_namespace(manifest: Any, namespace: str) -> dict[str, Any]:
     return {**manifest, "metadata": {**metadata, "namespace": namespace}}
 
 
+def _dry_run(request: Request) -> bool:
+    """`dryRun=All`: answer as the write would, change nothing (kubectl --dry-run=server, GitOps diffs)."""
+    values = request.query_params.getlist("dryRun")
+    if any(value != "All" for value in values):
+        raise KubeError(400, f"dryRun: unsupported value {values!r}; the one value is All")
+    return bool(values)
+
+
 def _create(request: Request, session: Session, caller: Caller, namespace: str, manifest: dict) -> JSONResponse:
     owner = _owner(session, caller, namespace)
     name = (manifest.get("metadata") or {}).get("name")
@@ -372,8 +380,8 @@ def _create(request: Request, session: Session, caller: Caller, namespace: str, 
     try:
         accepted = job_service.accept_jobs(session, owner, [manifest], settings,
                                            request.app.state.capacity.get(session))
-        if request.query_params.get("dryRun"):
-            raise KubeError(400, "server-side dry runs are answered by POST /api/v1/jobs:dry-run; this one is valid")
+        if _dry_run(request):  # validated as a submission is; nothing stored
+            return JSONResponse({**manifest, "apiVersion": API_VERSION, "kind": KIND, "status": {}}, status_code=201)
         with request.app.state.sqlite_writer:
             (job, _), = job_service.store_jobs(session, owner, accepted, settings)
             session.commit()
@@ -449,11 +457,18 @@ def patch_jobset(namespace: str, name: str, request: Request, session: SessionDe
 
 
 @router.delete(f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}/{{name}}")
-def delete_jobset(namespace: str, name: str, request: Request, session: SessionDep,
-                  caller: CallerDep) -> JSONResponse:
+def delete_jobset(namespace: str, name: str, request: Request, session: SessionDep, caller: CallerDep,
+                  body: BodyDep) -> JSONResponse:
     """Cancel: the JobSet is removed from every member, and is gone once it is."""
     caller.scope("delete", namespace)
-    job = job_service.request_removal(session, caller.principal, _find(session, caller, namespace, name).id)
+    job = _find(session, caller, namespace, name)
+    try:  # DeleteOptions, where kubectl says dryRun
+        options = load_json(body) if body.strip() else {}
+    except DocumentError as exc:
+        raise KubeError(400, f"the body: {exc}") from None
+    if _dry_run(request) or (isinstance(options, dict) and options.get("dryRun") == ["All"]):
+        return JSONResponse(render(session, [job])[0])
+    job = job_service.request_removal(session, caller.principal, job.id)
     session.commit()
     request.app.state.services.wake("dispatcher")
     return JSONResponse(render(session, [job])[0])

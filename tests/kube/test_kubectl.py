@@ -195,3 +195,19 @@ def test_an_invalid_jobset_is_refused_as_kube_apiserver_would_naming_the_field(f
     refused = front_door.kubectl(config, "apply", "-f", _write(front_door, bad), ok=False)
     assert refused.returncode == 1
     assert 'The JobSet "bad" is invalid: spec.replicatedJobs[0].replicas' in refused.stderr
+
+
+def test_server_dry_runs_change_nothing(front_door):
+    config = front_door.kubeconfig("team-a")
+    path = _write(front_door, jobset("trial"))
+    tried = front_door.kubectl(config, "apply", "--dry-run=server", "-f", path)
+    assert tried.stdout.strip() == "jobset.jobset.x-k8s.io/trial created (server dry run)"
+    assert front_door.api.get("/api/v1/jobs").json()["items"] == []
+    bad = front_door.kubectl(config, "apply", "--dry-run=server", "-f",
+                             _write(front_door, jobset("trial-bad", parts=(("workers", 0, 2, 8),))), ok=False)
+    assert 'The JobSet "trial-bad" is invalid: spec.replicatedJobs[0].replicas' in bad.stderr
+    front_door.kubectl(config, "apply", "-f", path)
+    kept = front_door.kubectl(config, "delete", "--dry-run=server", "jobset", "trial")
+    assert kept.stdout.strip() == 'jobset.jobset.x-k8s.io "trial" deleted from team-a namespace (server dry run)'
+    [job] = front_door.api.get("/api/v1/jobs").json()["items"]
+    assert job["state"] == "Queued" and not job["cancel_requested"]

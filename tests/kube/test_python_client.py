@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 
+import httpx
 import pytest
+import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
+from broker.cli_kube import kubeconfig_document
 from tests.propagation.conftest import jobset
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
@@ -84,3 +88,43 @@ def test_a_watch_from_a_lists_resource_version_sees_every_later_change(front_doo
             seen.append(events.get(timeout=30))
     finally:
         stream.stop()
+
+
+def test_an_admin_submits_into_a_tenants_namespace_and_sees_every_namespace(front_door):
+    path = front_door.home / "admin.kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig_document(front_door.url, "admin", "admin-test-token", None,
+                                                       front_door.ca_pem)))
+    api_client = config.new_client_from_config(str(path))
+    try:
+        admin = client.CustomObjectsApi(api_client)
+        admin.create_namespaced_custom_object(GROUP, VERSION, "team-b", PLURAL, jobset("theirs", namespace="team-b"))
+        [job] = front_door.api.get("/api/v1/jobs").json()["items"]
+        assert (job["tenant"], job["queue"]) == ("team-b", "production")
+        everywhere = admin.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+        assert [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in everywhere["items"]] == [
+            ("team-b", "theirs")]
+        stray = jobset("stray")
+        stray["metadata"]["namespace"] = "nobody"
+        with pytest.raises(ApiException) as nobody:
+            admin.create_namespaced_custom_object(GROUP, VERSION, "nobody", PLURAL, stray)
+        assert nobody.value.status == 404 and 'namespaces \\"nobody\\" not found' in nobody.value.body
+        with pytest.raises(ApiException) as elsewhere:
+            admin.create_namespaced_custom_object(GROUP, VERSION, "team-b", PLURAL, jobset("x", namespace="team-a"))
+        assert elsewhere.value.status == 400  # the object's namespace is not the request's
+    finally:
+        api_client.close()
+
+
+def test_a_watch_sends_bookmarks_when_asked(front_door, monkeypatch):
+    monkeypatch.setattr("api.kube.routes.BOOKMARK_INTERVAL", 0.1)
+    token = yaml.safe_load(front_door.kubeconfig("team-a").read_text())["users"][0]["user"]["token"]
+    with httpx.Client(base_url=front_door.url + "/k8s", verify=front_door.trust,
+                      headers={"Authorization": f"Bearer {token}"}, timeout=30) as http, \
+            http.stream("GET", f"/apis/{GROUP}/{VERSION}/namespaces/team-a/{PLURAL}",
+                        params={"watch": "1", "allowWatchBookmarks": "true", "sendInitialEvents": "true",
+                                "resourceVersionMatch": "NotOlderThan"}) as answer:
+        lines = answer.iter_lines()
+        first = json.loads(next(lines))
+        assert first["type"] == "BOOKMARK"
+        assert first["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+        assert json.loads(next(lines))["type"] == "BOOKMARK"  # and then one every interval
