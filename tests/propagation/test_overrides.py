@@ -108,3 +108,20 @@ def test_a_rule_that_makes_the_jobset_invalid_fails_the_placement_by_name(federa
     [event] = [e for e in failed["events"] if e["reason"] == "OverrideFailed"]
     assert event["type"] == "Warning" and name in event["message"] and "eu-west" in event["message"]
     assert federation.copies(job) == []  # nothing went out, not even half of it
+
+
+def test_each_part_of_a_split_job_gets_the_rules_of_its_own_cluster(federation):
+    add_rules(federation, MIRROR, {"name": "first-part-priority", "cluster": "us-east", "jsonPatch": [
+        {"op": "add", "path": "/spec/replicatedJobs/0/template/spec/template/spec/priorityClassName",
+         "value": "us-batch"}]})
+    job = federation.submit(jobset("sweep", split=True, parts=(("shard-a", 2, 8, 8), ("shard-b", 2, 8, 8))))
+    running = federation.until_state(job, "Running")
+    rules = {p["cluster"]: p["overrides"] for p in running["placements"]}
+    assert rules == {"eu-west": ["eu-mirror"], "us-east": ["first-part-priority"]}
+    for copy in federation.copies(job):
+        pod = copy["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        if copy["cluster"] == "eu-west":
+            assert pod["containers"][0]["image"] == "mirror.eu:5000/library/busybox"
+            assert "priorityClassName" not in pod
+        else:  # index 0 of the part's own copy: its one ReplicatedJob
+            assert pod["containers"][0]["image"] == "busybox" and pod["priorityClassName"] == "us-batch"
