@@ -239,18 +239,24 @@ def _list(request: Request, session: Session, caller: Caller, namespace: str | N
                                     shown_as_jobsets=True)
     if namespaces == []:
         return JSONResponse(_answer(request, [], {"resourceVersion": str(resource_version)}))
-    jobs: list[Job] = []
-    while True:
-        page, cursor = job_service.list_jobs(session, caller.principal, filters, limit or job_service.MAX_PAGE,
-                                             cursor, oldest_first=True)
-        jobs += page
-        if limit or cursor is None:
-            break
+    jobs, cursor = _page(session, caller.principal, filters, limit, cursor)
     objects = [obj for obj in render(session, jobs) if matches(obj)]
     meta = {"resourceVersion": str(resource_version)}
     if cursor is not None:
         meta["continue"] = str(cursor)
     return JSONResponse(_answer(request, objects, meta))
+
+
+def _page(session: Session, principal: Principal, filters: job_service.JobFilter, limit: int,
+          cursor: int | None) -> tuple[list[Job], int | None]:
+    """`limit` jobs after the cursor, oldest first, and the cursor of the next page; every one for limit 0."""
+    jobs: list[Job] = []
+    while True:
+        page, cursor = job_service.list_jobs(session, principal, filters, limit or job_service.MAX_PAGE, cursor,
+                                             oldest_first=True)
+        jobs += page
+        if limit or cursor is None:
+            return jobs, cursor
 
 
 def _integer(value: str, name: str) -> int:
@@ -297,14 +303,10 @@ def _watch(request: Request, caller: Caller, scope: Scope) -> StreamingResponse:
     def initial() -> tuple[int, list[dict]]:
         with sessions() as session:
             start = watermark(session)
-            jobs, cursor = [], None
+            if scope.namespaces == []:
+                return start, []
             filters = job_service.JobFilter(namespaces=scope.namespaces or [], shown_as_jobsets=True)
-            while scope.namespaces != []:
-                page, cursor = job_service.list_jobs(session, caller.principal, filters, job_service.MAX_PAGE,
-                                                     cursor, oldest_first=True)
-                jobs += page
-                if cursor is None:
-                    break
+            jobs, _ = _page(session, caller.principal, filters, 0, None)
             return start, [obj for obj in render(session, jobs) if scope.matches(obj)]
 
     def poll(cursor: EventCursor) -> list[tuple[str, dict]]:
