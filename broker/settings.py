@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 from cryptography.fernet import Fernet
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, FilePath, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -110,7 +110,7 @@ class Settings(BaseSettings):
 
     # The JobSet CustomResourceDefinition installed on the members (a YAML file): the Kubernetes front door
     # (/k8s) serves its schema in its OpenAPI document, for `kubectl explain`; unset, the schema is left open.
-    jobset_crd: Path | None = None
+    jobset_crd: FilePath | None = None
 
     # Kubeconfig trust: each stays off unless an admin turns it on.
     allow_kubeconfig_exec: bool = False

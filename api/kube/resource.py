@@ -99,7 +99,7 @@ def _jobset_schema(crd: Path | None) -> dict[str, Any]:
         return {"type": "object", "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
                                                  "metadata": {"type": "object"}, "spec": _OPEN_SCHEMA,
                                                  "status": _OPEN_SCHEMA}}
-    document = yaml.safe_load(crd.read_text())
+    document = yaml.load(crd.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # an admin's file
     for version in document["spec"]["versions"]:
         if version["name"] == VERSION:
             return version["schema"]["openAPIV3Schema"]
@@ -159,5 +159,6 @@ def group_version_document(crd: Path | None) -> dict[str, Any]:
             "components": {"schemas": {_SCHEMA_NAME: schema}}}
 
 
+@functools.lru_cache(maxsize=4)
 def group_version_hash(crd: Path | None) -> str:
     return hashlib.sha256(json.dumps(group_version_document(crd), sort_keys=True).encode()).hexdigest()[:32].upper()

@@ -211,3 +211,14 @@ def test_server_dry_runs_change_nothing(front_door):
     assert kept.stdout.strip() == 'jobset.jobset.x-k8s.io "trial" deleted from team-a namespace (server dry run)'
     [job] = front_door.api.get("/api/v1/jobs").json()["items"]
     assert job["state"] == "Queued" and not job["cancel_requested"]
+
+
+def test_discovery_and_explain_come_from_the_jobset_crd(front_door):
+    config = front_door.kubeconfig("team-a")
+    resources = [line.split() for line in front_door.kubectl(config, "api-resources").stdout.splitlines()[1:]]
+    assert resources == [["namespaces", "ns", "v1", "false", "Namespace"],
+                         ["jobsets", "js", "jobset.x-k8s.io/v1alpha2", "true", "JobSet"]]
+    explained = front_door.kubectl(config, "explain", "jobset.spec.replicatedJobs.replicas").stdout
+    assert "FIELD: replicas <integer>" in explained and "replicas is the number of jobs" in explained
+    namespaces = front_door.kubectl(config, "get", "namespaces", "-o", "name").stdout.split()
+    assert namespaces == ["namespace/team-a"]
