@@ -86,6 +86,14 @@ def test_a_watch_from_a_lists_resource_version_sees_every_later_change(front_doo
         seen = []
         while not seen or seen[-1] != ("MODIFIED", "Succeeded"):
             seen.append(events.get(timeout=30))
+        # a finished job deleted leaves the JobSets shown at once; the REST API keeps it as history
+        objects.delete_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, "watched")
+        assert events.get(timeout=30) == ("DELETED", "Succeeded")
+        with pytest.raises(ApiException) as gone:
+            objects.get_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, "watched")
+        assert gone.value.status == 404
+        assert front_door.state(job) == "Succeeded" and "Removed" in front_door.reasons(job)
+        objects.create_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, jobset("watched"))  # the name is free
     finally:
         stream.stop()
 
