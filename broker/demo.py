@@ -43,6 +43,13 @@ TENANTS = {
         "production": {"weight": 2, "priority": 10, "preemption_policy": "LowerPriority", "default": True}}},
 }
 FLAKY_CLUSTER = "a100-us"
+# Cluster overrides: what each member's copy is rewritten with (the dashboard's job page shows them).
+OVERRIDES = [
+    {"name": "eu-mirror", "order": 1, "selector": "region=eu", "description": "the EU registry mirror",
+     "image": {"registry": "mirror.eu.example", "from": "ghcr.io"}},
+    {"name": "h100-fabric", "order": 2, "cluster": "h100-eu", "description": "NCCL over the H100 fabric",
+     "env": [{"name": "NCCL_IB_HCA", "value": "mlx5"}, {"name": "NCCL_CROSS_NIC", "value": "1"}]},
+]
 
 
 def _container(name: str, cpu: str, memory: str, gpus: int) -> dict:
@@ -171,6 +178,8 @@ def _setup(api: httpx.Client, sim) -> dict[str, httpx.Client]:
         answer = api.post("/api/v1/clusters", json={"name": cluster["name"], "kubeconfig": sim.kubeconfig(
             cluster["name"]), "labels": cluster["labels"]})
         answer.raise_for_status()
+    for rule in OVERRIDES:
+        api.post("/api/v1/overrides", json=rule).raise_for_status()
     tenants = {}
     for tenant, spec in TENANTS.items():
         api.post("/api/v1/tenants", json={"name": tenant, "namespaces": spec["namespaces"]}).raise_for_status()

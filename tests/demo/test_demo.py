@@ -6,7 +6,7 @@ import socket
 
 from sqlalchemy import create_engine, func, select
 
-from broker.db.models import Cluster, Event, Job
+from broker.db.models import Cluster, Event, Job, Placement
 from broker.demo import SCENARIO, run_demo
 
 
@@ -27,11 +27,15 @@ def test_the_demo_moves_work_through_the_federation(tmp_path):
         jobs = dict(connection.execute(select(Job.state, func.count()).group_by(Job.state)).all())
         not_ready = connection.execute(select(func.count()).select_from(Event).where(
             Event.reason == "MemberNotReady")).scalar_one()
+        rewritten = dict(connection.execute(select(Placement.cluster_name, Placement.overrides)
+                                            .where(Placement.applied_at.is_not(None))).all())
     engine.dispose()
     assert clusters == {c["name"]: "Ready" for c in SCENARIO["clusters"]}  # the lost member came back
     assert jobs.get("Succeeded", 0) >= 3, jobs
     assert sum(jobs.values()) == state.submitted
     assert not_ready >= 1  # the outage was seen
+    assert rewritten["h100-eu"] == ["eu-mirror", "h100-fabric"]
+    assert rewritten.get("a100-us", []) == []  # the overrides of the EU clusters only
 
 
 def test_the_demo_only_ever_wipes_its_own_folder(tmp_path):
