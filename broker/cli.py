@@ -100,16 +100,18 @@ def serve(host: str = typer.Option(None, help="Address to listen on [default: AR
                           "and wakes loops within one process only")
     database = open_database(settings, upgrade=settings.is_sqlite)  # fail fast, before binding the port
     host, port = host or settings.host, port or settings.port
-    typer.echo(f"Archipelago {broker.__version__} on http://{host}:{port} "
+    tls = {"ssl_certfile": settings.tls_certfile, "ssl_keyfile": settings.tls_keyfile} if settings.tls_certfile else {}
+    typer.echo(f"Archipelago {broker.__version__} on {'https' if tls else 'http'}://{host}:{port} "
                f"(database {database.engine.url.render_as_string(hide_password=True)}"
                f"{f', {workers} API workers' if workers > 1 else ''})", err=True)
     if workers == 1:
-        uvicorn.run(create_app(settings, database), host=host, port=port, log_config=None)
+        uvicorn.run(create_app(settings, database), host=host, port=port, log_config=None, **tls)
         return
     loops = replica(database, settings, run_loops=settings.run_loops)
     loops.start()
     try:  # uvicorn's supervisor: it returns once SIGTERM or Ctrl-C has stopped the workers
-        uvicorn.run("api.app:api_worker_app", factory=True, host=host, port=port, workers=workers, log_config=None)
+        uvicorn.run("api.app:api_worker_app", factory=True, host=host, port=port, workers=workers, log_config=None,
+                    **tls)
     finally:
         loops.stop()
         database.dispose()

@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     admin_token: str | None = None
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
+    # `serve` speaks HTTPS with this certificate (chain) and key; kubectl sends its token over HTTPS only.
+    tls_certfile: FilePath | None = None
+    tls_keyfile: FilePath | None = None
 
     # Largest request body the API reads (a batch of JobSets), in bytes.
     max_request_bytes: int = Field(16 * 1024 * 1024, ge=1024)
@@ -142,6 +145,12 @@ class Settings(BaseSettings):
             raise ValueError(f"ARCHIPELAGO_LEASE_RENEW_PERIOD ({self.lease_renew_period:g} s) must be shorter than "
                              f"ARCHIPELAGO_LEASE_DURATION ({self.lease_duration:g} s), or the lease lapses between "
                              "renewals")
+        return self
+
+    @model_validator(mode="after")
+    def _certificate_with_its_key(self) -> Settings:
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("set ARCHIPELAGO_TLS_CERTFILE and ARCHIPELAGO_TLS_KEYFILE together, or neither")
         return self
 
     @property
