@@ -89,9 +89,9 @@ _MEMBER_PROBLEMS = {"Unreachable": (502, "Member unreachable"), "Timeout": (504,
                     "Forbidden": (422, "Member forbids it")}
 
 
-def inspect_member(client: MemberClient) -> tuple[MemberFacts, bool]:
-    """What registration requires of a member: its facts, and whether the broker's permissions could be
-    checked (False: the member has no SelfSubjectAccessReview API). RegistrationError saying what is missing."""
+def inspect_member(client: MemberClient) -> tuple[MemberFacts, bool, str | None]:
+    """What registration requires of a member: its facts, whether the broker's permissions could be checked
+    (False: the member has no SelfSubjectAccessReview API) and its uid. RegistrationError saying what is missing."""
     try:
         facts = client.facts()
         if not facts.jobset_crd:
@@ -99,6 +99,7 @@ def inspect_member(client: MemberClient) -> tuple[MemberFacts, bool]:
                                     f"{client.api_server} does not serve jobsets.jobset.x-k8s.io/v1alpha2; install "
                                     "JobSet (https://jobset.sigs.k8s.io) on the member first")
         absent = access.missing(client, hypernodes=facts.hypernode_crd)
+        uid = client.cluster_uid() if not absent else None
     except MemberError as exc:
         status, title = _MEMBER_PROBLEMS.get(exc.reason, (502, "Member error"))
         raise RegistrationError(status, title, str(exc)) from None
@@ -108,7 +109,7 @@ def inspect_member(client: MemberClient) -> tuple[MemberFacts, bool]:
                                 f"{access.describe(absent)} (SelfSubjectAccessReview); grant it the ClusterRole of "
                                 "deploy/member-rbac.yaml, or let `archipelago clusters join` make the identity",
                                 missing=[{"verb": p.verb, "group": p.group, "resource": p.resource} for p in absent])
-    return facts, absent is not None
+    return facts, absent is not None, uid
 
 
 def register_cluster(session: Session, settings: Settings, *, name: str, kubeconfig: str,
@@ -134,16 +135,22 @@ def register_cluster(session: Session, settings: Settings, *, name: str, kubecon
         raise Conflict(f"{client.api_server} is already registered as cluster {twin!r}; one member under two "
                        "names would get two brokers' worth of work")
     try:
-        facts, checked = inspect_member(client)
+        facts, checked, uid = inspect_member(client)
+        twin = session.scalar(select(Cluster.name).where(Cluster.uid == uid)) if uid else None
+        if twin is not None:
+            raise Conflict(f"{client.api_server} is cluster {twin!r} (the same kube-system namespace uid {uid}), "
+                           "already registered under another address; one member under two names would get two "
+                           "brokers' worth of work")
         cluster = Cluster(name=name, api_server=client.api_server, context=client.context, labels=labels, taints=[],
                           kubeconfig_encrypted=KubeconfigCipher(settings.fernet_key()).encrypt(kubeconfig),
                           state="Pending", kubernetes_version=facts.version, jobset_crd=facts.jobset_crd,
-                          hypernode_source="crd" if facts.hypernode_crd else None, warnings=[])
+                          hypernode_source="crd" if facts.hypernode_crd else None, warnings=[], uid=uid)
         session.add(cluster)
         session.flush()
     except IntegrityError:
         client.close()
-        raise Conflict(f"a cluster named {name!r} is already registered") from None
+        raise Conflict(f"a cluster named {name!r}, or this member under another name, was registered at the same "
+                       "moment") from None
     except BaseException:
         client.close()
         raise

@@ -26,7 +26,8 @@ TOKEN_WAIT = 30.0
 
 # What the broker does on a member, cluster-wide: the tenants' namespaces are the broker's to choose.
 _NEEDED = (
-    ("", "namespaces", ("create", "patch")),  # dispatch: server-side apply of the tenant's namespace creates it
+    # dispatch: server-side apply of the tenant's namespace creates it; registration reads kube-system's uid
+    ("", "namespaces", ("create", "get", "patch")),
     ("", "nodes", ("list", "watch")),  # the inventory
     ("", "pods", ("list", "watch")),  # the inventory; why a placement's pods are not ready
     (JOBSET_GROUP, "jobsets", ("create", "delete", "get", "list", "patch", "watch")),  # dispatch and status

@@ -262,6 +262,16 @@ class MemberClient:
             raise
         return bool((answer.get("status") or {}).get("allowed"))
 
+    def cluster_uid(self) -> str | None:
+        """The member's own identity, whatever URL reaches it: the uid of its kube-system namespace (Karmada's
+        cluster ID); None for a member without one."""
+        try:
+            return (self.read(NAMESPACES, "kube-system").get("metadata") or {}).get("uid") or None
+        except MemberError as exc:
+            if exc.reason == "NotFound":
+                return None
+            raise
+
     def facts(self) -> MemberFacts:
         version = self.version()
         return MemberFacts(version=version, jobset_crd=self.serves(JOBSET_GROUP, JOBSET_VERSION, "jobsets"),

@@ -81,6 +81,9 @@ class Cluster(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(63), unique=True)
     api_server: Mapped[str] = mapped_column(String(2048))
+    # The member's own identity, the uid of its kube-system namespace (as Karmada's cluster ID): one cluster
+    # registered under two URLs or two names is refused by it, whatever the spellings.
+    uid: Mapped[str | None] = mapped_column(String(64), unique=True)
     kubeconfig_encrypted: Mapped[bytes] = mapped_column(LargeBinary)
     context: Mapped[str | None] = mapped_column(String(253))
     labels: Mapped[dict[str, str]] = mapped_column(Json, default=dict)

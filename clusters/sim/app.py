@@ -80,6 +80,8 @@ class SimApp:
         self.clusters: dict[str, SimCluster] = {}
         for spec in specs:
             self.clusters[spec.name] = SimCluster(spec, clock, self.wake)
+        # another address of the same cluster: a second load balancer or DNS name in front of one API server
+        self.aliases = {alias: spec.name for spec in specs for alias in spec.aliases}
         self.streams: dict[str, set[_WatchStream]] = {name: set() for name in self.clusters}
         self.traffic = {name: Traffic() for name in self.clusters}
         self._slowed: dict[str, asyncio.Event] = {}
@@ -153,7 +155,7 @@ class SimApp:
         if len(parts) != 3 or not parts[1].startswith(b"/clusters/"):
             return False
         name = parts[1].split(b"/")[2].split(b"?")[0].decode(errors="replace")
-        cluster = self.clusters.get(name)
+        cluster = self.clusters.get(self.aliases.get(name, name))
         return cluster is not None and cluster.fault == "unreachable"
 
     # ASGI ----------------------------------------------------------------------------------------
@@ -205,6 +207,8 @@ class SimApp:
         headers = {k.decode().lower(): v.decode(errors="replace") for k, v in scope["headers"]}
         query = parse_query(scope.get("query_string", b""))
         parts = [p for p in path.split("/") if p]
+        if len(parts) >= 2 and parts[0] == "clusters":
+            parts[1] = self.aliases.get(parts[1], parts[1])
         try:
             if parts[:1] == ["admin"]:
                 body = await self._body(receive)

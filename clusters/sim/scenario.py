@@ -52,7 +52,7 @@ _MODES = ("crd", "labels", "none")
 JOBSET_COUNTS = ("current", "omitted", "lagging")
 _KEYS = {"name", "labels", "nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology",
          "hypernodes", "pools", "jobset", "version", "duration", "token", "watch_history", "jobset_counts",
-         "controller_lag", "unpullable_images", "access_reviews"}
+         "controller_lag", "unpullable_images", "access_reviews", "aliases"}
 _POOL_KEYS = {"nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology"}
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -73,6 +73,7 @@ class ClusterSpec:
     controller_lag: float = 0.0
     unpullable_images: tuple[str, ...] = ()
     access_reviews: bool = True
+    aliases: tuple[str, ...] = ()  # more names it is served under (/clusters/<alias>), as a second address would
 
 
 def load(source: dict | str | Path) -> list[ClusterSpec]:
@@ -86,9 +87,10 @@ def load(source: dict | str | Path) -> list[ClusterSpec]:
     specs, seen = [], set()
     for entry in data["clusters"]:
         spec = build_cluster({**defaults, **entry})
-        if spec.name in seen:
-            raise ValueError(f"cluster {spec.name!r} is defined twice")
-        seen.add(spec.name)
+        for name in (spec.name, *spec.aliases):
+            if name in seen:
+                raise ValueError(f"cluster name {name!r} is used twice")
+            seen.add(name)
         specs.append(spec)
     return specs
 
@@ -127,7 +129,11 @@ def build_cluster(entry: dict[str, Any]) -> ClusterSpec:
                        jobset_counts=entry.get("jobset_counts", "current"),
                        controller_lag=parse_duration(entry.get("controller_lag", 0)),
                        unpullable_images=tuple(str(i) for i in entry.get("unpullable_images") or ()),
-                       access_reviews=bool(entry.get("access_reviews", True)))
+                       access_reviews=bool(entry.get("access_reviews", True)),
+                       aliases=tuple(str(a) for a in entry.get("aliases") or ()))
+    for alias in spec.aliases:
+        if not _LABEL.match(alias):
+            raise ValueError(f"cluster {name}: alias {alias!r} must be a DNS-1123 label")
     if entry.get("token"):
         spec.token = str(entry["token"])
     return spec

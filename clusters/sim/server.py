@@ -52,7 +52,8 @@ class SimServer:
         return f"{self.url}/clusters/{name}"
 
     def kubeconfig(self, name: str) -> str:
-        cluster = self.app.clusters[name]
+        """For a cluster, or for one of its aliases (its other address)."""
+        cluster = self.app.clusters[self.app.aliases.get(name, name)]
         return kubeconfig(name, self.cluster_url(name), cluster.token, self.cert.ca_pem if self.cert else None)
 
     def write_kubeconfigs(self, directory: Path) -> list[Path]:

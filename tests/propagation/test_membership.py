@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.propagation.conftest import jobset
+from sqlalchemy import select
+
+from broker.db.models import Cluster
+from tests.propagation.conftest import SCENARIO, jobset
 
 LONG = {"sim.archipelago.io/duration": "1h"}
 
@@ -30,6 +33,27 @@ def test_one_member_cannot_be_registered_under_two_names(federation):
                                                          "kubeconfig": federation.sim.kubeconfig("eu-west")})
     assert again.status_code == 409
     assert "is already registered as cluster 'eu-west'" in again.json()["detail"]
+
+
+WITH_SECOND_ADDRESS = {**SCENARIO, "clusters": [{"name": "eu-west", "labels": {"region": "eu"}, "aliases": ["eu-west-lb"]},
+                                                 {"name": "us-east", "labels": {"region": "us"}}]}
+
+
+@pytest.mark.parametrize("scenario", [WITH_SECOND_ADDRESS])
+def test_one_member_behind_a_second_address_is_known_by_its_kube_system_uid(federation):
+    """No spelling of the URL links eu-west-lb to eu-west; the member's own identity does (Karmada's cluster ID)."""
+    again = federation.api.post("/api/v1/clusters", json={"name": "eu-west-lb",
+                                                         "kubeconfig": federation.sim.kubeconfig("eu-west-lb")})
+    assert again.status_code == 409, again.text
+    assert "is cluster 'eu-west' (the same kube-system namespace uid" in again.json()["detail"]
+    assert sorted(c["name"] for c in federation.api.get("/api/v1/clusters").json()) == ["eu-west", "us-east"]
+
+
+def test_members_of_their_own_are_told_apart_by_uid(federation):
+    with federation.db.sessions() as session:
+        uids = dict(session.execute(select(Cluster.name, Cluster.uid)).all())
+    assert set(uids) == {"eu-west", "us-east"} and None not in uids.values()
+    assert uids["eu-west"] != uids["us-east"]
 
 
 @pytest.mark.parametrize("respell", [lambda s: s + "/", lambda s: s.replace("/clusters/", "/./clusters/"),
