@@ -129,3 +129,16 @@ def _age(elapsed: timedelta) -> str:
         if seconds >= 2 * size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def core_event(event: Event, job: Job) -> dict[str, Any]:
+    """One of the broker's events of a job as a core/v1 Event about its JobSet."""
+    at = rfc3339(event.time)
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{job.name}.{event.id}", "namespace": job.namespace, "uid": uid_of(-event.id),
+                         "resourceVersion": str(event.id), "creationTimestamp": at},
+            "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": job.name, "namespace": job.namespace,
+                               "uid": uid_of(job.id)},
+            "reason": event.reason, "message": event.message, "type": event.type, "count": 1,
+            "firstTimestamp": at, "lastTimestamp": at, "source": {"component": "archipelago"},
+            "reportingComponent": "archipelago"}

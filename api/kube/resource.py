@@ -29,16 +29,20 @@ def version_info() -> dict[str, str]:
 
 
 def api_versions() -> dict[str, Any]:
-    """`/api`: the core group, of which the front door serves namespaces (kubectl reads one after a 404)."""
+    """`/api`: the core group, of which the front door serves namespaces (kubectl reads one after a 404) and
+    the events of JobSets (`kubectl describe` lists them)."""
     return {"kind": "APIVersions", "apiVersion": "v1", "versions": ["v1"], "serverAddressByClientCIDRs": []}
 
 
-_NAMESPACES = {"name": "namespaces", "singularName": "namespace", "namespaced": False, "kind": "Namespace",
-               "verbs": ["get", "list"], "shortNames": ["ns"]}
+# The core resources served: (plural, singular, kind, namespaced, verbs, short names).
+_CORE = [("namespaces", "namespace", "Namespace", False, ["get", "list"], ["ns"]),
+         ("events", "event", "Event", True, ["list"], ["ev"])]
 
 
 def core_resource_list() -> dict[str, Any]:
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1", "resources": [_NAMESPACES]}
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1", "resources": [
+        {"name": plural, "singularName": singular, "namespaced": namespaced, "kind": kind, "verbs": verbs,
+         "shortNames": short} for plural, singular, kind, namespaced, verbs, short in _CORE]}
 
 
 def namespace(name: str, tenant: str) -> dict[str, Any]:
@@ -67,9 +71,9 @@ def resource_list() -> dict[str, Any]:
 def aggregated(core: bool) -> dict[str, Any]:
     """Aggregated discovery (apidiscovery.k8s.io/v2), which kubectl asks for first: `/api` or `/apis`."""
     if core:
-        resources = [{"resource": "namespaces", "responseKind": {"group": "", "version": "v1", "kind": "Namespace"},
-                      "scope": "Cluster", "singularResource": "namespace", "verbs": _NAMESPACES["verbs"],
-                      "shortNames": _NAMESPACES["shortNames"]}]
+        resources = [{"resource": plural, "responseKind": {"group": "", "version": "v1", "kind": kind},
+                      "scope": "Namespaced" if namespaced else "Cluster", "singularResource": singular, "verbs": verbs,
+                      "shortNames": short} for plural, singular, kind, namespaced, verbs, short in _CORE]
         items = [{"metadata": {"name": ""}, "versions": [{"version": "v1", "freshness": "Current",
                                                           "resources": resources}]}]
     else:

@@ -17,19 +17,19 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import SessionDep, SettingsDep
 from api.kube import resource
 from api.kube.errors import KubeError, forbidden, from_broker, invalid, not_found
-from api.kube.objects import BROKER, render, table, watermark
+from api.kube.objects import BROKER, core_event, render, table, uid_of, watermark
 from api.kube.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from api.kube.watch import EventCursor, Scope, bookmark, changes
 from api.problems import Problem
 from api.routes.jobs import BodyDep, decode_jobsets
 from broker import jobs as job_service
-from broker.db.models import Job, Tenant
+from broker.db.models import Event, Job, Tenant
 from broker.errors import Conflict, Invalid, NotFound
 from broker.tenancy import Principal, authenticate
 from clusters.documents import DocumentError, load_json, load_yaml_all
@@ -146,6 +146,24 @@ def get_namespace(name: str, session: SessionDep, caller: CallerDep) -> dict[str
     if name not in owners:
         raise KubeError(404, f'namespaces "{name}" not found', name=name, group="", kind="namespaces")
     return resource.namespace(name, owners[name])
+
+
+@router.get("/api/v1/namespaces/{namespace}/events")
+def list_events(namespace: str, request: Request, session: SessionDep, caller: CallerDep) -> dict[str, Any]:
+    """The broker's events of the JobSets shown in a namespace, oldest first (`kubectl describe` names one)."""
+    caller.scope("list", namespace)
+    wanted = dict(term.split("=", 1) for term in (request.query_params.get("fieldSelector") or "").split(",")
+                  if term.startswith("involvedObject.") and "=" in term)
+    query = select(Job).where(Job.namespace == namespace, job_service.SHOWN_AS_JOBSETS)
+    if "involvedObject.name" in wanted:
+        query = query.where(Job.name == wanted["involvedObject.name"])
+    jobs = {job.id: job for job in session.scalars(query.options(defer(Job.manifest)).limit(job_service.MAX_PAGE))
+            if caller.principal.may_see(job.tenant_id) and wanted.get("involvedObject.kind", KIND) == KIND
+            and wanted.get("involvedObject.uid", uid_of(job.id)) == uid_of(job.id)}
+    events = session.scalars(select(Event).where(Event.kind == "job", Event.object_id.in_([str(i) for i in jobs]))
+                             .order_by(Event.id.desc()).limit(job_service.MAX_PAGE)) if jobs else []
+    return {"apiVersion": "v1", "kind": "EventList", "metadata": {"resourceVersion": ""},
+            "items": [core_event(event, jobs[int(event.object_id)]) for event in reversed(list(events))]}
 
 
 @router.get(f"/apis/{GROUP}")

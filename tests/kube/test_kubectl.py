@@ -89,6 +89,10 @@ def test_kubectl_applies_the_examples_and_gets_them_with_state_and_clusters(fron
     assert len(front_door.api.get("/api/v1/jobs").json()["items"]) == len(jobset_examples())
     described = " ".join(front_door.kubectl(configs["team-a"], "describe", "jobset", "eval-sweep").stdout.split())
     assert "archipelago.io/state: Running" in described and "Replicated Jobs Status:" in described
+    # the broker's events of the job, as kubectl describe lists them
+    assert "Normal Queued" in described and "Normal Admitted" in described and "Normal Running" in described
+    events = front_door.kubectl(configs["team-a"], "get", "events", "-o", "jsonpath={.items[*].reason}").stdout
+    assert events.split()[:2] == ["Queued", "Queued"]  # eval-sweep and multislice-train, oldest first
 
 
 def test_kubectl_get_watch_sees_the_job_queued_running_succeeded(front_door):
@@ -216,7 +220,7 @@ def test_server_dry_runs_change_nothing(front_door):
 def test_discovery_and_explain_come_from_the_jobset_crd(front_door):
     config = front_door.kubeconfig("team-a")
     resources = [line.split() for line in front_door.kubectl(config, "api-resources").stdout.splitlines()[1:]]
-    assert resources == [["namespaces", "ns", "v1", "false", "Namespace"],
+    assert resources == [["events", "ev", "v1", "true", "Event"], ["namespaces", "ns", "v1", "false", "Namespace"],
                          ["jobsets", "js", "jobset.x-k8s.io/v1alpha2", "true", "JobSet"]]
     explained = front_door.kubectl(config, "explain", "jobset.spec.replicatedJobs.replicas").stdout
     assert "FIELD: replicas <integer>" in explained and "replicas is the number of jobs" in explained
