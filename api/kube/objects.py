@@ -100,7 +100,7 @@ def _status(job: Job, summary: dict[str, Any]) -> dict[str, Any]:
     conditions += [{**condition, "lastTransitionTime": condition.get("lastTransitionTime") or rfc3339(job.submitted_at)}
                    for condition in federated.get("conditions") or ()]
     status: dict[str, Any] = {"replicatedJobsStatus": federated.get("replicatedJobsStatus") or [],
-                              "conditions": conditions, "restarts": job.restart_count + int(federated.get("restarts") or 0)}
+                              "conditions": conditions, "restarts": int(federated.get("restarts") or job.restart_count)}
     if federated.get("terminalState"):
         status["terminalState"] = federated["terminalState"]
     return status

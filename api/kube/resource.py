@@ -48,7 +48,8 @@ def core_resource_list() -> dict[str, Any]:
 def namespace(name: str, tenant: str) -> dict[str, Any]:
     """A tenant's namespace as a Namespace object."""
     return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, "archipelago.io/tenant": tenant}},
+            "metadata": {"name": name,
+                         "labels": {"kubernetes.io/metadata.name": name, "archipelago.io/tenant": tenant}},
             "spec": {}, "status": {"phase": "Active"}}
 
 
@@ -126,7 +127,8 @@ def _operation(action: str, summary: str, parameters: list[dict], *, body: bool 
         "x-kubernetes-action": action, "x-kubernetes-group-version-kind": GVK}
     if body:
         media_types = (["application/apply-patch+yaml", "application/merge-patch+json",
-                        "application/strategic-merge-patch+json"] if patch else ["application/json", "application/yaml"])
+                        "application/strategic-merge-patch+json"] if patch else
+                       ["application/json", "application/yaml"])
         operation["requestBody"] = {"required": True, "content": {t: {"schema": reference} for t in media_types}}
     return operation
 

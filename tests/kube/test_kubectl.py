@@ -72,7 +72,8 @@ def test_kubectl_applies_the_examples_and_gets_them_with_state_and_clusters(fron
         assert applied.stdout.strip().endswith("created")
     jobs = {j["name"]: j for j in front_door.api.get("/api/v1/jobs").json()["items"]}
     assert len(jobs) == len(jobset_examples())
-    front_door.run_until(lambda: all(j["state"] == "Running" for j in front_door.api.get("/api/v1/jobs").json()["items"]))
+    states = lambda: {j["state"] for j in front_door.api.get("/api/v1/jobs").json()["items"]}  # noqa: E731
+    front_door.run_until(lambda: states() == {"Running"})
     jobs = {j["name"]: j for j in front_door.api.get("/api/v1/jobs").json()["items"]}
     for namespace, config in configs.items():
         table = _columns(front_door.kubectl(config, "get", "jobsets").stdout)

@@ -55,7 +55,11 @@ def test_custom_objects_api_creates_gets_lists_and_deletes(front_door, objects):
     front_door.until_state(int(got["metadata"]["annotations"]["archipelago.io/job-id"]), "Running")
     placed = objects.get_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, "one")
     assert placed["status"]["replicatedJobsStatus"][0]["name"] == "workers"
-    assert placed["status"]["conditions"][0]["type"] == "Placed" and placed["status"]["conditions"][0]["status"] == "True"
+    condition, annotations = placed["status"]["conditions"][0], placed["metadata"]["annotations"]
+    assert (condition["type"], condition["status"], condition["reason"]) == ("Placed", "True", "Running")
+    assert condition["message"] == (f"on {annotations['archipelago.io/clusters']} "
+                                    f"({annotations['archipelago.io/hypernodes']})")  # one cluster: a whole job
+    assert placed["status"]["restarts"] == 0
     with pytest.raises(ApiException) as elsewhere:
         objects.list_namespaced_custom_object(GROUP, VERSION, "team-b", PLURAL)
     assert elsewhere.value.status == 403
