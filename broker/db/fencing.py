@@ -20,32 +20,39 @@ class Fenced(Exception):
 
 
 class Fence:
-    """The fencing token a replica's loop services were started with, and whether the replica may still act."""
+    """The leases (name → fencing token) a replica's loop services were started under, and whether the replica may
+    still act on them."""
 
-    def __init__(self, lease: str, token: int, valid: Callable[[], bool] = lambda: True) -> None:
-        self.lease, self.token = lease, token
+    def __init__(self, tokens: dict[str, int], valid: Callable[[], bool] = lambda: True) -> None:
+        self.tokens = tokens
         self._valid = valid
         self._revoked = threading.Event()
 
     def revoke(self) -> None:
-        """The lease is lost: refuse from now on without asking the database."""
+        """A lease is lost: refuse from now on without asking the database."""
         self._revoked.set()
 
     def ensure_valid(self) -> None:
-        """Before acting on a member (which no token guards): raise if the lease may be lost or renewals lapsed."""
+        """Before acting on a member (which no token guards): raise if a lease may be lost or renewals lapsed."""
         if self._revoked.is_set() or not self._valid():
-            raise Fenced(f"this replica no longer surely holds the {self.lease!r} lease (token {self.token})")
+            raise Fenced(f"this replica no longer surely holds {_names(self.tokens)}")
 
     def check(self, session: Session) -> None:
-        """In the transaction about to commit: the lease row still carries our token. On PostgreSQL the row
-        is share-locked until the commit, so a takeover (an UPDATE of the row) waits for it or comes first and
-        makes this check fail; on SQLite the transaction already holds the database's only write lock."""
+        """In the transaction about to commit: the lease rows still carry our tokens. On PostgreSQL the rows are
+        share-locked until the commit, so a takeover (an UPDATE of a row) waits for it or comes first and makes
+        this check fail; on SQLite the transaction already holds the database's only write lock."""
         self.ensure_valid()
-        current = session.scalar(select(Lease.token).where(Lease.name == self.lease).with_for_update(read=True))
-        if current != self.token:
+        current = dict(session.execute(select(Lease.name, Lease.token).where(Lease.name.in_(list(self.tokens)))
+                                       .with_for_update(read=True)).all())
+        if current != self.tokens:
             self.revoke()
-            raise Fenced(f"the {self.lease!r} lease was taken over (token {current}, this replica's {self.token}); "
-                         "commit refused")
+            taken = sorted(name for name, token in self.tokens.items() if current.get(name) != token)
+            raise Fenced(f"{_names(taken)} taken over by another replica; commit refused")
+
+
+def _names(leases) -> str:
+    names = sorted(leases)
+    return f"the {', '.join(names[:5])}{'…' if len(names) > 5 else ''} lease{'s' if len(names) > 1 else ''}"
 
 
 def fenced(database: Database, fence: Fence) -> Database:

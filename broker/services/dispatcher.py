@@ -44,7 +44,7 @@ from broker.dispatch import (Changes, StartupPolicy, Unready, Work, begin_write,
                              placement_owner, request_deletions, retry_later, start_apply)
 from broker.metrics import MEMBER_ERRORS
 from broker.services.inventory import WRITES, MemberClients, backoff
-from broker.services.loop import LoopService
+from broker.services.loop import LoopService, in_lane
 from broker.settings import Settings
 from clusters import jobsets
 from clusters.kubeconfig import KubeconfigError
@@ -89,9 +89,13 @@ class DispatcherService(LoopService):
     name = "dispatcher"
 
     def __init__(self, database: Database, settings: Settings, clients: MemberClients, *,
-                 now: Callable[[], datetime] = utcnow) -> None:
+                 now: Callable[[], datetime] = utcnow, lane: frozenset[int] | None = None,
+                 fails_over: bool = True) -> None:
+        """`lane`: the members whose work it does (None: all); `fails_over`: whether it also does step 1's
+        cancellations and fail-overs (the leader's, when replicas share the members)."""
         super().__init__(settings.dispatch_interval)
         self.database, self.settings, self.clients, self.now = database, settings, clients, now
+        self.lane, self.fails_over = lane, fails_over
         self._pool = ThreadPoolExecutor(settings.member_workers, thread_name_prefix="dispatcher")
         self._lanes: dict[int, ThreadPoolExecutor] = {}  # cluster id → that member's calls
         self._namespaces: set[tuple[int, str]] = set()  # (cluster id, namespace) known to exist
@@ -99,12 +103,15 @@ class DispatcherService(LoopService):
 
     def run_once(self) -> Changes:
         now = self.now()
-        with writing(self.database) as session:
-            changes = request_deletions(session, now).add(
-                fail_over(session, now, self.settings.failover_toleration))
+        changes = Changes()
+        if self.fails_over:
+            with writing(self.database) as session:
+                changes.add(request_deletions(session, now)).add(
+                    fail_over(session, now, self.settings.failover_toleration))
         with self.database.sessions() as session:
-            members = {row.id: row for row in session.execute(
-                select(Cluster.id, Cluster.name, Cluster.state, Cluster.kubeconfig_encrypted, Cluster.context))}
+            members = {row.id: row for row in session.execute(in_lane(
+                select(Cluster.id, Cluster.name, Cluster.state, Cluster.kubeconfig_encrypted, Cluster.context),
+                self.lane))}
             reachable = {i: row for i, row in members.items() if row.state not in UNAVAILABLE_STATES}
             overdue = [u for u in overdue_startups(session, now, self.settings.startup_timeout)
                        if u.cluster_id in reachable]  # on a member that is away, fail-over decides

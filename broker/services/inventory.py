@@ -31,7 +31,7 @@ from broker.db.runtime import Database
 from broker.db.session import transaction
 from broker.inventory import (PodHold, WriteResult, connect, member_inventory, node_row, pod_usage, record_probe,
                               record_sync_error, resolve_topology, write_inventory)
-from broker.services.loop import LoopService, WatchThread
+from broker.services.loop import LoopService, WatchThread, in_lane
 from broker.settings import Settings
 from clusters.kubeconfig import KubeconfigError
 from clusters.member import (ACTIVE_PODS, HYPERNODE_GROUP, HYPERNODE_VERSION, HYPERNODES, NODES, PODS, MemberClient,
@@ -246,10 +246,10 @@ class InventorySyncService(LoopService):
     name = "inventory-sync"
 
     def __init__(self, database: Database, settings: Settings, clients: MemberClients, *, watch: bool = True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, lane: frozenset[int] | None = None) -> None:
         super().__init__(max(min(settings.cluster_sync_interval, 5.0), 0.5))
         self.database, self.settings, self.clients = database, settings, clients
-        self.watch, self.clock = watch, clock
+        self.watch, self.clock, self.lane = watch, clock, lane  # lane: the members it syncs (None: all)
         self.members: dict[int, _Member] = {}
         self._pool = ThreadPoolExecutor(settings.member_workers, thread_name_prefix="inventory-sync")
         self._dirty: set[int] = set()
@@ -260,8 +260,8 @@ class InventorySyncService(LoopService):
     def run_once(self) -> dict[str, WriteResult | str]:
         """Resync every member that is due; returns, per cluster synced, what changed or the error."""
         with self.database.sessions() as session:
-            rows = session.execute(select(Cluster.id, Cluster.name, Cluster.kubeconfig_encrypted,
-                                          Cluster.context)).all()
+            rows = session.execute(in_lane(select(Cluster.id, Cluster.name, Cluster.kubeconfig_encrypted,
+                                                  Cluster.context), self.lane)).all()
         self._forget({row.id for row in rows})
         now = self.clock()
         due = [row for row in rows if self.members.setdefault(row.id, _Member(MemberMirror())).due <= now]

@@ -21,6 +21,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
+from prometheus_client import Counter, Gauge
 from sqlalchemy import or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
@@ -82,58 +83,73 @@ class LeaseRecord:
         self.token = None
 
 
-class Leader:
-    """Holds the leader lease and runs the loop services while it does: started when it is acquired, stopped
-    the moment it is lost or not renewed in time. `step()` is one renewal; `start()` repeats it in a thread."""
+class LeaseHolder:
+    """Runs loop services while this replica holds a set of leases. `claim()` renews or takes them and says what
+    is held (lease name → fencing token); the services start when some are held, start again on the new set when it
+    changes, and stop at once when it is lost or could not be renewed in time; every commit of theirs checks the
+    tokens (`broker.db.fencing`). `step()` is one claim; `start()` repeats it every renew period in a thread;
+    `stop()` stops the services, then gives the leases up (`release`) so that another replica takes them at once."""
 
-    def __init__(self, database: Database, settings: Settings, build: Callable[[Database], list[LoopService]], *,
-                 now: Callable[[], datetime] = utcnow, clock: Callable[[], float] = time.monotonic) -> None:
-        self.database, self.settings, self.build, self.clock = database, settings, build, clock
-        self.lease = LeaseRecord(database, holder=replica_name(), duration=settings.lease_duration, now=now)
+    def __init__(self, what: str, database: Database, settings: Settings, claim: Callable[[], dict[str, int]],
+                 release: Callable[[], None], build: Callable[[Database, dict[str, int]], list[LoopService]], *,
+                 holder: str, held_gauge: Gauge, lost_counter: Counter | None = None,
+                 wake: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.what, self.database, self.settings, self.claim, self.release = what, database, settings, claim, release
+        self.build, self.holder, self.held_gauge, self.lost_counter = build, holder, held_gauge, lost_counter
+        self.wake_via, self.clock = wake, clock
+        self.held: dict[str, int] = {}  # what the running services were started under
         self.runner: ServiceRunner | None = None
         self.fence: Fence | None = None
-        # Until when this replica surely holds the lease: a renewal period short of when others may take it.
+        # Until when this replica surely holds them: a renew period short of when others may take them.
         self.valid_until = 0.0
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # one step (or stop) at a time
 
     @property
-    def leading(self) -> bool:
+    def running(self) -> bool:
         return self.runner is not None
 
     def step(self) -> bool:
-        """Renew or acquire the lease; start or stop the loop services accordingly. Whether this replica leads."""
+        """Claim; start, restart or stop the services accordingly. Whether they run."""
         with self._lock:
             started = self.clock()
             try:
-                token = self.lease.hold()
+                held = self.claim()
             except SQLAlchemyError as exc:
-                log.warning("lease: renewal failed: %s", str(exc).splitlines()[0])
-                if self.leading and self.clock() >= self.valid_until:
-                    self._lose("not renewed in time")
-                return self.leading
-            if token is None or (self.fence is not None and self.fence.token != token):
-                if self.leading:
-                    self._lose("taken over by another replica" if token is None else "expired and taken again")
-                if token is None:
-                    return False
+                log.warning("%s: renewal failed: %s", self.what, str(exc).splitlines()[0])
+                if self.running and self.clock() >= self.valid_until:
+                    self._stop("not renewed in time")
+                return self.running
             self.valid_until = started + self.settings.lease_duration - self.settings.lease_renew_period
-            if not self.leading:
-                self.fence = Fence(LEADER, token, lambda: self.clock() < self.valid_until)
-                self.runner = ServiceRunner(self.build(fenced(self.database, self.fence)))
-                self.runner.start()
-                LEASE_HELD.set(1)
-                log.info("lease: acquired by %s (fencing token %d); loop services started", self.lease.holder, token)
-            return True
+            if held != self.held:
+                if self.running:
+                    self._stop(None if held else "taken over by another replica")
+                if held:
+                    self._start(held)
+            return self.running
 
-    def _lose(self, why: str) -> None:
-        """Stop the loops now: the fence refuses their commits at once, the runner lets no new pass start."""
+    def _start(self, held: dict[str, int]) -> None:
+        self.held = held
+        self.fence = Fence(held, lambda: self.clock() < self.valid_until)
+        self.runner = ServiceRunner(self.build(fenced(self.database, self.fence), held), wake=self.wake_via)
+        self.runner.start()
+        self.held_gauge.set(len(held))
+        log.info("%s: acquired by %s (%s); loop services started", self.what, self.holder, _tokens(held))
+
+    def _stop(self, lost: str | None) -> None:
+        """Stop the services now (`lost`: why, unless the leases held only changed): the fence refuses their commits
+        at once, the runner lets no new pass start."""
         self.fence.revoke()
-        LEASE_HELD.set(0)
-        LEASES_LOST.inc()
-        log.warning("lease: lost (%s, fencing token %d); loop services stopped", why, self.fence.token)
-        runner, self.runner, self.fence = self.runner, None, None
+        self.held_gauge.set(0)
+        if lost is None:
+            log.info("%s: the leases held changed (%s before); loop services restarted", self.what,
+                     _tokens(self.held))
+        else:
+            if self.lost_counter is not None:
+                self.lost_counter.inc()
+            log.warning("%s: lost (%s; %s); loop services stopped", self.what, lost, _tokens(self.held))
+        runner, self.runner, self.fence, self.held = self.runner, None, None, {}
         runner.stop()
 
     def wake(self, name: str) -> None:
@@ -144,7 +160,7 @@ class Leader:
     def start(self) -> None:
         """One step now (a lone replica runs its loops from the start), then one every renew period."""
         self._safe_step()
-        self._thread = threading.Thread(target=self._run, name="leader-lease", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self.what, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
@@ -155,20 +171,37 @@ class Leader:
         try:
             self.step()
         except Exception:  # the thread must outlive any surprise; the next step tries again
-            log.exception("lease: step failed")
+            log.exception("%s: step failed", self.what)
 
     def stop(self) -> None:
-        """Stop the loops, then give the lease up so that another replica takes over at once."""
         self._stopping.set()
         if self._thread is not None:
             self._thread.join()
         with self._lock:
-            if self.runner is not None:  # passes under way finish and commit: the lease is still ours
+            if self.runner is not None:  # passes under way finish and commit: the leases are still ours
                 self.runner.stop()
-                self.runner, self.fence = None, None
-                LEASE_HELD.set(0)
+                self.runner, self.fence, self.held = None, None, {}
+                self.held_gauge.set(0)
             try:
-                self.lease.release()
+                self.release()
             except SQLAlchemyError as exc:
-                log.warning("lease: release failed (another replica takes it when it expires): %s",
+                log.warning("%s: release failed (the others take over when it expires): %s", self.what,
                             str(exc).splitlines()[0])
+
+
+def _tokens(held: dict[str, int]) -> str:
+    if len(held) == 1:
+        return f"fencing token {next(iter(held.values()))}"
+    return f"{len(held)} leases"
+
+
+def leader(lease: LeaseRecord, settings: Settings, build: Callable[[Database, dict[str, int]], list[LoopService]], *,
+           wake: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic) -> LeaseHolder:
+    """The loop services that run in one replica at a time, under the leader lease."""
+
+    def claim() -> dict[str, int]:
+        token = lease.hold()
+        return {} if token is None else {lease.name: token}
+
+    return LeaseHolder("lease", lease.database, settings, claim, lease.release, build, holder=lease.holder,
+                       held_gauge=LEASE_HELD, lost_counter=LEASES_LOST, wake=wake, clock=clock)

@@ -12,8 +12,16 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import Select
+
+from broker.db.models import Cluster
 
 log = logging.getLogger("archipelago.services")
+
+
+def in_lane(query: Select, lane: frozenset[int] | None) -> Select:
+    """A query over clusters narrowed to a replica's lane of members (None: every member)."""
+    return query if lane is None else query.where(Cluster.id.in_(sorted(lane)))
 
 
 class LoopService(ABC):
@@ -57,14 +65,15 @@ class LoopService(ABC):
 class ServiceRunner:
     """Runs loop services in background threads; `wake(name)` runs one now (e.g. a job was queued)."""
 
-    def __init__(self, services: list[LoopService]) -> None:
+    def __init__(self, services: list[LoopService], *, wake: Callable[[str], None] | None = None) -> None:
+        """`wake`: where the services' own wake-ups go (by default to this runner; across replicas, a NOTIFY)."""
         # Every pass would log twice at INFO; and a pass still running when its next one is due is
         # skipped by design (one pass at a time), which APScheduler reports as a warning.
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
         logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
         self.services = {s.name: s for s in services}
         for service in services:
-            service.wake = self.wake
+            service.wake = wake or self.wake
         self._scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
                                                             "misfire_grace_time": None})
 

@@ -25,7 +25,7 @@ from broker.dispatch import Changes, record_missing, record_status
 from broker.metrics import MEMBER_ERRORS, STATUS_LAG_SECONDS
 from broker.services.dispatcher import UNAVAILABLE_STATES, writing
 from broker.services.inventory import MemberClients, backoff
-from broker.services.loop import LoopService, WatchThread
+from broker.services.loop import LoopService, WatchThread, in_lane
 from broker.settings import Settings
 from clusters import jobsets
 from clusters.kubeconfig import KubeconfigError
@@ -40,10 +40,10 @@ class StatusService(LoopService):
     name = "status"
 
     def __init__(self, database: Database, settings: Settings, clients: MemberClients, *, watch: bool = True,
-                 now: Callable[[], Any] = utcnow) -> None:
+                 now: Callable[[], Any] = utcnow, lane: frozenset[int] | None = None) -> None:
         super().__init__(max(settings.status_poll_interval, 0.1))
         self.database, self.settings, self.clients, self.now = database, settings, clients, now
-        self.watch = watch
+        self.watch, self.lane = watch, lane  # lane: the members it follows (None: all)
         self._watches: dict[int, _StatusWatch] = {}
         self._polled: set[int] = set()  # members that answered a watch with "not served"
         self._pool = ThreadPoolExecutor(settings.member_workers, thread_name_prefix="status")
@@ -52,8 +52,8 @@ class StatusService(LoopService):
         """Start missing watches; list the members that are polled. Returns, per member listed, the
         number of copies seen or the error."""
         with self.database.sessions() as session:
-            rows = session.execute(select(Cluster.id, Cluster.name, Cluster.state, Cluster.kubeconfig_encrypted,
-                                          Cluster.context)).all()
+            rows = session.execute(in_lane(select(Cluster.id, Cluster.name, Cluster.state,
+                                                  Cluster.kubeconfig_encrypted, Cluster.context), self.lane)).all()
         registered = {row.id for row in rows}
         for cluster_id in [i for i in self._watches if i not in registered]:
             self._watches.pop(cluster_id).stop()

@@ -1,9 +1,10 @@
 """Wake-ups across replicas: `wake(name)` runs a loop service now, in whichever replica runs the loops.
 
 On PostgreSQL a wake-up is a NOTIFY on one channel; every replica that runs loops LISTENs on it and hands the
-name to its `Leader`, which passes it on only while it holds the lease. So a submission or a cancel through an
-API-only replica starts the leader's cycle at once instead of at its next interval. On SQLite one process runs
-everything: the wake-up goes straight to its loops.
+name to its loops (the leader's, its member lanes), which pass it on to a service of that name while they run.
+So a submission or a cancel through an API-only replica starts the leader's cycle at once instead of at its next
+interval, and a capacity freed in one replica's lane wakes the scheduler in the leader's. On SQLite one process
+runs everything: the wake-up goes straight to its loops.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from broker.db.runtime import Database
 from broker.services.inventory import backoff
-from broker.services.lease import Leader
+from broker.services.lease import LeaseHolder
 
 log = logging.getLogger("archipelago.wakeups")
 
@@ -26,10 +27,11 @@ POLL_SECONDS = 1.0  # how often the listener looks up from its connection to see
 
 
 class Wakeups:
-    """The `wake(name)` the API and the loops call; `start()`/`stop()` run the listener of a replica with loops."""
+    """The `wake(name)` the API and the loops call; `start()`/`stop()` run the replica's loops and their listener."""
 
-    def __init__(self, database: Database, leader: Leader | None) -> None:
-        self.database, self.leader = database, leader
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self.loops: list[LeaseHolder] = []
         self.across_processes = database.engine.dialect.name == "postgresql"
         self.listening = threading.Event()  # set while the listener's LISTEN is in place (tests wait on it)
         self._stopping = threading.Event()
@@ -37,8 +39,7 @@ class Wakeups:
 
     def wake(self, name: str) -> None:
         if not self.across_processes:
-            if self.leader is not None:
-                self.leader.wake(name)
+            self._deliver(name)
             return
         try:
             with self.database.engine.connect() as connection:
@@ -47,12 +48,16 @@ class Wakeups:
         except SQLAlchemyError as exc:  # what was committed is found by the loop's next interval instead
             log.warning("wake-up of %s not sent: %s", name, str(exc).splitlines()[0])
 
+    def _deliver(self, name: str) -> None:
+        for loops in self.loops:
+            loops.wake(name)
+
     def start(self) -> None:
-        if self.leader is not None:
-            self.leader.start()
-            if self.across_processes:
-                self._thread = threading.Thread(target=self._listen, name="wakeups", daemon=True)
-                self._thread.start()
+        for loops in self.loops:
+            loops.start()
+        if self.loops and self.across_processes:
+            self._thread = threading.Thread(target=self._listen, name="wakeups", daemon=True)
+            self._thread.start()
 
     def _listen(self) -> None:
         """LISTEN on a connection of its own (reconnecting with back-off); each NOTIFY wakes the named loop."""
@@ -64,10 +69,10 @@ class Wakeups:
                     connection.execute(f"LISTEN {CHANNEL}")
                     self.listening.set()
                     failures = 0
-                    self.leader.wake("scheduler")  # what was notified while we were not listening
+                    self._deliver("scheduler")  # what was notified while we were not listening
                     while not self._stopping.is_set():
                         for notification in connection.notifies(timeout=POLL_SECONDS):
-                            self.leader.wake(notification.payload)
+                            self._deliver(notification.payload)
             except psycopg.Error as exc:
                 self.listening.clear()
                 failures += 1
@@ -78,5 +83,5 @@ class Wakeups:
         self._stopping.set()
         if self._thread is not None:
             self._thread.join()
-        if self.leader is not None:
-            self.leader.stop()
+        for loops in reversed(self.loops):
+            loops.stop()

@@ -22,7 +22,7 @@ def test_a_submission_on_an_api_only_replica_wakes_the_leaders_scheduler(federat
     with TestClient(create_app(leader_settings, db, run_loops=True), headers=ADMIN) as leader:
         wakeups = leader.app.state.services
         assert wakeups.listening.wait(DEADLINE), "the leader never listened"
-        assert wakeups.leader.leading
+        assert wakeups.loops[0].running  # the leader's loops
         for name in ("first", "second"):  # the first may ride the wake-up the leader gives itself on listening
             job_id = federation.submit(jobset(f"woken-{name}"))  # through the API-only replica (no loops)
             deadline = time.monotonic() + DEADLINE

@@ -14,7 +14,7 @@ from broker.db.models import LEADER, Cluster, Lease
 from broker.db.runtime import Database, open_database
 from broker.db.session import make_engine, make_sessionmaker, transaction
 from broker.metrics import REGISTRY
-from broker.services.lease import Leader, LeaseRecord
+from broker.services.lease import LeaseHolder, LeaseRecord, leader, replica_name
 from broker.services.loop import LoopService
 
 
@@ -81,7 +81,7 @@ def _clusters(db) -> list[str]:
 
 def test_a_fenced_ex_leaders_commit_is_refused_and_changes_nothing(db, clock):
     a, b = record(db, clock, "a"), record(db, clock, "b")
-    loops = fenced(db, Fence(LEADER, a.hold()))
+    loops = fenced(db, Fence({LEADER: a.hold()}))
     _write_cluster(loops, "while-leading")  # the holder's commits go through
     clock.advance(11)  # a paused: its lease expires and b takes it
     assert b.hold() == 2
@@ -97,7 +97,7 @@ def test_a_fenced_ex_leaders_commit_is_refused_and_changes_nothing(db, clock):
 def test_a_takeover_in_the_middle_of_an_ex_leaders_transaction_fences_its_commit(db, clock, settings):
     """The ex-leader wrote before the takeover and commits after it: the commit's token check refuses it."""
     a = record(db, clock, "a")
-    loops = fenced(db, Fence(LEADER, a.hold()))
+    loops = fenced(db, Fence({LEADER: a.hold()}))
     other = open_database(settings, upgrade=False)  # the other replica, on connections of its own
     try:
         with pytest.raises(Fenced):
@@ -122,28 +122,29 @@ class Counting(LoopService):
         self.passes.set()
 
 
-def leader(db, settings, clock) -> tuple[Leader, list[Counting]]:
+def replica(db, settings, clock) -> tuple[LeaseHolder, LeaseRecord, list[Counting]]:
     built: list[Counting] = []
 
-    def build(_database):
+    def build(_database, _held):
         built.append(Counting())
         return built[-1:]
 
-    return Leader(db, settings, build, now=clock.now, clock=clock.monotonic), built
+    lease = LeaseRecord(db, holder=replica_name(), duration=settings.lease_duration, now=clock.now)
+    return leader(lease, settings, build, clock=clock.monotonic), lease, built
 
 
 def test_a_replica_runs_its_loops_while_it_holds_the_lease_and_stops_them_when_it_is_taken_over(db, settings, clock):
-    first, first_loops = leader(db, settings, clock)
-    second, second_loops = leader(db, settings, clock)
+    first, _, first_loops = replica(db, settings, clock)
+    second, _, second_loops = replica(db, settings, clock)
     try:
-        assert first.step() and first.leading and REGISTRY.get_sample_value("archipelago_leader_lease_held") == 1
+        assert first.step() and first.running and REGISTRY.get_sample_value("archipelago_leader_lease_held") == 1
         assert first_loops[0].passes.wait(30)  # its loops run
         assert not second.step() and second_loops == []
         clock.advance(settings.lease_duration + 1)  # the first replica was paused: no renewal
-        assert second.step() and second.leading
+        assert second.step() and second.running
         assert second_loops[0].passes.wait(30)
         fence = first.fence
-        assert not first.step() and not first.leading  # it learns it lost the lease and stops its loops
+        assert not first.step() and not first.running  # it learns it lost the lease and stops its loops
         with pytest.raises(Fenced):  # what its loops were started under refuses every commit now
             _write_cluster(fenced(db, fence), "x")
         assert not first.step()  # and stays out while the second renews
@@ -154,16 +155,16 @@ def test_a_replica_runs_its_loops_while_it_holds_the_lease_and_stops_them_when_i
 
 
 def test_a_holder_whose_renewals_fail_stops_its_loops_before_another_may_take_over(db, settings, clock):
-    replica, _ = leader(db, settings, clock)
+    holder, lease, _ = replica(db, settings, clock)
     try:
-        assert replica.step()
-        fence = replica.fence
-        replica.lease.database = Database(unreachable := make_engine(UNREACHABLE), make_sessionmaker(unreachable))
+        assert holder.step()
+        fence = holder.fence
+        lease.database = Database(unreachable := make_engine(UNREACHABLE), make_sessionmaker(unreachable))
         clock.advance(settings.lease_renew_period)
-        assert replica.step()  # one failed renewal: the lease is still surely ours
+        assert holder.step()  # one failed renewal: the lease is still surely ours
         clock.advance(settings.lease_duration - 2 * settings.lease_renew_period)
-        assert not replica.step()  # a renewal period before another replica may take it: stopped
+        assert not holder.step()  # a renewal period before another replica may take it: stopped
         with pytest.raises(Fenced):
             fence.ensure_valid()
     finally:
-        replica.stop()
+        holder.stop()

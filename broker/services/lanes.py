@@ -1,0 +1,97 @@
+"""Member lanes: the per-member work (inventory sync and watches, status watches, dispatch to the member) shared
+among the replicas that run loops, by one lease per member (the `member:<cluster id>` rows of `leases`).
+
+Every renew period each replica heartbeats its own `replica:<holder>` row, counts the live replicas, renews in one
+statement the member leases it holds, gives up those above its share (members ÷ live replicas, rounded up) and
+takes free or expired ones up to it. Its lane services run on the members it holds, every commit of theirs fenced
+by those leases' tokens; when the set changes they are stopped and started again on the new set. A dead replica's
+members are taken by the others once its leases expire (within a lease duration and a renew period).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import datetime, timedelta
+from typing import Callable
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects import postgresql
+
+from broker.db.models import Cluster, Lease, utcnow
+from broker.db.runtime import Database
+from broker.metrics import MEMBER_LANES_HELD
+from broker.services.dispatcher import writing
+from broker.services.lease import LeaseHolder
+from broker.services.loop import LoopService
+from broker.settings import Settings
+
+MEMBER, REPLICA = "member:", "replica:"
+FORGET_REPLICAS_AFTER = timedelta(hours=1)  # heartbeat rows of replicas gone this long are deleted
+
+
+def member_lease(cluster_id: int) -> str:
+    return f"{MEMBER}{cluster_id}"
+
+
+class MemberLeases:
+    """One replica's claim on its share of the member leases, and their release."""
+
+    def __init__(self, database: Database, settings: Settings, *, holder: str,
+                 now: Callable[[], datetime] = utcnow) -> None:
+        self.database, self.settings, self.holder, self.now = database, settings, holder, now
+
+    def claim(self) -> dict[str, int]:
+        """Heartbeat, count the live replicas, renew ours, give up the surplus, take free ones up to the share."""
+        now = self.now()
+        expires = now + timedelta(seconds=self.settings.lease_duration)
+        lease = Lease.__table__
+        mine = (lease.c.holder == self.holder) & lease.c.name.startswith(MEMBER)
+        with writing(self.database) as session:
+            session.execute(delete(lease).where(lease.c.name.startswith(REPLICA),
+                                                lease.c.expires_at < now - FORGET_REPLICAS_AFTER))
+            session.execute(postgresql.insert(lease).values(name=f"{REPLICA}{self.holder}", holder=self.holder,
+                                                            token=0, expires_at=expires)
+                            .on_conflict_do_update(index_elements=["name"], set_={"expires_at": expires}))
+            members = {member_lease(i): i for i in session.scalars(select(Cluster.id))}
+            if members:
+                session.execute(postgresql.insert(lease).values([
+                    {"name": name, "holder": None, "token": 0, "expires_at": now} for name in members])
+                    .on_conflict_do_nothing())
+            live = session.scalar(select(func.count()).select_from(lease).where(
+                lease.c.name.startswith(REPLICA), lease.c.expires_at > now))
+            share = math.ceil(len(members) / max(live, 1))
+            session.execute(update(lease).where(mine).values(expires_at=expires))
+            held = session.scalars(select(lease.c.name).where(mine)).all()
+            kept = sorted((name for name in held if name in members), key=members.__getitem__)[:share]
+            surplus = [name for name in held if name not in kept]
+            if surplus:  # given up at once, so that another replica takes them on its next step
+                session.execute(update(lease).where(mine, lease.c.name.in_(surplus)).values(holder=None, expires_at=now))
+            free = lease.c.holder.is_(None) | (lease.c.expires_at <= now)
+            if share > len(kept):
+                candidates = session.scalars(select(lease.c.name).where(lease.c.name.in_(list(members)), free)
+                                             .order_by(func.random()).limit(share - len(kept))).all()
+                if candidates:
+                    session.execute(update(lease).where(lease.c.name.in_(candidates), free)
+                                    .values(holder=self.holder, token=lease.c.token + 1, expires_at=expires))
+            return dict(session.execute(select(lease.c.name, lease.c.token).where(mine)).all())
+
+    def release(self) -> None:
+        lease = Lease.__table__
+        with writing(self.database) as session:
+            session.execute(update(lease).where(lease.c.holder == self.holder, lease.c.name.startswith(MEMBER))
+                            .values(holder=None, expires_at=self.now()))
+            session.execute(delete(lease).where(lease.c.name == f"{REPLICA}{self.holder}"))
+
+
+def members_of(held: dict[str, int]) -> frozenset[int]:
+    """The cluster ids of the member leases held."""
+    return frozenset(int(name.removeprefix(MEMBER)) for name in held)
+
+
+def member_lanes(leases: MemberLeases, build: Callable[[Database, frozenset[int]], list[LoopService]], *,
+                 wake: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic) -> LeaseHolder:
+    """The lane services of this replica, on the members whose leases it holds."""
+    return LeaseHolder("member lanes", leases.database, leases.settings, leases.claim, leases.release,
+                       lambda database, held: build(database, members_of(held)), holder=leases.holder,
+                       held_gauge=MEMBER_LANES_HELD, wake=wake, clock=clock)

@@ -1,0 +1,76 @@
+"""Member lanes: three replicas each hold about a third of the members' leases, never the same one; a dead
+replica's members are taken by the others once its leases expire; a lane's commit after its member's lease was
+taken is refused. Time is moved by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.db.fencing import Fence, Fenced, fenced
+from broker.db.models import Cluster
+from broker.db.session import transaction
+from broker.services.lanes import MemberLeases, member_lease, member_lanes, members_of
+from tests.services.test_lease import Clock
+
+pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("backend", ["postgres"], indirect=True)]
+MEMBERS = 9
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def members(db) -> list[int]:
+    with transaction(db.sessions) as session:
+        clusters = [Cluster(name=f"member-{i}", api_server=f"https://member-{i}", kubeconfig_encrypted=b"x")
+                    for i in range(MEMBERS)]
+        session.add_all(clusters)
+    return sorted(c.id for c in clusters)
+
+
+def claims(replicas: dict[str, MemberLeases], rounds: int = 3) -> dict[str, frozenset[int]]:
+    """Each replica steps in turn, a few rounds (surplus given up in one round is taken in the next)."""
+    for _ in range(rounds):
+        held = {name: members_of(leases.claim()) for name, leases in replicas.items()}
+    return held
+
+
+def test_replicas_share_the_members_and_take_over_a_dead_ones(db, settings, clock, members):
+    replicas = {name: MemberLeases(db, settings, holder=name, now=clock.now) for name in "abc"}
+    assert members_of(replicas["a"].claim()) == set(members)  # alone, it takes every member
+    held = claims(replicas)
+    assert sorted(len(lane) for lane in held.values()) == [3, 3, 3]
+    assert set().union(*held.values()) == set(members)  # every member in one lane, none in two
+    del replicas["c"]  # killed: it renews nothing any more
+    clock.advance(settings.lease_duration + 1)
+    held = claims(replicas)
+    assert sorted(len(lane) for lane in held.values()) == [4, 5]
+    assert set().union(*held.values()) == set(members) and not held["a"] & held["b"]
+
+
+def test_a_lanes_commit_after_its_member_was_taken_is_refused(db, settings, clock, members):
+    first = MemberLeases(db, settings, holder="first", now=clock.now)
+    lane = fenced(db, Fence(first.claim()))
+    clock.advance(settings.lease_duration + 1)  # the first replica paused; the second takes every member
+    assert members_of(MemberLeases(db, settings, holder="second", now=clock.now).claim()) == set(members)
+    with pytest.raises(Fenced, match=member_lease(members[0])):
+        with transaction(lane.sessions) as session:
+            session.get(Cluster, members[0]).last_error = "written by a lane that lost the member"
+    with db.sessions() as session:
+        assert session.get(Cluster, members[0]).last_error is None
+
+
+def test_a_replica_runs_lane_services_on_its_members_only(db, settings, clock, members):
+    lanes_built: list[frozenset[int]] = []
+    holder = member_lanes(MemberLeases(db, settings, holder="only", now=clock.now),
+                          lambda _database, lane: lanes_built.append(lane) or [], clock=clock.monotonic)
+    try:
+        assert holder.step() and lanes_built == [frozenset(members)]
+        with transaction(db.sessions) as session:
+            session.delete(session.get(Cluster, members[-1]))  # a member removed: the lanes start again without it
+        clock.advance(settings.lease_renew_period)
+        assert holder.step() and lanes_built[-1] == frozenset(members[:-1])
+    finally:
+        holder.stop()
