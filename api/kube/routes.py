@@ -38,6 +38,7 @@ from clusters.sim.patch import merge_patch, strategic_merge_patch
 
 PREFIX = "/k8s"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+BROKER_MANAGER = "archipelago"  # the field manager that owns a submitted JobSet's fields
 WATCH_TIMEOUT = 1800.0
 WATCH_POLL = 0.5
 BOOKMARK_INTERVAL = 10.0
@@ -427,17 +428,56 @@ def _tenant_annotations(annotations: dict | None) -> dict[str, Any]:
             if key != LAST_APPLIED and not (key.startswith(BROKER) and key not in job_service.TENANT_ANNOTATIONS)}
 
 
+def _submitted_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """What a submitter writes and the broker keeps as it was: the spec, labels and annotations."""
+    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    return {"spec": obj.get("spec") or {}, "metadata": {"labels": metadata.get("labels") or {},
+                                                       "annotations": _tenant_annotations(metadata.get("annotations"))}}
+
+
+def _immutable(name: str, field: str) -> KubeError:
+    return invalid(name, field.lstrip("."), "field is immutable: the broker placed the JobSet as it was submitted; "
+                                            "delete it and create it again to change it")
+
+
 def _unchanged(name: str, wanted: dict[str, Any], stored: dict[str, Any]) -> None:
-    """A JobSet is placed as it was submitted: a change to its spec, labels or annotations is refused (422)."""
-    if wanted.get("spec") != stored.get("spec"):
-        raise invalid(name, "spec", "field is immutable: the broker placed the JobSet as it was submitted; "
-                                    "delete it and create it again to change it")
-    wanted_meta, stored_meta = wanted.get("metadata") or {}, stored.get("metadata") or {}
-    if (wanted_meta.get("labels") or {}) != (stored_meta.get("labels") or {}):
-        raise invalid(name, "metadata.labels", "field is immutable: labels are read when the JobSet is submitted")
-    if _tenant_annotations(wanted_meta.get("annotations")) != _tenant_annotations(stored_meta.get("annotations")):
-        raise invalid(name, "metadata.annotations", "field is immutable: annotations are read when the JobSet is "
-                                                    "submitted")
+    """A patched JobSet must come out as it was submitted (422 naming what would change)."""
+    wanted, stored = _submitted_fields(wanted), _submitted_fields(stored)
+    for field, section in (("spec", lambda o: o["spec"]), ("metadata.labels", lambda o: o["metadata"]["labels"]),
+                           ("metadata.annotations", lambda o: o["metadata"]["annotations"])):
+        if section(wanted) != section(stored):
+            raise _immutable(name, field)
+
+
+def _applied(applied: Any, stored: Any, path: str = "") -> tuple[list[str], list[str]]:
+    """Server-side apply over what is stored: the fields it sets to other values (the broker owns every submitted
+    field: a conflict) and the fields it adds; fields it leaves out stay as they are."""
+    changed: list[str] = []
+    added: list[str] = []
+    for key, value in applied.items():
+        where = f"{path}.{key}"
+        if key not in stored:
+            added.append(where)
+        elif isinstance(value, dict) and isinstance(stored[key], dict):
+            deeper = _applied(value, stored[key], where)
+            changed, added = changed + deeper[0], added + deeper[1]
+        elif value != stored[key]:
+            changed.append(where)
+    return changed, added
+
+
+def _check_apply(request: Request, name: str, applied: dict[str, Any], stored: dict[str, Any]) -> None:
+    """As kube-apiserver answers an apply that takes fields another manager owns (409, unless forced); a forced
+    one, or one that adds fields, is refused as a change to an immutable field (422)."""
+    changed, added = _applied(_submitted_fields(applied), _submitted_fields(stored))
+    if changed and request.query_params.get("force") not in ("true", "1"):
+        owner = f'conflict with "{BROKER_MANAGER}" using {API_VERSION}'
+        raise KubeError(409, f"Apply failed with {len(changed)} conflict{'s' * (len(changed) > 1)}: "
+                             + "; ".join(f"{owner}: {field}" for field in changed), name=name,
+                        causes=[{"reason": "FieldManagerConflict", "message": owner, "field": field}
+                                for field in changed])
+    if changed or added:
+        raise _immutable(name, (changed + added)[0])
 
 
 _MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
@@ -470,9 +510,11 @@ def patch_jobset(namespace: str, name: str, request: Request, session: SessionDe
         return _create(request, session, caller, namespace,
                        _in_namespace(merge_patch(patch, {"metadata": {"name": name}}), namespace))
     current = render(session, [job])[0]
-    wanted = patch if media_type == _APPLY_TYPE else \
-        (strategic_merge_patch if media_type == _MERGE_TYPES[1] else merge_patch)(current, patch)
-    _unchanged(name, wanted, job.manifest)
+    if media_type == _APPLY_TYPE:
+        _check_apply(request, name, patch, job.manifest)
+    else:
+        _unchanged(name, (strategic_merge_patch if media_type == _MERGE_TYPES[1] else merge_patch)(current, patch),
+                   job.manifest)
     return JSONResponse(current)
 
 

@@ -151,16 +151,25 @@ def test_kubectl_server_side_apply_twice_is_a_no_op_and_a_spec_change_is_refused
         applied = front_door.kubectl(config, "apply", "--server-side", "-f", path)
         assert applied.stdout.strip() == "jobset.jobset.x-k8s.io/ssa serverside-applied"
     assert [j["name"] for j in front_door.api.get("/api/v1/jobs").json()["items"]] == ["ssa"]
+    # fields left out of an apply stay as they are
+    partial = jobset("ssa")
+    del partial["metadata"]["labels"], partial["spec"]["replicatedJobs"]
+    assert front_door.kubectl(config, "apply", "--server-side", "-f", _write(front_door, partial)).returncode == 0
+    # a changed field is the broker's: a conflict, and forced, an immutable field
     changed = jobset("ssa", parts=(("workers", 2, 2, 8),))
-    refused = front_door.kubectl(config, "apply", "--server-side", "-f", _write(front_door, changed), ok=False)
-    assert refused.returncode == 1
-    assert 'The JobSet "ssa" is invalid: spec: field is immutable' in refused.stderr
+    conflict = front_door.kubectl(config, "apply", "--server-side", "-f", _write(front_door, changed), ok=False)
+    assert conflict.returncode == 1
+    assert ('Apply failed with 1 conflict: conflict with "archipelago" using jobset.x-k8s.io/v1alpha2: '
+            '.spec.replicatedJobs') in conflict.stderr
+    forced = front_door.kubectl(config, "apply", "--server-side", "--force-conflicts", "-f",
+                                _write(front_door, changed), ok=False)
+    assert 'The JobSet "ssa" is invalid: spec.replicatedJobs: field is immutable' in forced.stderr
     patched = front_door.kubectl(config, "apply", "-f", _write(front_door, changed), ok=False)  # a merge patch
     assert patched.returncode == 1 and 'The JobSet "ssa" is invalid: spec: field is immutable' in patched.stderr
     relabelled = jobset("ssa")
     relabelled["metadata"]["labels"]["team"] = "vision"
     refused = front_door.kubectl(config, "apply", "--server-side", "-f", _write(front_door, relabelled), ok=False)
-    assert 'metadata.labels: field is immutable' in refused.stderr
+    assert 'metadata.labels.team: field is immutable' in refused.stderr
     [job] = front_door.api.get("/api/v1/jobs").json()["items"]
     assert front_door.job(job["id"])["manifest"]["spec"] == jobset("ssa")["spec"]
 
