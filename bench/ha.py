@@ -32,18 +32,12 @@ sys.path.insert(0, str(ROOT))
 from table import print_table  # noqa: E402
 
 from bench.api import database, jobset as api_jobset, p99, post_concurrently, prepare  # noqa: E402
-from broker.db.models import LEADER, Job, Lease  # noqa: E402
+from broker.db.models import Job  # noqa: E402
 from clusters.sim.testing import running_simulator  # noqa: E402
-from tests.brokers import Broker, wait_for  # noqa: E402
+from tests.brokers import Broker, leader_pid, wait_for  # noqa: E402
 from tests.propagation.conftest import SCENARIO, TENANTS, jobset  # noqa: E402
 
 POLL = 0.02
-
-
-def leader_pid(engine) -> int | None:
-    with engine.connect() as connection:
-        holder = connection.scalar(select(Lease.holder).where(Lease.name == LEADER))
-    return int(holder.split("/")[1]) if holder else None
 
 
 def takeovers(engine, replicas: list[Broker], kills: int) -> list[float]:

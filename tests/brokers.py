@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Callable
 
 import httpx
+from sqlalchemy import select
 
+from broker.db.models import LEADER, Lease
 from clusters.jobsets import JOB_ID_LABEL
 from clusters.sim.resources import JOBSETS
 from clusters.sim.testing import SimHandle
@@ -76,6 +78,13 @@ class Broker:
 
     def state(self, job_id: int) -> str:
         return self.api.get(f"/api/v1/jobs/{job_id}").json()["state"]
+
+
+def leader_pid(engine) -> int | None:
+    """The process that holds the leader lease (its holder is host/pid/nonce), or None."""
+    with engine.connect() as connection:
+        holder = connection.scalar(select(Lease.holder).where(Lease.name == LEADER))
+    return int(holder.split("/")[1]) if holder else None
 
 
 def wait_for(condition: Callable[[], bool], what: str, tick: Callable[[], None] = lambda: None,

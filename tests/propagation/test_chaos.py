@@ -1,8 +1,8 @@
-"""Three `archipelago serve` replicas on one PostgreSQL and the simulator; a stream of JobSets, some cancelled; the
-leader SIGKILLed three times and another replica once, each started again; the long jobs cancelled in one burst
-through one replica. At the end every job reached exactly
-one terminal state, no job ever had two live copies on the members, no job or event was duplicated, and the
-members hold exactly the copies of the placements that finished."""
+"""Three `archipelago serve` replicas on one PostgreSQL and the simulator: one leads (scheduling), each holds a lane
+of the members (their inventory, status and dispatch). A stream of JobSets; the leader SIGKILLed three times and
+another replica (a lane holder) once, each started again; the long jobs cancelled in one burst through one replica.
+At the end every job reached exactly one terminal state, no job ever had two live copies on the members, no job or
+event was duplicated, and the members hold exactly the copies of the placements that finished."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, func, select
 from broker.db.models import JOB_FINISHED_STATES, LEADER, Event, Job, Lease, Placement
 from clusters.jobsets import JOB_ID_LABEL, PLACEMENT_ID_LABEL
 from clusters.sim.testing import SimHandle, running_simulator
-from tests.brokers import Broker, copies, wait_for
+from tests.brokers import Broker, copies, leader_pid, wait_for
 from tests.propagation.conftest import SCENARIO, TENANTS, jobset
 
 REPLICAS = 3
@@ -54,12 +54,6 @@ class CopyWatch(threading.Thread):
                            if not c["metadata"].get("deletionTimestamp"))
             self.doubled += [job for job, n in live.items() if n > 1]
             self.samples += 1
-
-
-def leader_pid(engine) -> int | None:
-    with engine.connect() as connection:
-        holder = connection.scalar(select(Lease.holder).where(Lease.name == LEADER))
-    return int(holder.split("/")[1]) if holder else None
 
 
 @pytest.mark.postgres
