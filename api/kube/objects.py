@@ -15,10 +15,15 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, undefer
 
 from api.kube.resource import API_VERSION, KIND
+from broker.jobs import BROKER_PREFIX
 from api.views import jobs_out
 from broker.db.models import JOB_FINISHED_STATES, Event, Job, as_utc, utcnow
 
-BROKER = "archipelago.io/"
+BROKER_MANAGER = "archipelago"  # the field manager of every field a JobSet was submitted with
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+# The broker's fields of a job, shown as annotations of its JobSet (and dropped from what a client sends back).
+STATUS_ANNOTATIONS = tuple(BROKER_PREFIX + key for key in ("job-id", "queue", "state", "clusters", "hypernodes",
+                                                           "reason"))
 # How long a transaction may hold an event id before it commits; older gaps in the ids are rollbacks.
 COMMIT_SLACK = timedelta(seconds=30)
 _UID_NAMESPACE = uuid.UUID("6f1d8a52-5b1e-4d8e-9d55-1f3c0e3b7a10")
@@ -77,14 +82,14 @@ def jobset(job: Job, summary: dict[str, Any], resource_version: int) -> dict[str
     manifest = job.manifest
     metadata = {**(manifest.get("metadata") or {}), "name": job.name, "namespace": job.namespace,
                 "uid": uid_of(job.id), "resourceVersion": str(resource_version), "generation": 1,
-                "creationTimestamp": rfc3339(job.submitted_at)}
+                "creationTimestamp": rfc3339(job.submitted_at),
+                "managedFields": managed_fields(manifest, job.submitted_at)}
     if job.cancel_requested_at is not None:
         metadata["deletionTimestamp"] = rfc3339(job.cancel_requested_at)
-    broker_fields = {"job-id": str(job.id), "queue": summary["queue"], "state": job.state,
-                     "clusters": ",".join(summary["clusters"]), "hypernodes": ",".join(summary["hypernodes"]),
-                     "reason": job.reason or ""}
+    broker_fields = [str(job.id), summary["queue"], job.state, ",".join(summary["clusters"]),
+                     ",".join(summary["hypernodes"]), job.reason or ""]
     metadata["annotations"] = {**(metadata.get("annotations") or {}),
-                               **{BROKER + key: value for key, value in broker_fields.items() if value}}
+                               **{key: value for key, value in zip(STATUS_ANNOTATIONS, broker_fields) if value}}
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": manifest.get("spec") or {},
             "status": _status(job, summary)}
 
@@ -113,8 +118,7 @@ def table(objects: list[dict[str, Any]], list_meta: dict[str, Any]) -> dict[str,
     for obj in objects:
         metadata, annotations = obj["metadata"], obj["metadata"].get("annotations") or {}
         created = datetime.strptime(metadata["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ")
-        cells = [metadata["name"]] + [annotations.get(BROKER + key, "") for key in ("queue", "state", "clusters",
-                                                                                     "hypernodes")]
+        cells = [metadata["name"]] + [annotations.get(key, "") for key in STATUS_ANNOTATIONS[1:5]]
         partial = {k: v for k, v in metadata.items() if k != "managedFields"}
         rows.append({"cells": cells + [_age(now - as_utc(created))],
                      "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": partial}})
@@ -142,3 +146,26 @@ def core_event(event: Event, job: Job) -> dict[str, Any]:
             "reason": event.reason, "message": event.message, "type": event.type, "count": 1,
             "firstTimestamp": at, "lastTimestamp": at, "source": {"component": "archipelago"},
             "reportingComponent": "archipelago"}
+
+
+def tenant_annotations(annotations: dict | None) -> dict[str, Any]:
+    """Annotations as the tenant wrote them: without the broker's fields or kubectl's record of the last apply."""
+    return {key: value for key, value in (annotations or {}).items()
+            if key != LAST_APPLIED and key not in STATUS_ANNOTATIONS}
+
+
+def submitted_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """What a submitter writes and the broker keeps as it was: the spec, labels and annotations."""
+    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    return {"spec": obj.get("spec") or {}, "metadata": {"labels": metadata.get("labels") or {},
+                                                       "annotations": tenant_annotations(metadata.get("annotations"))}}
+
+
+def _fields_v1(value: Any) -> dict[str, Any]:
+    """The FieldsV1 set of a value: its keys, nested; lists and scalars as leaves."""
+    return {f"f:{key}": _fields_v1(item) for key, item in value.items()} if isinstance(value, dict) else {}
+
+
+def managed_fields(manifest: dict[str, Any], submitted: datetime) -> list[dict[str, Any]]:
+    return [{"manager": BROKER_MANAGER, "operation": "Update", "apiVersion": API_VERSION, "time": rfc3339(submitted),
+             "fieldsType": "FieldsV1", "fieldsV1": _fields_v1(submitted_fields(manifest))}]

@@ -23,7 +23,8 @@ from starlette.concurrency import run_in_threadpool
 from api.deps import SessionDep, SettingsDep
 from api.kube import resource
 from api.kube.errors import KubeError, forbidden, from_broker, invalid, not_found
-from api.kube.objects import BROKER, core_event, render, table, uid_of, watermark
+from api.kube.objects import (BROKER_MANAGER, STATUS_ANNOTATIONS, core_event, render, submitted_fields, table,
+                              uid_of, watermark)
 from api.kube.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from api.kube.watch import EventCursor, Scope, bookmark, changes
 from api.problems import Problem
@@ -37,8 +38,8 @@ from clusters.labels import parse_selector
 from clusters.sim.patch import merge_patch, strategic_merge_patch
 
 PREFIX = "/k8s"
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-BROKER_MANAGER = "archipelago"  # the field manager that owns a submitted JobSet's fields
+SERVER_SET = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp", "managedFields",
+              "selfLink")
 WATCH_TIMEOUT = 1800.0
 WATCH_POLL = 0.5
 BOOKMARK_INTERVAL = 10.0
@@ -381,7 +382,11 @@ def _in_namespace(manifest: Any, namespace: str) -> dict[str, Any]:
     metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), dict) else {}
     if metadata.get("namespace") not in (None, namespace):
         raise KubeError(400, "the namespace of the provided object does not match the namespace sent on the request")
-    return {**manifest, "metadata": {**metadata, "namespace": namespace}}
+    kept = {key: value for key, value in metadata.items() if key not in SERVER_SET}  # e.g. from `get -o yaml`
+    if isinstance(kept.get("annotations"), dict):
+        kept["annotations"] = {k: v for k, v in kept["annotations"].items() if k not in STATUS_ANNOTATIONS}
+    return {**{key: value for key, value in manifest.items() if key != "status"},
+            "metadata": {**kept, "namespace": namespace}}
 
 
 def _dry_run(request: Request) -> bool:
@@ -422,19 +427,6 @@ def create_jobset(namespace: str, request: Request, session: SessionDep, caller:
     return _create(request, session, caller, namespace, _in_namespace(manifests[0], namespace))
 
 
-def _tenant_annotations(annotations: dict | None) -> dict[str, Any]:
-    """Annotations as the tenant wrote them: without the broker's fields or kubectl's record of the last apply."""
-    return {key: value for key, value in (annotations or {}).items()
-            if key != LAST_APPLIED and not (key.startswith(BROKER) and key not in job_service.TENANT_ANNOTATIONS)}
-
-
-def _submitted_fields(obj: dict[str, Any]) -> dict[str, Any]:
-    """What a submitter writes and the broker keeps as it was: the spec, labels and annotations."""
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    return {"spec": obj.get("spec") or {}, "metadata": {"labels": metadata.get("labels") or {},
-                                                       "annotations": _tenant_annotations(metadata.get("annotations"))}}
-
-
 def _immutable(name: str, field: str) -> KubeError:
     return invalid(name, field.lstrip("."), "field is immutable: the broker placed the JobSet as it was submitted; "
                                             "delete it and create it again to change it")
@@ -442,7 +434,7 @@ def _immutable(name: str, field: str) -> KubeError:
 
 def _unchanged(name: str, wanted: dict[str, Any], stored: dict[str, Any]) -> None:
     """A patched JobSet must come out as it was submitted (422 naming what would change)."""
-    wanted, stored = _submitted_fields(wanted), _submitted_fields(stored)
+    wanted, stored = submitted_fields(wanted), submitted_fields(stored)
     for field, section in (("spec", lambda o: o["spec"]), ("metadata.labels", lambda o: o["metadata"]["labels"]),
                            ("metadata.annotations", lambda o: o["metadata"]["annotations"])):
         if section(wanted) != section(stored):
@@ -469,7 +461,7 @@ def _applied(applied: Any, stored: Any, path: str = "") -> tuple[list[str], list
 def _check_apply(request: Request, name: str, applied: dict[str, Any], stored: dict[str, Any]) -> None:
     """As kube-apiserver answers an apply that takes fields another manager owns (409, unless forced); a forced
     one, or one that adds fields, is refused as a change to an immutable field (422)."""
-    changed, added = _applied(_submitted_fields(applied), _submitted_fields(stored))
+    changed, added = _applied(submitted_fields(applied), submitted_fields(stored))
     if changed and request.query_params.get("force") not in ("true", "1"):
         owner = f'conflict with "{BROKER_MANAGER}" using {API_VERSION}'
         raise KubeError(409, f"Apply failed with {len(changed)} conflict{'s' * (len(changed) > 1)}: "

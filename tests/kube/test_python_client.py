@@ -38,14 +38,22 @@ def test_custom_objects_api_creates_gets_lists_and_deletes(front_door, objects):
 
     got = objects.get_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, "one")
     assert got["metadata"]["uid"] == created["metadata"]["uid"] and got["spec"] == jobset("one")["spec"]
+    [managed] = got["metadata"]["managedFields"]  # the broker owns what was submitted
+    assert managed["manager"] == "archipelago" and set(managed["fieldsV1"]) == {"f:metadata", "f:spec"}
+    assert set(managed["fieldsV1"]["f:spec"]["f:replicatedJobs"]) == set()  # a list: one field
+    # what `kubectl get -o yaml` printed can be created again: the server's fields are dropped
+    objects.delete_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, "one")
+    again = objects.create_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, got)
+    assert again["metadata"]["uid"] != got["metadata"]["uid"] and len(again["metadata"]["managedFields"]) == 1
+    got = again
     listed = objects.list_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL)
-    assert [i["metadata"]["name"] for i in listed["items"]] == ["one", "two"]
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["two", "one"]  # in submission order
     selected = objects.list_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, label_selector="tier=batch")
     assert [i["metadata"]["name"] for i in selected["items"]] == ["two"]
     first = objects.list_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, limit=1)
     rest = objects.list_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, limit=1,
                                                  _continue=first["metadata"]["continue"])
-    assert [i["metadata"]["name"] for i in first["items"] + rest["items"]] == ["one", "two"]
+    assert [i["metadata"]["name"] for i in first["items"] + rest["items"]] == ["two", "one"]
 
     objects.delete_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, "two")  # queued: cancelled at once
     with pytest.raises(ApiException) as gone:
