@@ -34,6 +34,12 @@ def test_the_kubeconfig_it_prints_is_enough_for_kubectl(front_door, monkeypatch)
     refused = front_door.kubectl(path, "get", "jobsets", "-n", "team-b", ok=False)
     assert refused.returncode == 1 and "forbidden" in refused.stderr
 
+    # a token the tenant has already goes in as it is, and none is minted
+    given = CliRunner().invoke(cli, ["kubeconfig", "--tenant", "team-a", "--server", front_door.url,
+                                     "--token", user["user"]["token"]], catch_exceptions=False)
+    assert yaml.safe_load(given.stdout)["users"] == [user]
+    assert len(front_door.api.get("/api/v1/tokens").json()) == 1
+
 
 def test_an_unknown_tenant_is_one_line(front_door, monkeypatch):
     ca = front_door.home / "broker-ca.crt"
