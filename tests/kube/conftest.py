@@ -24,7 +24,7 @@ from tests.servers import serving
 from clusters.sim.testing import running_simulator
 from clusters.sim.tls import make_serving_cert
 
-KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
+KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent))  # the wheel's, not whatever is on PATH
 
 
 @pytest.fixture
