@@ -1,7 +1,7 @@
 """Member lanes: the per-member work (inventory sync and watches, status watches, dispatch to the member) shared
 among the replicas that run loops, by one lease per member (the `member:<cluster id>` rows of `leases`).
 
-Every renew period each replica heartbeats its own `replica:<holder>` row, counts the live replicas, renews in one
+Every renew period each replica heartbeats its own `replica:<nonce>` row, counts the live replicas, renews in one
 statement the member leases it holds, gives up those above its share (members ÷ live replicas, rounded up) and
 takes free or expired ones up to it. Its lane services run on the members it holds, every commit of theirs fenced
 by those leases' tokens; when the set changes they are stopped and started again on the new set. A dead replica's
@@ -40,6 +40,7 @@ class MemberLeases:
     def __init__(self, database: Database, settings: Settings, *, holder: str,
                  now: Callable[[], datetime] = utcnow) -> None:
         self.database, self.settings, self.holder, self.now = database, settings, holder, now
+        self.heartbeat = f"{REPLICA}{holder.rsplit('/', 1)[-1]}"  # the holder's nonce: a lease name is 63 at most
 
     def claim(self) -> dict[str, int]:
         """Heartbeat, count the live replicas, renew ours, give up the surplus, take free ones up to the share."""
@@ -50,7 +51,7 @@ class MemberLeases:
         with writing(self.database) as session:
             session.execute(delete(lease).where(lease.c.name.startswith(REPLICA),
                                                 lease.c.expires_at < now - FORGET_REPLICAS_AFTER))
-            session.execute(postgresql.insert(lease).values(name=f"{REPLICA}{self.holder}", holder=self.holder,
+            session.execute(postgresql.insert(lease).values(name=self.heartbeat, holder=self.holder,
                                                             token=0, expires_at=expires)
                             .on_conflict_do_update(index_elements=["name"], set_={"expires_at": expires}))
             members = {member_lease(i): i for i in session.scalars(select(Cluster.id))}
@@ -81,7 +82,7 @@ class MemberLeases:
         with writing(self.database) as session:
             session.execute(update(lease).where(lease.c.holder == self.holder, lease.c.name.startswith(MEMBER))
                             .values(holder=None, expires_at=self.now()))
-            session.execute(delete(lease).where(lease.c.name == f"{REPLICA}{self.holder}"))
+            session.execute(delete(lease).where(lease.c.name == self.heartbeat))
 
 
 def members_of(held: dict[str, int]) -> frozenset[int]:

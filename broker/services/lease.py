@@ -7,7 +7,8 @@ renew period of the holder's death). A replica runs its loop services only while
 them the moment it learns it lost it; each of their commits checks the token in its own transaction
 (`broker.db.fencing`), so a paused ex-leader that wakes after a takeover has its commits refused. Expiry is
 read on the replicas' clocks: skew between them delays or hastens a takeover, never lets two leaders write.
-On SQLite the one process that runs loops holds it, through the same row.
+On SQLite the one process that runs loops holds it, through the same row. `LeaseHolder` runs loop services under
+any set of leases: the leader's here, the member lanes' in `broker.services.lanes`.
 """
 
 from __future__ import annotations

@@ -64,7 +64,8 @@ def test_a_lanes_commit_after_its_member_was_taken_is_refused(db, settings, cloc
 
 def test_a_replica_runs_lane_services_on_its_members_only(db, settings, clock, members):
     lanes_built: list[frozenset[int]] = []
-    holder = member_lanes(MemberLeases(db, settings, holder="only", now=clock.now),
+    pod = f"{'a' * 63}/4242/0123abcd"  # a Kubernetes pod's longest hostname, its pid and nonce
+    holder = member_lanes(MemberLeases(db, settings, holder=pod, now=clock.now),
                           lambda _database, lane: lanes_built.append(lane) or [], clock=clock.monotonic)
     try:
         assert holder.step() and lanes_built == [frozenset(members)]
