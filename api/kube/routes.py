@@ -35,7 +35,7 @@ from broker.errors import Conflict, Invalid, NotFound
 from broker.tenancy import Principal, authenticate
 from clusters.documents import DocumentError, load_json, load_yaml_all
 from clusters.labels import parse_selector
-from clusters.sim.patch import merge_patch, strategic_merge_patch
+from clusters.patches import merge_patch, strategic_merge_patch
 
 PREFIX = "/k8s"
 SERVER_SET = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp", "managedFields",

@@ -9,6 +9,7 @@ import uuid
 from typing import Any, Callable
 
 from clusters.labels import parse_selector
+from clusters.patches import merge_patch, strategic_merge_patch
 from clusters.sim import patch as patches
 from clusters.sim.clock import SimClock, rfc3339
 from clusters.sim.controller import Controller, _suffix
@@ -199,9 +200,9 @@ class SimCluster:
             if kind in _CUSTOM:
                 raise ApiError(415, "UnsupportedMediaType", "strategic merge patch is not supported for custom "
                                "resources; use a JSON merge patch or server-side apply")
-            new = patches.strategic_merge_patch(old, body)
+            new = strategic_merge_patch(old, body)
         else:
-            new = patches.merge_patch(old, body)
+            new = merge_patch(old, body)
         if not isinstance(new, dict):
             raise ApiError(422, "Invalid", "the patch does not yield an object")
         new = self._check_identity(kind, new, namespace, name)

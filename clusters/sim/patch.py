@@ -2,7 +2,8 @@
 
 Lists of objects that carry a `name` are treated as maps keyed by it (replicatedJobs, containers,
 env, volumes ...), as their `x-kubernetes-list-map-keys` / `patchMergeKey` declare; other lists
-are atomic. Field ownership is kept in `metadata.managedFields` in the FieldsV1 format.
+are atomic. Field ownership is kept in `metadata.managedFields` in the FieldsV1 format. The merge
+patches themselves are clusters/patches.py, which the broker's front door shares.
 """
 
 from __future__ import annotations
@@ -11,54 +12,10 @@ import copy
 import json
 from typing import Any
 
+from clusters.patches import keyed
 from clusters.sim.store import ApiError
 
 _DELETE = object()
-
-
-def _keyed(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(i, dict) and "name" in i for i in value)
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch; returns a new value and leaves both inputs alone."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
-
-
-def strategic_merge_patch(target: Any, patch: Any) -> Any:
-    """Merge patch, except that lists of named objects merge item by item (`$patch: delete` removes one)."""
-    if isinstance(patch, list) and (_keyed(patch) or any(isinstance(i, dict) and i.get("$patch") for i in patch)):
-        if isinstance(target, list) and all(isinstance(i, dict) for i in target):
-            items = {i.get("name"): i for i in target}
-            order = [i.get("name") for i in target]
-            for item in patch:
-                name = item.get("name")
-                if item.get("$patch") == "delete":
-                    items.pop(name, None)
-                    continue
-                if name not in items:
-                    order.append(name)
-                items[name] = strategic_merge_patch(items.get(name), item)
-            return [items[n] for n in order if n in items]
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if key.startswith("$"):
-            continue
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = strategic_merge_patch(result.get(key), value)
-    return result
 
 
 def _pointer(path: str) -> list[str]:
@@ -147,7 +104,7 @@ def _paths(value: Any, prefix: tuple[str, ...], out: set[tuple[str, ...]]) -> No
     if isinstance(value, dict) and value:
         for key, item in value.items():
             _paths(item, prefix + (f"f:{key}",), out)
-    elif _keyed(value):
+    elif keyed(value):
         for item in value:
             key = "k:" + json.dumps({"name": item["name"]}, separators=(",", ":"))
             out.add(prefix + (key, "."))
@@ -209,7 +166,7 @@ def apply_merge(live: Any, applied: Any) -> Any:
         for key, value in applied.items():
             result[key] = apply_merge(live.get(key), value)
         return result
-    if _keyed(applied) and isinstance(live, list) and all(isinstance(i, dict) for i in live):
+    if keyed(applied) and isinstance(live, list) and all(isinstance(i, dict) for i in live):
         items = {i.get("name"): i for i in live}
         order = [i.get("name") for i in live]
         for item in applied:
