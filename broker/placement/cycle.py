@@ -278,9 +278,8 @@ class _Cycle:
         """Why the search found no place, after the filters passed: the gang's pods do not fit nodes."""
         part = max(request.parts, key=lambda p: p.pods)
         what = pods_phrase(part.pods, part.pod_requests)
-        resource = request.primary
         if request.bound is not None:
-            return (f"needs {amount(resource, request.demand.get(resource, 0))} in one tier-{request.bound} "
+            return (f"needs {amount(request.primary, request.need)} in one tier-{request.bound} "
                     f"HyperNode; those with enough free cannot hold {what} on their nodes")
         return f"free capacity is fragmented: its nodes cannot hold {what}"
 
@@ -458,8 +457,7 @@ class _Cycle:
         if "Reservation" not in self.config.filters:
             return None
         request = self._whole(job)
-        demand, bound, resource = request.demand, request.bound, request.primary
-        need = demand.get(resource, 0)
+        demand, bound, resource, need = request.demand, request.bound, request.primary, request.need
         candidates: list[tuple] = []
         for cluster in self.snapshot.clusters.values():
             open_hypernodes = self.open.get(cluster.name, cluster.hypernodes.values())

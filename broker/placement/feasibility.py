@@ -70,7 +70,6 @@ def _cannot_hold(request: Request) -> str:
     part = max(request.parts, key=lambda p: p.pods)
     what = pods_phrase(part.pods, part.pod_requests)
     if request.bound is not None:
-        resource = request.primary
         return (f"even empty, no HyperNode of tier {request.bound} or lower can hold "
-                f"{amount(resource, request.demand.get(resource, 0))} as {what} on its nodes")
+                f"{amount(request.primary, request.need)} as {what} on its nodes")
     return f"even empty, its nodes cannot hold {what}"

@@ -51,6 +51,11 @@ class Request:
     def primary(self) -> str:
         return primary_resource(self.demand)
 
+    @property
+    def need(self) -> int:
+        """How much of its primary resource it asks for (0: a pod that asks for no CPU nor GPU)."""
+        return self.demand.get(self.primary, 0)
+
 
 @dataclass(slots=True)
 class Candidate:
@@ -152,7 +157,7 @@ class Reservation:
         held = request.holds.get(cluster.name)
         if held is None:
             return None
-        resource, need = request.primary, request.demand.get(request.primary, 0)
+        resource, need = request.primary, request.need
         if request.bound is None:
             free = cluster.free_total.get(resource, 0)
             if free >= need or free + held.free.get(resource, 0) < need:
@@ -216,9 +221,9 @@ class TopologyBound:
             return f"has no HyperNode of tier {request.bound} or lower"
         resource = request.primary
         largest = cluster.largest_free(resource, request.bound)
-        if largest < request.demand.get(resource, 0):
-            return (f"needs {amount(resource, request.demand[resource])} in one tier-{request.bound} HyperNode; "
-                    f"the largest free one has {amount(resource, largest).split(' ')[0]}")
+        if largest < request.need:
+            return (f"needs {amount(resource, request.need)} in one tier-{request.bound} HyperNode; "
+                    f"the largest free one has {amount(resource, largest).split()[0]}")
         return None
 
 
@@ -253,7 +258,7 @@ class BinPacking:
         resource = request.primary
         if not total.get(resource):
             return 0.0
-        left = free.get(resource, 0) - request.demand.get(resource, 0)
+        left = free.get(resource, 0) - request.need
         return 100.0 * (1 - left / total[resource])
 
 
@@ -264,7 +269,7 @@ class Spread:
 
     def score(self, request, candidate):
         cluster, resource = candidate.cluster, request.primary
-        total = cluster.allocatable_total.get(resource, 0)
+        total = cluster.allocatable_total.get(resource)
         emptiness = cluster.free_total.get(resource, 0) / total if total else 0.0
         apart = 0.0 if cluster.name in request.clusters_used else 1.0
         return 50.0 * emptiness + 50.0 * apart
