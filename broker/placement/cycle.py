@@ -16,6 +16,7 @@ Holds last one cycle: they are recomputed by the next one, where the long-waitin
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Iterable, Mapping
@@ -76,7 +77,7 @@ class _Cycle:
         self.evicted: set[str] = set()
         # tenants with work, running or pending: those the federation is shared among (`fair`)
         self.active: set[str] = {t for t, usage in snapshot.tenant_usage.items() if any(usage.values())}
-        self.fair: dict[str, float] = {}
+        self.fair: dict[str, float] = {}  # every pending job's tenant is activated before its job is decided
 
     def activate(self, tenants: Iterable[str]) -> None:
         self.active.update(tenants)
@@ -90,7 +91,7 @@ class _Cycle:
         if self.snapshot.now - job.submitted_at < self.config.starvation_after_s:
             return False
         usage = self.snapshot.tenant_usage.get(job.tenant, {})
-        return dominant_share(usage, self.snapshot.totals) <= self.fair.get(job.tenant, 1.0) + 1e-9
+        return dominant_share(usage, self.snapshot.totals) <= self.fair[job.tenant] + 1e-9
 
     def _quota(self, job: PendingJob) -> QuotaVerdict:
         state = self.snapshot.queues[job.queue]
@@ -218,8 +219,10 @@ class _Cycle:
         outcome.waiting = Waiting(job.id, summary, MappingProxyType(reasons))
         return outcome
 
-    def _filter(self, request: Request, cluster: ClusterIndex, capacity: bool = True) -> str | None:
-        for plugin in self.filters if capacity else self.static_filters:
+    @staticmethod
+    def _filter(request: Request, cluster: ClusterIndex, filters: list) -> str | None:
+        """The first reason one of `filters` gives to keep the request off the cluster, or None."""
+        for plugin in filters:
             reason = plugin.filter(request, cluster)
             if reason:
                 return reason
@@ -238,7 +241,7 @@ class _Cycle:
         cap = self.config.max_candidates_per_tier
         line = []
         for cluster in self.snapshot.clusters.values():
-            reason = self._filter(request, cluster)
+            reason = self._filter(request, cluster, self.filters)
             if reason is None:
                 estimate = cluster.search(request.parts, request.demand, request.bound, cap, bind=False)
                 if estimate is None:
@@ -337,13 +340,13 @@ class _Cycle:
         mine = dict(usage.get(job.tenant, {}))
         add_into(mine, job.spec.requests)
         if victim is None:
-            return dominant_share(mine, totals) <= self.fair.get(job.tenant, 0.0) + 1e-9
+            return dominant_share(mine, totals) <= self.fair[job.tenant] + 1e-9
         placements = self.snapshot.running[victim]
         theirs = dict(usage.get(placements[0].tenant, {}))
         for placement in placements:
             for amounts in placement.node_usage.values():
                 add_into(theirs, amounts, -1)
-        return fair_share_allows(dominant_share(mine, totals), self.fair.get(job.tenant, 0.0),
+        return fair_share_allows(dominant_share(mine, totals), self.fair[job.tenant],
                                  dominant_share(theirs, totals), self.fair.get(placements[0].tenant, 0.0))
 
     def _borrowing(self, queue_name: str, demand: Mapping[str, int]) -> bool:
@@ -376,7 +379,7 @@ class _Cycle:
         where = {v: {p.cluster for p in running[v]} for v in rules}
         best = None
         for cluster in self.snapshot.clusters.values():
-            if self._filter(request, cluster, capacity=False):
+            if self._filter(request, cluster, self.static_filters):
                 continue
             # work elsewhere gives back only quota: it is tried only when the job's quota is short
             ordered = sorted((v for v in rules if cluster.name in where[v] or not verdict.admissible),
@@ -457,21 +460,20 @@ class _Cycle:
         if "Reservation" not in self.config.filters:
             return None
         request = self._whole(job)
-        demand, bound, resource, need = request.demand, request.bound, request.primary, request.need
+        demand, bound, resource = request.demand, request.bound, request.primary
         candidates: list[tuple] = []
         for cluster in self.snapshot.clusters.values():
             open_hypernodes = self.open.get(cluster.name, cluster.hypernodes.values())
             if not open_hypernodes and cluster.name in self.held:
                 continue  # every node of it is held already
-            if self._filter(request, cluster, capacity=False):
+            if self._filter(request, cluster, self.static_filters):
                 continue
-            sets: list[tuple[HyperNodeState | None, Mapping[str, int], Mapping[str, int], int]] = [
+            sets: list[tuple[HyperNodeState | None, Mapping[str, int], Mapping[str, int], float]] = [
                 (h, h.allocatable, h.free, h.tier) for h in open_hypernodes
-                if h.allocatable.get(resource, 0) >= need and (bound is None or h.tier <= bound)
-                and fits(h.allocatable, demand)]
+                if (bound is None or h.tier <= bound) and fits(h.allocatable, demand)]
             if (not sets and bound is None and cluster.name not in self.held
                     and fits(cluster.allocatable_total, demand)):
-                sets = [(None, cluster.allocatable_total, cluster.free_total, 1 << 30)]
+                sets = [(None, cluster.allocatable_total, cluster.free_total, math.inf)]  # after every tier
             for state, allocatable, free, tier in sets:
                 total = allocatable.get(resource, 0)
                 candidates.append((total - free.get(resource, 0), total, tier, cluster.name,
@@ -582,7 +584,6 @@ def dry_run(snapshot: Snapshot, job: PendingJob, config: Config = Config()) -> D
     for victim in cycle.evicted:
         cycle._evict(victim, -1)
     cycle.release_holds()
-    verdicts = tuple(outcome.verdicts.get(name, ClusterVerdict(name, None, (outcome.waiting.clusters.get(name, "")
-                                                                             if outcome.waiting else "")))
-                     for name in snapshot.clusters)
+    # a cluster without a verdict was never looked at (the queue or its quota stopped the job first)
+    verdicts = tuple(outcome.verdicts.get(name, ClusterVerdict(name, None)) for name in snapshot.clusters)
     return DryRun(tuple(outcome.placements), tuple(outcome.preemptions), outcome.waiting, verdicts)

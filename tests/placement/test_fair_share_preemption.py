@@ -85,3 +85,16 @@ def test_age_does_not_undo_fairness_a_starving_job_of_a_tenant_above_its_share_w
     old, new = job("o", gpus=8, tenant="over", submitted_at=0.0), job("u", gpus=8, tenant="under", submitted_at=9_999.0)
     result = schedule(s, [old, new])
     assert [p.job_id for p in result.placements] == [new.id] and not result.holds
+
+
+def test_a_tenant_that_would_end_above_its_share_takes_nothing_however_far_above_theirs_the_others_are():
+    """Three active tenants (fair share 64/3 GPUs each): late holds 16 and asks 8 more (24 > 21.3); early
+    holds 48, and would keep 40 after one eviction. Late's own work counts: it takes nothing."""
+    eu = cluster("eu", fabric(leaves=2, nodes_per_leaf=4))
+    names = [n.name for n in eu.nodes]
+    work = ([running(f"early-{i}", "eu", [names[i]], queue_name="e", tenant="early") for i in range(6)]
+            + [running(f"late-{i}", "eu", [names[i]], queue_name="l", tenant="late") for i in (6, 7)])
+    s = snapshot([eu], [queue("e", tenant="early"), queue("l", tenant="late"), queue("o", tenant="other")],
+                 running=work, tenants=[Tenant("late", 1.0, "LessThanOrEqualToFinalShare")])
+    result = schedule(s, [job("l", gpus=8, tenant="late"), job("o", gpus=8, tenant="other")])
+    assert not result.placements and not result.preemptions
