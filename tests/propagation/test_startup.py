@@ -79,6 +79,9 @@ def test_a_job_evicted_as_often_as_the_limit_allows_fails_and_says_why(federatio
     assert "ImagePullBackOff" in failed["reason"]
     reasons = [r for r in federation.reasons(job) if r in ("Starting", "Evicted", "Requeued", "Failed")]
     assert reasons == ["Starting", "Evicted", "Requeued"] * 2 + ["Starting", "Evicted", "Failed"]
+    # an eviction and the failure are warnings (kubectl's Type column); a re-queue is not
+    types = {(e["reason"], e["type"]) for e in failed["events"] if e["reason"] in ("Evicted", "Requeued", "Failed")}
+    assert types == {("Evicted", "Warning"), ("Requeued", "Normal"), ("Failed", "Warning")}
     federation.step()
     assert federation.copies(job) == []
 
