@@ -159,7 +159,7 @@ def scheduler_cycle(engine) -> tuple[float, float, float, int]:
     sessions = make_sessionmaker(engine)
     started = time.perf_counter()
     with sessions() as session:
-        inventory = read_inventory(session, now=time.time(), specs={})
+        inventory = read_inventory(session, now=time.time())
     read = time.perf_counter()
     result = schedule(inventory.snapshot, inventory.pending)
     decided = time.perf_counter()

@@ -2,7 +2,8 @@
 
 A cycle, after Kueue's scheduler:
 1. `read_inventory`: clusters, nodes, HyperNodes, queues, live placements and pending jobs in one
-   consistent read transaction (REPEATABLE READ on PostgreSQL, an explicit BEGIN on SQLite).
+   consistent read transaction (REPEATABLE READ on PostgreSQL, an explicit BEGIN on SQLite); the
+   pending rows kept since the last cycle (`PendingJobs`) are brought up to date, not read again.
 2. `broker.placement.schedule`: decisions over that snapshot, no I/O.
 3. `commit_decisions`: every decision in one transaction, or none of them.
 
@@ -21,14 +22,14 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from sqlalchemy import bindparam, func, insert, or_, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES,
                               Cluster as ClusterRow, Event, HyperNode as HyperNodeRow, Job, Node as NodeRow,
                               Placement as PlacementRow, Queue as QueueRow, Tenant as TenantRow, as_utc)
 from broker.db.session import in_chunks
-from broker.jobset import ON_PREEMPTION_ANNOTATION, JobSetError, JobSpec, parse_jobset
+from broker.jobset import ON_PREEMPTION_ANNOTATION, JobSetError, parse_jobset
 from broker.placement import (DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Cluster, Config, CycleResult, DryRun, HyperNode,
                               Node, PendingJob, Placement, Queue, RunningPlacement, Snapshot, Tenant, Waiting, dry_run)
 from broker.settings import ConfigError, Settings
@@ -87,6 +88,7 @@ class CommitOutcome:
     preempted: int = 0  # placements marked Deleting
     reasons_written: int = 0
     stale: bool = False  # another scheduler committed since the read: nothing was written
+    fence: int = 0  # newest placement id once committed
 
 
 # -- 1. the read -------------------------------------------------------------------------------------
@@ -106,7 +108,7 @@ def has_pending(session: Session) -> bool:
     return session.scalar(select(Job.id).where(*_PENDING).limit(1)) is not None
 
 
-def read_inventory(session: Session, *, now: float, specs: dict[str, JobSpec] | None = None,
+def read_inventory(session: Session, *, now: float, pending: PendingJobs | None = None,
                    with_pending: bool = True) -> Inventory:
     """The snapshot of one cycle, read in one transaction; call on a fresh session.
 
@@ -114,8 +116,8 @@ def read_inventory(session: Session, *, now: float, specs: dict[str, JobSpec] | 
     live placement the larger of what it reserved there and what its pods (labelled with its id)
     request — a placement whose pods have not appeared yet still holds its nodes. A placement being
     deleted holds its nodes until its member confirms, but no longer counts toward its queue.
-    `specs` caches parsed manifests by job id across cycles (a manifest never changes after
-    submission); it is pruned to the jobs still pending.
+    `pending` keeps the pending jobs' rows and parsed manifests across cycles (`PendingJobs`); without
+    it every pending row is read.
     """
     _begin_consistent_read(session)
     fence = session.scalar(select(func.max(PlacementRow.id))) or 0
@@ -141,7 +143,7 @@ def read_inventory(session: Session, *, now: float, specs: dict[str, JobSpec] | 
     inventory = Inventory(Snapshot(clusters, queues, tenants, running, now), [], {}, {}, cluster_ids, {},
                           tenant_ids, fence)
     if with_pending:
-        _read_pending(session, inventory, {} if specs is None else specs)
+        _read_pending(session, inventory, PendingJobs() if pending is None else pending)
     return inventory
 
 
@@ -201,23 +203,98 @@ def _clusters(session: Session, live: set[str]
     return clusters, {name: cluster_id for cluster_id, name in names.items()}, pods_of
 
 
-def _read_pending(session: Session, inventory: Inventory, specs: dict[str, JobSpec]) -> None:
+@dataclass(frozen=True, slots=True)
+class _PendingRow:
+    """A pending job's row as kept between cycles: what the engine sees of it, and its stored reasons."""
+
+    job: PendingJob | None  # None: its manifest no longer parses (`unplaceable`)
+    unplaceable: Waiting | None
+    record: PendingRecord
+    requeue_at: datetime | None
+    avoid: Mapping[str, str] | None
+
+
+class PendingJobs:
+    """The pending jobs' rows, kept by the scheduler between cycles (after Kueue's in-memory queues), so
+    that a cycle reads only which jobs are pending (their ids, from an index) and the rows of the new ones.
+
+    Why nothing is missed: a row the scheduler reads changes only by leaving the pending set (admitted,
+    cancelled, finished) and coming back to it (requeued with a new reason, back-off and avoided
+    clusters); coming back needs an admission first, and only a scheduler admits, inserting placements
+    under its commit lock. So while the newest placement id is the one this scheduler's last commit
+    left (`fence`), every pending id it knows stands for the row it read; a job that came back since is
+    one it admitted itself and forgot (`committed`). Any doubt — another scheduler placed meanwhile, a
+    cycle dropped or failed (`forget`), `resync_interval` seconds passed — makes the next read a full one.
+    The stored reasons kept are those this scheduler wrote: only the leader writes them (lease fencing).
+    """
+
+    def __init__(self, resync_interval: float = 0.0) -> None:
+        self.resync_interval = resync_interval
+        self.rows: dict[str, _PendingRow] = {}
+        self.fence: int | None = None  # None: the next read is a full one
+        self.full_read_at = float("-inf")  # snapshot clock of the last full read
+        self.full_reads = 0
+
+    def forget(self) -> None:
+        """In doubt: read every pending row next time."""
+        self.fence = None
+
+    def committed(self, inventory: Inventory, result: CycleResult, outcome: CommitOutcome) -> None:
+        """Bring the rows in line with what a commit wrote: admitted (or lost) jobs leave, reasons are the new ones."""
+        if outcome.stale:
+            self.forget()
+            return
+        for job_id in (*outcome.admitted, *outcome.dropped):
+            self.rows.pop(str(job_id), None)
+        for waiting in [*result.waiting.values(), *inventory.unplaceable.values()]:
+            row = self.rows.get(waiting.job_id)
+            if row is not None:
+                self.rows[waiting.job_id] = replace(row, record=replace(
+                    row.record, reason=waiting.message, waiting_reasons=dict(waiting.clusters)))
+        self.fence = outcome.fence
+
+    def _read(self, session: Session, fence: int, now: float) -> None:
+        """Refresh the rows: all of them in doubt, else the new ones only (and drop those no longer pending).
+        A manifest never changes after submission: those parsed already are kept through a full read."""
+        columns = select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason, Job.waiting_reasons,
+                         QueueRow.name, TenantRow.name, Job.avoid, Job.requeue_at) \
+            .join(QueueRow, QueueRow.id == Job.queue_id).join(TenantRow, TenantRow.id == Job.tenant_id)
+        kept = self.rows
+        if self.fence != fence or now - self.full_read_at >= self.resync_interval:
+            rows = session.execute(columns.where(*_PENDING)).all()
+            self.rows = {}
+            self.full_read_at, self.full_reads = now, self.full_reads + 1
+        else:
+            ids = {str(job_id) for job_id in session.scalars(select(Job.id).where(*_PENDING))}
+            for gone in self.rows.keys() - ids:
+                del self.rows[gone]
+            rows = [row for chunk in in_chunks([int(i) for i in ids - self.rows.keys()])
+                    for row in session.execute(columns.where(Job.id.in_(chunk)))]
+        self.fence = fence
+        manifests = dict(row for chunk in in_chunks([row.id for row in rows if str(row.id) not in kept])
+                         for row in session.execute(select(Job.id, Job.manifest).where(Job.id.in_(chunk))))
+        for row in rows:
+            self.rows[str(row.id)] = _pending_row(row, kept.get(str(row.id)), manifests.get(row.id))
+
+
+def _pending_row(row: Any, kept: _PendingRow | None, manifest: dict | None) -> _PendingRow:
+    """The row as read, with the manifest parsed (or its parse kept from an earlier read)."""
+    job_id = str(row.id)
+    record = PendingRecord(row.tenant_id, row.reason, row.waiting_reasons or {})
+    requeue_at = row.requeue_at and as_utc(row.requeue_at)
+    if kept is not None and kept.unplaceable is not None:
+        return replace(kept, record=record, requeue_at=requeue_at)
+    try:
+        spec = kept.job.spec if kept is not None else parse_jobset(manifest)
+    except JobSetError as exc:
+        return _PendingRow(None, Waiting(job_id, f"its manifest cannot be placed: {exc}"), record, requeue_at, None)
+    job = PendingJob(job_id, row[7], row[6], row.priority, as_utc(row.submitted_at).timestamp(), spec)
+    return _PendingRow(job, None, record, requeue_at, row.avoid or None)
+
+
+def _read_pending(session: Session, inventory: Inventory, pending: PendingJobs) -> None:
+    pending._read(session, inventory.fence, inventory.snapshot.now)
     now = datetime.fromtimestamp(inventory.snapshot.now, timezone.utc)
-    rows = session.execute(
-        select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason, Job.waiting_reasons,
-               QueueRow.name, TenantRow.name, Job.avoid)
-        .join(QueueRow, QueueRow.id == Job.queue_id).join(TenantRow, TenantRow.id == Job.tenant_id)
-        .where(*_PENDING, or_(Job.requeue_at.is_(None), Job.requeue_at <= now))).all()  # not backing off
-    ids = {str(row.id) for row in rows}
-    for stale in specs.keys() - ids:
-        del specs[stale]
-    missing = [int(i) for i in ids - specs.keys()]
-    for chunk in in_chunks(missing):
-        for job_id, manifest in session.execute(select(Job.id, Job.manifest).where(Job.id.in_(chunk))):
-            try:
-                specs[str(job_id)] = parse_jobset(manifest)
-            except JobSetError as exc:
-                inventory.unplaceable[str(job_id)] = Waiting(str(job_id), f"its manifest cannot be placed: {exc}")
     previous: dict[str, set[str]] = {}
     newest: dict[tuple[str, str], tuple[int, str]] = {}
     for job_id, part, cluster, generation, state in session.execute(
@@ -234,17 +311,23 @@ def _read_pending(session: Session, inventory: Inventory, specs: dict[str, JobSp
     for (job_id, part), (_, state) in newest.items():
         if part and state in HELD_STATES:
             held.setdefault(job_id, set()).add(part)
-    for row in rows:
-        job_id = str(row.id)
-        inventory.records[job_id] = PendingRecord(row.tenant_id, row.reason, row.waiting_reasons or {})
-        inventory.tenant_ids[job_id] = row.tenant_id
-        spec = specs.get(job_id)
-        if spec is not None and held.get(job_id):
-            spec = replace(spec, parts=tuple(p for p in spec.parts if p.name not in held[job_id]))
-        if spec is not None and spec.parts:
-            inventory.pending.append(PendingJob(
-                job_id, row[7], row[6], row.priority, as_utc(row.submitted_at).timestamp(), spec,
-                tuple(sorted(previous.get(job_id, ()))), _avoided(row.avoid, now)))
+    for job_id, row in pending.rows.items():
+        if row.requeue_at is not None and row.requeue_at > now:
+            continue  # backing off
+        inventory.records[job_id] = row.record
+        inventory.tenant_ids[job_id] = row.record.tenant_id
+        if row.unplaceable is not None:
+            inventory.unplaceable[job_id] = row.unplaceable
+            continue
+        job = row.job
+        if held.get(job_id):
+            job = replace(job, spec=replace(job.spec, parts=tuple(p for p in job.spec.parts
+                                                                   if p.name not in held[job_id])))
+        if job_id in previous or row.avoid:
+            job = replace(job, previous_clusters=tuple(sorted(previous.get(job_id, ()))),
+                          avoided=_avoided(row.avoid, now))
+        if job.spec.parts:
+            inventory.pending.append(job)
 
 
 def _avoided(avoid: Mapping[str, str] | None, now: datetime) -> Mapping[str, str]:
@@ -278,6 +361,7 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     if (session.scalar(select(func.max(PlacementRow.id))) or 0) != inventory.fence:
         outcome.stale = True
         return outcome
+    outcome.fence = inventory.fence
     now = datetime.now(timezone.utc)
     events: list[dict[str, Any]] = []
 
@@ -301,6 +385,7 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
                              inventory.tenant_ids[job_id], now))
     if rows:
         session.execute(insert(PlacementRow), rows)
+        outcome.fence = session.scalar(select(func.max(PlacementRow.id)))
     outcome.placements = len(rows)
 
     preempted: dict[str, str] = {}

@@ -63,6 +63,8 @@ class Settings(BaseSettings):
 
     # Loop intervals, in seconds.
     scheduler_interval: float = Field(2.0, gt=0)
+    # The scheduler re-reads every pending job this often, beyond the new ones each cycle (0: every cycle).
+    scheduler_resync_interval: float = Field(300.0, ge=0)
     cluster_sync_interval: float = Field(30.0, ge=0)  # 0: every member is resynced on every pass
     health_probe_interval: float = Field(5.0, gt=0)
     status_poll_interval: float = Field(5.0, gt=0)

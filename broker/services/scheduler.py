@@ -4,6 +4,9 @@ Whoever changes what placement depends on wakes it at once with `ServiceRunner.w
 the submission of a job, a placement that finished or was deleted (capacity freed), a cluster
 that is Ready again, a queue or quota edit. The interval (ARCHIPELAGO_SCHEDULER_INTERVAL) catches
 everything else, e.g. members' capacity reported by the inventory sync.
+
+The pending jobs' rows stay in memory between cycles (`PendingJobs`): a cycle reads only the new ones,
+and all of them every ARCHIPELAGO_SCHEDULER_RESYNC_INTERVAL seconds and after any cycle in doubt.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ from typing import Callable
 from broker.db.models import utcnow
 from broker.db.runtime import Database
 from broker.db.session import transaction
-from broker.jobset import JobSpec
 from broker.metrics import CYCLES_DROPPED, PLACEMENTS_PER_CYCLE, PLACEMENTS_TOTAL, SCHEDULER_CYCLE_SECONDS
 from broker.placement import schedule
-from broker.scheduling import CommitOutcome, commit_decisions, engine_config, has_pending, read_inventory
+from broker.scheduling import (CommitOutcome, Inventory, PendingJobs, commit_decisions, engine_config, has_pending,
+                               read_inventory)
 from broker.services.loop import LoopService
 from broker.settings import Settings
 
@@ -33,7 +36,12 @@ class SchedulerService(LoopService):
         super().__init__(settings.scheduler_interval)
         self.sessions, self.now = database.sessions, now
         self.config = engine_config(settings)
-        self.specs: dict[str, JobSpec] = {}  # parsed manifests of pending jobs, by job id
+        self.pending = PendingJobs(settings.scheduler_resync_interval)
+
+    def read(self) -> Inventory:
+        """This cycle's snapshot, with the pending rows kept since the last one brought up to date."""
+        with self.sessions() as session:
+            return read_inventory(session, now=self.now().timestamp(), pending=self.pending)
 
     def run_once(self) -> CommitOutcome:
         """1. read one snapshot, 2. decide, 3. commit every decision in one transaction."""
@@ -41,11 +49,15 @@ class SchedulerService(LoopService):
             if not has_pending(session):
                 return CommitOutcome()
         started = time.perf_counter()
-        with self.sessions() as session:
-            inventory = read_inventory(session, now=self.now().timestamp(), specs=self.specs)
-        result = schedule(inventory.snapshot, inventory.pending, self.config)
-        with transaction(self.sessions) as session:
-            outcome = commit_decisions(session, inventory, result)
+        try:
+            inventory = self.read()
+            result = schedule(inventory.snapshot, inventory.pending, self.config)
+            with transaction(self.sessions) as session:
+                outcome = commit_decisions(session, inventory, result)
+        except BaseException:
+            self.pending.forget()  # whatever was written or not, the next cycle reads it all
+            raise
+        self.pending.committed(inventory, result, outcome)
         SCHEDULER_CYCLE_SECONDS.observe(time.perf_counter() - started)
         if outcome.stale:  # placements_last_cycle keeps the last cycle that ran
             CYCLES_DROPPED.inc()

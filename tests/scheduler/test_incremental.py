@@ -1,0 +1,156 @@
+"""The scheduler keeps the pending jobs between cycles and reads only the new ones; its decisions are a full
+read's (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import event, select, update
+
+from broker.db.models import Job, Node, Placement, Queue
+from broker.placement import schedule
+from broker.scheduling import read_inventory
+from broker.services.scheduler import SchedulerService
+from tests.placement.fixtures import GPU
+from tests.scheduler.conftest import EPOCH, add_cluster, add_queue, submit
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.moment = EPOCH + timedelta(minutes=1)
+
+    def __call__(self):
+        return self.moment
+
+
+def decisions(inventory) -> tuple:
+    """What a cycle over this read decides, in a form two reads can be compared by."""
+    result = schedule(inventory.snapshot, inventory.pending)
+    return (sorted((p.job_id, p.part or "", p.cluster, p.hypernode, p.assignments) for p in result.placements),
+            sorted((p.job_id, p.preemptor, p.cluster) for p in result.preemptions),
+            sorted((w.job_id, w.message, tuple(sorted(w.clusters.items()))) for w in result.waiting.values()))
+
+
+def assert_same_as_a_full_read(db, scheduler: SchedulerService, reasons: bool = True) -> None:
+    incremental = scheduler.read()
+    with db.sessions() as session:
+        full = read_inventory(session, now=scheduler.now().timestamp())
+    assert sorted(incremental.pending, key=lambda j: j.id) == sorted(full.pending, key=lambda j: j.id)
+    assert (incremental.unplaceable, incremental.tenant_ids, incremental.generations) == (
+        full.unplaceable, full.tenant_ids, full.generations)
+    if reasons:
+        assert incremental.records == full.records
+    assert decisions(incremental) == decisions(full)
+
+
+def _jobs(session, state: str) -> list[Job]:
+    return list(session.scalars(select(Job).where(Job.state == state, Job.cancel_requested_at.is_(None))
+                                .order_by(Job.id)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_sequence_of_changes_is_decided_as_a_full_read_would(db, setup, settings, seed):
+    """Submissions, cancels, finished and evicted (requeued, backing off) jobs, capacity edits, time crossing
+    starvation_after, another scheduler's commit (and one of its jobs evicted at once): before every cycle, the kept pending jobs read as every row."""
+    rnd, clock = random.Random(seed), Clock()
+    scheduler = SchedulerService(db, settings.model_copy(update={"scheduler_resync_interval": 1e9}), now=clock)
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=2)
+        add_cluster(session, "us-east", leaves=1)
+        queues = [add_queue(session, "q-a", tenant="research"), add_queue(session, "q-b", tenant="vision")]
+    names = iter(range(10_000))
+    for _ in range(40):
+        change = rnd.choice(["submit", "submit", "cancel", "finish", "evict", "capacity", "time", "other"])
+        foreign_reasons, foreign_admitted = False, []
+        if change == "other":  # capacity freed, and another scheduler places a job this one saw waiting
+            with setup() as session:
+                for node in session.scalars(select(Node)):
+                    node.allocatable = {**node.allocatable, GPU: 16_000}
+            outcome = SchedulerService(db, settings, now=clock).run_once()
+            # If it placed nothing, it may have rewritten waiting reasons this one keeps (possible only without
+            # the lease): only those differ, until this one's next commit rewrites them the same way.
+            foreign_reasons, foreign_admitted = not outcome.placements, outcome.admitted
+        with setup() as session:
+            if change == "submit":
+                for _ in range(rnd.randint(1, 4)):
+                    queue = session.get(Queue, rnd.choice(queues).id)
+                    annotations = {"archipelago.io/placement": "split"} if rnd.random() < 0.3 else None
+                    parts = (("workers", 1, rnd.choice([1, 2, 4]), rnd.choice([2, 4, 8])), ("eval", 1, 1, 2))
+                    job = submit(session, queue, f"job-{next(names)}", parts=parts if annotations else None,
+                                 gpus=rnd.choice([2, 4, 8]), pods=rnd.choice([1, 2, 4, 8]), annotations=annotations)
+                    if rnd.random() < 0.1:  # a manifest that no longer parses
+                        job.manifest = {**job.manifest, "kind": "Deployment"}
+            elif change == "cancel" and (queued := _jobs(session, "Queued")):
+                rnd.choice(queued).cancel_requested_at = clock()
+            elif change in ("finish", "evict") and (admitted := _jobs(session, "Admitted")) or foreign_admitted:
+                job = rnd.choice(admitted) if change != "other" else session.get(Job, foreign_admitted[0])
+                session.execute(update(Placement).where(Placement.job_id == job.id)
+                                .values(state="Succeeded" if change == "finish" else "Deleted"))
+                if change == "finish":
+                    job.state = "Succeeded"
+                else:  # as `dispatch.evict_unready` requeues it: back-off, a cluster to avoid, a reason
+                    job.state, job.reason = "Queued", "evicted: placed again after a while"
+                    job.requeue_at = clock() + timedelta(seconds=rnd.choice([0, 30]))
+                    job.avoid = {"eu-west": (clock() + timedelta(minutes=10)).isoformat()}
+            elif change == "capacity":
+                node = rnd.choice(list(session.scalars(select(Node).order_by(Node.id))))
+                node.allocatable = {**node.allocatable, GPU: rnd.choice([0, 4000, 8000])}
+            elif change == "time":
+                clock.moment += timedelta(seconds=rnd.choice([20, 1000]))
+        assert_same_as_a_full_read(db, scheduler, reasons=not foreign_reasons)
+        scheduler.run_once()
+
+
+def test_cycles_read_only_new_rows_until_in_doubt(db, setup, settings):
+    """One full read, then new rows only; another scheduler's commit, a failed cycle or the resync period each
+    make the next read a full one again."""
+    clock = Clock()
+    scheduler = SchedulerService(db, settings.model_copy(update={"scheduler_resync_interval": 600}), now=clock)
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=2)
+        queue = add_queue(session)
+        submit(session, queue, "first", gpus=8, pods=4)
+    scheduler.run_once()
+    for name, pods in (("second", 2), ("too-big", 8)):
+        with setup() as session:
+            submit(session, session.get(Queue, queue.id), name, gpus=8, pods=pods)
+        scheduler.run_once()
+    assert scheduler.pending.full_reads == 1
+    assert set(scheduler.pending.rows) == {str(j.id) for j in _queued(db)} != set()
+
+    with setup() as session:
+        submit(session, session.get(Queue, queue.id), "small", gpus=1, pods=1)
+    assert SchedulerService(db, settings, now=clock).run_once().placements == 1  # another scheduler's commit
+    scheduler.run_once()
+    assert scheduler.pending.full_reads == 2
+
+    with setup() as session:
+        submit(session, session.get(Queue, queue.id), "fits", gpus=1, pods=1)
+
+    def die_at_the_events(connection, cursor, statement, *args):
+        if statement.lstrip().upper().startswith("INSERT INTO EVENTS"):
+            raise Crash()
+
+    event.listen(db.engine, "before_cursor_execute", die_at_the_events)
+    try:
+        with pytest.raises(Crash):
+            scheduler.run_once()
+    finally:
+        event.remove(db.engine, "before_cursor_execute", die_at_the_events)
+    scheduler.run_once()
+    assert scheduler.pending.full_reads == 3
+
+    clock.moment += timedelta(seconds=600)
+    scheduler.run_once()
+    assert scheduler.pending.full_reads == 4
+
+
+class Crash(Exception):
+    pass
+
+
+def _queued(db) -> list[Job]:
+    with db.sessions() as session:
+        return list(session.scalars(select(Job).where(Job.state == "Queued")))
