@@ -117,6 +117,42 @@ def serve(host: str = typer.Option(None, help="Address to listen on [default: AR
         database.dispose()
 
 
+@app.command()
+def agent(broker_url: str = typer.Option(..., "--broker", help="the broker's URL, as this member reaches it"),
+          token: str = typer.Option(..., "--token", envvar="ARCHIPELAGO_AGENT_TOKEN",
+                                    help="the token `clusters add NAME --mode pull` printed"),
+          kubeconfig: Path = typer.Option(None, "--kubeconfig", help="this member's kubeconfig (inline credentials) "
+                                          "[default: the pod's ServiceAccount]"),
+          context: str = typer.Option(None, "--context", help="context to use [default: current-context]"),
+          interval: float = typer.Option(5.0, "--interval", min=0.1,
+                                         help="seconds between heartbeats; well under the broker's "
+                                              "ARCHIPELAGO_NOT_READY_GRACE")) -> None:
+    """Run a pull member's agent: it calls out to the broker (which cannot reach this member) and works on its
+    own cluster for it. Stops on SIGTERM or Ctrl-C."""
+    import signal
+    import threading
+
+    from broker.agent import Agent, in_cluster_kubeconfig
+    from broker.client import ApiClient
+    from clusters.kubeconfig import KubeconfigError
+    from clusters.member import MemberClient
+
+    try:
+        text = kubeconfig.read_text() if kubeconfig else in_cluster_kubeconfig()
+        member = MemberClient.from_kubeconfig(text, context)
+    except (OSError, ValueError, KubeconfigError) as exc:
+        fail(f"cannot reach this member: {exc}")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    typer.echo(f"archipelago agent: {member.api_server} -> {broker_url}", err=True)
+    try:
+        Agent(ApiClient(broker_url, token), member).run(interval, stop)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        member.close()
+
+
 @db_app.command("upgrade")
 @one_line_errors
 def db_upgrade(revision: str = typer.Argument("head")) -> None:

@@ -46,16 +46,28 @@ def _tree_lines(hypernodes: list[dict], depth: int = 0) -> list[str]:
 
 @clusters_app.command("add")
 def add(name: str = typer.Argument(..., help="the cluster's name in the broker"),
-        kubeconfig: Path = typer.Option(..., "--kubeconfig", help="kubeconfig file (inline credentials)"),
+        kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help="kubeconfig file (inline credentials); "
+                                                  "push mode only"),
         context: Optional[str] = typer.Option(None, "--context", help="context to use [default: current-context]"),
+        mode: str = typer.Option("push", "--mode", help="push: the broker calls the member; pull: an agent in the "
+                                 "member calls the broker (prints the agent's token, once)"),
         label: list[str] = typer.Option([], "--label", help="cluster label key=value (repeatable)"),
         output: Output = OutputOption, server: Optional[str] = ServerOption,
         token: Optional[str] = TokenOption) -> None:
-    """Register a member cluster; the broker checks it can reach it, that JobSet is installed and that the
-    kubeconfig's identity holds the permissions of deploy/member-rbac.yaml (see `join`)."""
-    body = {"name": name, "kubeconfig": read_file(kubeconfig).decode(), "context": context,
-            "labels": key_values(label, "--label", "key=value")}
-    emit(calling(lambda: client(server, token).post("/api/v1/clusters", json=body)), output, CLUSTER_COLUMNS)
+    """Register a member cluster. Push: the broker checks it can reach it, that JobSet is installed and that the
+    kubeconfig's identity holds the permissions of deploy/member-rbac.yaml (see `join`). Pull: the broker mints
+    the token of the member's `archipelago agent` (deploy/agent.yaml) and prints it."""
+    if mode not in ("push", "pull"):
+        usage_error("--mode must be push or pull")
+    if (mode == "push") != (kubeconfig is not None):
+        usage_error("--kubeconfig is needed in push mode, and refused in pull mode (the broker never calls a pull "
+                    "member)")
+    body = {"name": name, "mode": mode, "context": context, "labels": key_values(label, "--label", "key=value"),
+            **({"kubeconfig": read_file(kubeconfig).decode()} if kubeconfig else {})}
+    cluster = calling(lambda: client(server, token).post("/api/v1/clusters", json=body))
+    emit(cluster, output, CLUSTER_COLUMNS)
+    if mode == "pull" and output is Output.table:
+        typer.echo(f"agent token (shown this once): {cluster['agent_token']}")
 
 
 AdminKubeconfigOption = typer.Option(..., "--kubeconfig", help="an admin kubeconfig of the member: used from this "
@@ -100,6 +112,8 @@ def _registered(broker: ApiClient, name: str) -> dict | None:
 
 
 def _same_member(cluster: dict, member: MemberClient) -> None:
+    if cluster["mode"] == "pull":
+        _fail(f"the name {cluster['name']} is taken by a pull member; choose another name")
     if server_identity(cluster["api_server"]) != server_identity(member.api_server):
         _fail(f"the name {cluster['name']} is taken: the broker has it for {cluster['api_server']}, not "
               f"{member.api_server}; choose another name")

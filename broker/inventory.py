@@ -8,6 +8,7 @@ writes only what differs from the rows already stored.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
@@ -22,7 +23,7 @@ from broker.db.models import (PLACEMENT_LIVE_STATES, PLACEMENT_UNSTARTED_STATES,
                               as_utc)
 from broker.errors import Conflict, Invalid, NotFound
 from broker.settings import Settings
-from broker.tenancy import check_name
+from broker.tenancy import check_name, hash_token
 from clusters import access, jobsets
 from clusters.budget import RequestBudget
 from clusters.kubeconfig import KubeconfigError, KubeconfigPolicy, server_identity
@@ -128,7 +129,8 @@ def register_cluster(session: Session, settings: Settings, *, name: str, kubecon
     except KubeconfigError as exc:
         raise Invalid("kubeconfig", str(exc)) from None
     identity = server_identity(client.api_server)
-    twin = next((other for other, server in session.execute(select(Cluster.name, Cluster.api_server))
+    twin = next((other for other, server in session.execute(select(Cluster.name, Cluster.api_server)
+                                                            .where(Cluster.mode == "push"))
                  if server_identity(server) == identity), None)
     if twin is not None:
         client.close()
@@ -159,6 +161,31 @@ def register_cluster(session: Session, settings: Settings, *, name: str, kubecon
                   f"{', HyperNode CRD present' if facts.hypernode_crd else ''}"
                   f"{'' if checked else '; permissions not checked: no SelfSubjectAccessReview API'})")
     return cluster, client
+
+
+def register_pull_cluster(session: Session, *, name: str,
+                          labels: Mapping[str, str] | None = None) -> tuple[Cluster, str]:
+    """Store a member whose agent will call in (Pending until its agent reports), and mint the agent's token:
+    returned once, kept only hashed. The broker never calls a pull member, so there is nothing to check there."""
+    check_name(name)
+    labels = _check_labels(labels or {})
+    if session.scalar(select(Cluster.id).where(Cluster.name == name)) is not None:
+        raise Conflict(f"a cluster named {name!r} is already registered")
+    secret = f"apa_{secrets.token_urlsafe(32)}"
+    cluster = Cluster(name=name, mode="pull", api_server="", kubeconfig_encrypted=b"", labels=labels, taints=[],
+                      state="Pending", agent_token_hash=hash_token(secret), warnings=[])
+    session.add(cluster)
+    try:
+        session.flush()
+    except IntegrityError:
+        raise Conflict(f"a cluster named {name!r} was registered at the same moment") from None
+    events.record(session, "cluster", name, "Registered", "registered in pull mode: waiting for its agent")
+    return cluster, secret
+
+
+def agent_cluster(session: Session, token: str) -> Cluster | None:
+    """The pull member a bearer token is the agent of (None for any other token)."""
+    return session.scalar(select(Cluster).where(Cluster.mode == "pull", Cluster.agent_token_hash == hash_token(token)))
 
 
 # From member objects to rows ----------------------------------------------------------------------
@@ -298,8 +325,9 @@ def record_sync_error(session: Session, cluster: Cluster, error: str) -> None:
 
 def record_probe(session: Session, cluster: Cluster, *, now: datetime, grace: float,
                  version: str | None = None, error: str | None = None) -> None:
-    """One health probe's outcome. A member is NotReady once it has not answered for `grace`
-    seconds since its last heartbeat, and goes back to its admin state when it answers again."""
+    """One health probe's outcome (for a pull member: its agent's heartbeat, or its silence). A member is
+    NotReady once it has not answered for `grace` seconds since its last heartbeat, and goes back to its admin
+    state when it answers again."""
     if error is None:
         cluster.last_heartbeat = now
         if version and cluster.kubernetes_version != version:
@@ -309,13 +337,16 @@ def record_probe(session: Session, cluster: Cluster, *, now: datetime, grace: fl
             cluster.last_error = None
         if cluster.state == "NotReady":
             cluster.state = cluster.cordon or ("Ready" if cluster.synced_at else "Pending")
-            events.record(session, "cluster", cluster.name, "MemberReady", f"{cluster.api_server} answers again")
+            events.record(session, "cluster", cluster.name, "MemberReady",
+                          f"{cluster.api_server or 'its agent'} answers again")
         return
     if cluster.unreachable_since is None:
         cluster.unreachable_since = now
     if cluster.last_error != error:
         cluster.last_error = error
-    silent_since = as_utc(cluster.last_heartbeat or cluster.unreachable_since)
+    # a pull member's agent has had the grace since registration to call in for the first time
+    silent_since = as_utc(cluster.last_heartbeat or (cluster.created_at if cluster.mode == "pull"
+                                                      else cluster.unreachable_since))
     if cluster.state != "NotReady" and (now - silent_since).total_seconds() >= grace:
         cluster.state = "NotReady"
         events.record(session, "cluster", cluster.name, "MemberNotReady",
@@ -368,7 +399,10 @@ def remove_cluster(session: Session, name: str, *, force: bool = False, settings
     if live and not force:
         raise Conflict(f"cluster {name!r} has {live} live placement(s); drain it and wait, or remove it with force")
     left_behind = ""
-    if live and settings is not None:
+    if live and cluster.mode == "pull":
+        left_behind = (f"; its agent is cut off with its copies on the member: delete JobSets labelled "
+                       f"{jobsets.JOB_ID_LABEL} there")
+    elif live and settings is not None:
         left_behind = _delete_copies(settings, cluster)
     session.delete(cluster)
     message = f"removed{f' with {live} live placement(s) (forced)' if live else ''}{left_behind}"
@@ -508,7 +542,8 @@ def cluster_view(session: Session, cluster: Cluster, *, tree: bool = True,
         add_into(used, entry.used)
         add_into(free, entry.free)
     view = {
-        "name": cluster.name, "api_server": cluster.api_server, "context": cluster.context,
+        "name": cluster.name, "mode": cluster.mode, "api_server": cluster.api_server or None,
+        "context": cluster.context,
         "labels": cluster.labels, "taints": cluster.taints, "state": cluster.state,
         "kubernetes_version": cluster.kubernetes_version, "jobset_crd": cluster.jobset_crd,
         "hypernode_source": cluster.hypernode_source,

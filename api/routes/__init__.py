@@ -2,6 +2,7 @@
 
 ROUTER_MODULES = [
     "clusters",
+    "agent",
     "tenants",
     "jobs",
     "overrides",

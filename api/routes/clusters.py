@@ -3,7 +3,7 @@ anyone signed in reads their state, capacity and HyperNode tree (never a kubecon
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -12,6 +12,7 @@ from api.deps import AdminDep, PrincipalDep, SessionDep, SettingsDep
 from api.problems import Problem
 from api.schemas import problems
 from broker import inventory
+from broker.errors import Invalid
 from broker.services.inventory import first_sync
 from clusters.member import MemberError
 
@@ -23,7 +24,11 @@ class ClusterIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="DNS-1123 label, unique among clusters")
-    kubeconfig: str = Field(description="kubeconfig YAML; inline credentials only unless the admin allows more")
+    mode: Literal["push", "pull"] = Field("push", description="push: the broker calls the member with the "
+                                          "kubeconfig; pull: the member's agent calls the broker with the token "
+                                          "this answers once (agent_token)")
+    kubeconfig: str | None = Field(None, description="kubeconfig YAML (push mode only); inline credentials only "
+                                                     "unless the admin allows more")
     context: str | None = Field(None, description="the context to use (default: its current-context)")
     labels: dict[str, str] = Field(default_factory=dict, description="the broker's labels for the cluster, "
                                                                      "matched by archipelago.io/cluster-selector")
@@ -38,9 +43,13 @@ class ClusterPatch(BaseModel):
 
 
 @router.post("/clusters", status_code=201, responses=problems(401, 403, 409, 422, 502, 504),
-             summary="Register a member cluster by kubeconfig")
+             summary="Register a member cluster by kubeconfig, or a pull member (its agent's token answered once)")
 def register(body: ClusterIn, request: Request, session: SessionDep, settings: SettingsDep,
              _: AdminDep) -> dict[str, Any]:
+    if body.mode == "pull":
+        return _register_pull(body, request, session)
+    if body.kubeconfig is None:
+        raise Invalid("kubeconfig", "a push member needs the kubeconfig the broker reaches it with")
     try:
         cluster, client = inventory.register_cluster(session, settings, name=body.name, kubeconfig=body.kubeconfig,
                                                      context=body.context, labels=body.labels)
@@ -58,6 +67,16 @@ def register(body: ClusterIn, request: Request, session: SessionDep, settings: S
     request.app.state.capacity.forget()
     session.refresh(cluster)
     return inventory.cluster_view(session, cluster)
+
+
+def _register_pull(body: ClusterIn, request: Request, session: SessionDep) -> dict[str, Any]:
+    for field, value in (("kubeconfig", body.kubeconfig), ("context", body.context)):
+        if value is not None:
+            raise Invalid(field, "a pull member is never called by the broker: leave out its kubeconfig and context")
+    cluster, token = inventory.register_pull_cluster(session, name=body.name, labels=body.labels)
+    session.commit()
+    request.app.state.services.wake("inventory-sync")
+    return {**inventory.cluster_view(session, cluster), "agent_token": token}
 
 
 @router.get("/clusters", responses=problems(401), summary="Every cluster: state and capacity totals")

@@ -15,6 +15,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 CLUSTER_STATES = ("Pending", "Ready", "NotReady", "Cordoned", "Draining")
+# push: the broker calls the member's API server; pull: an agent inside the member calls the broker.
+CLUSTER_MODES = ("push", "pull")
 JOB_STATES = ("Queued", "Admitted", "Dispatching", "Starting", "Running", "Succeeded", "Failed", "Cancelled")
 JOB_FINISHED_STATES = ("Succeeded", "Failed", "Cancelled")
 # Starting: on the member, its pods not all ready yet; Running: every pod ready (or done).
@@ -76,7 +78,8 @@ class Base(DeclarativeBase):
 
 class Cluster(Base):
     __tablename__ = "clusters"
-    __table_args__ = (CheckConstraint(_in("state", CLUSTER_STATES), name="state"),)
+    __table_args__ = (CheckConstraint(_in("state", CLUSTER_STATES), name="state"),
+                      CheckConstraint(_in("mode", CLUSTER_MODES), name="mode"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(63), unique=True)
@@ -84,7 +87,10 @@ class Cluster(Base):
     # The member's own identity, the uid of its kube-system namespace (as Karmada's cluster ID): one cluster
     # registered under two URLs or two names is refused by it, whatever the spellings.
     uid: Mapped[str | None] = mapped_column(String(64), unique=True)
-    kubeconfig_encrypted: Mapped[bytes] = mapped_column(LargeBinary)
+    kubeconfig_encrypted: Mapped[bytes] = mapped_column(LargeBinary)  # empty for a pull member
+    mode: Mapped[str] = mapped_column(String(8), default="push", server_default="push")
+    # A pull member's agent token, hashed as tenants' tokens are (the secret is shown once, at registration).
+    agent_token_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
     context: Mapped[str | None] = mapped_column(String(253))
     labels: Mapped[dict[str, str]] = mapped_column(Json, default=dict)
     taints: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)

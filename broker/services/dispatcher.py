@@ -110,8 +110,8 @@ class DispatcherService(LoopService):
                     fail_over(session, now, self.settings.failover_toleration))
         with self.database.sessions() as session:
             members = {row.id: row for row in session.execute(in_lane(
-                select(Cluster.id, Cluster.name, Cluster.state, Cluster.kubeconfig_encrypted, Cluster.context),
-                self.lane))}
+                select(Cluster.id, Cluster.name, Cluster.state, Cluster.kubeconfig_encrypted, Cluster.context)
+                .where(Cluster.mode == "push"), self.lane))}
             reachable = {i: row for i, row in members.items() if row.state not in UNAVAILABLE_STATES}
             overdue = [u for u in overdue_startups(session, now, self.settings.startup_timeout)
                        if u.cluster_id in reachable]  # on a member that is away, fail-over decides

@@ -26,7 +26,7 @@ from typing import Any, Callable
 from sqlalchemy import select
 
 from broker.db.crypto import KubeconfigCipher
-from broker.db.models import Cluster, utcnow
+from broker.db.models import Cluster, as_utc, utcnow
 from broker.db.runtime import Database
 from broker.db.session import transaction
 from broker.inventory import (PodHold, WriteResult, connect, member_inventory, node_row, pod_usage, record_probe,
@@ -261,7 +261,7 @@ class InventorySyncService(LoopService):
         """Resync every member that is due; returns, per cluster synced, what changed or the error."""
         with self.database.sessions() as session:
             rows = session.execute(in_lane(select(Cluster.id, Cluster.name, Cluster.kubeconfig_encrypted,
-                                                  Cluster.context), self.lane)).all()
+                                                  Cluster.context).where(Cluster.mode == "push"), self.lane)).all()
         self._forget({row.id for row in rows})
         now = self.clock()
         due = [row for row in rows if self.members.setdefault(row.id, _Member(MemberMirror())).due <= now]
@@ -384,7 +384,8 @@ class _Watch(WatchThread):
 
 
 class ClusterHealthService(LoopService):
-    """Probes every member (GET /version) each interval; NotReady after the grace, Ready when it answers."""
+    """Probes every push member (GET /version) each interval, and reads every pull member's last heartbeat;
+    NotReady after the grace, Ready when it answers (or its agent calls in) again."""
 
     name = "cluster-health"
 
@@ -394,7 +395,14 @@ class ClusterHealthService(LoopService):
         self.database, self.settings, self.clients, self.now = database, settings, clients, now
         self._pool = ThreadPoolExecutor(settings.member_workers, thread_name_prefix="cluster-health")
 
-    def _probe(self, row) -> tuple[str | None, str | None]:
+    def _probe(self, row) -> tuple[str | None, str | None] | None:
+        """A push member answers `GET /version` or not; a pull member's agent has called in recently or not
+        (None: it has, and its heartbeat already said so)."""
+        if row.mode == "pull":
+            silent = (self.now() - as_utc(row.last_heartbeat or row.created_at)).total_seconds()
+            if silent <= self.settings.not_ready_grace:
+                return None
+            return None, f"its agent has not called in for {silent:.0f}s"
         try:
             return self.clients.get(row.id, row.kubeconfig_encrypted, row.context).version(), None
         except (MemberError, KubeconfigError, ValueError) as exc:
@@ -403,8 +411,10 @@ class ClusterHealthService(LoopService):
     def run_once(self) -> dict[str, str]:
         """Probe all members at once, then record every outcome in one transaction; returns the states."""
         with self.database.sessions() as session:
-            rows = session.execute(select(Cluster.id, Cluster.kubeconfig_encrypted, Cluster.context)).all()
-        outcomes = dict(zip((row.id for row in rows), self._pool.map(self._probe, rows)))
+            rows = session.execute(select(Cluster.id, Cluster.kubeconfig_encrypted, Cluster.context, Cluster.mode,
+                                          Cluster.last_heartbeat, Cluster.created_at)).all()
+        outcomes = {row.id: outcome for row, outcome in zip(rows, self._pool.map(self._probe, rows))
+                    if outcome is not None}
         now = self.now()
         with WRITES, transaction(self.database.sessions) as session:
             states = {}

@@ -52,8 +52,8 @@ class StatusService(LoopService):
         """Start missing watches; list the members that are polled. Returns, per member listed, the
         number of copies seen or the error."""
         with self.database.sessions() as session:
-            rows = session.execute(in_lane(select(Cluster.id, Cluster.name, Cluster.state,
-                                                  Cluster.kubeconfig_encrypted, Cluster.context), self.lane)).all()
+            rows = session.execute(in_lane(select(Cluster.id, Cluster.name, Cluster.state, Cluster.kubeconfig_encrypted,
+                                                  Cluster.context).where(Cluster.mode == "push"), self.lane)).all()
         registered = {row.id for row in rows}
         for cluster_id in [i for i in self._watches if i not in registered]:
             self._watches.pop(cluster_id).stop()

@@ -1,0 +1,178 @@
+"""Pull members: a cluster the broker cannot reach runs `archipelago agent`, which calls out to the broker
+over real HTTP with the token minted at registration, and works on its own cluster (the simulator's, over
+real HTTPS) with its own client. The broker's loops never call such a member."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from api.app import create_app
+from broker.agent import Agent
+from broker.client import ApiClient, ClientError
+from broker.db.models import Cluster, Event, utcnow
+from broker.services.inventory import ClusterHealthService
+from clusters.member import MemberClient
+from tests.propagation.conftest import ADMIN, TENANTS, Federation
+from tests.servers import serving
+
+PULL = "us-east"
+CLI = str(Path(sys.executable).parent / "archipelago")  # the simulator's member that only an agent reaches
+
+
+@pytest.fixture
+def settings(settings):
+    return settings.model_copy(update={"not_ready_grace": 30.0})
+
+
+class PullFederation(Federation):
+    """eu-west registered in push mode, us-east in pull mode; the broker's API also over real HTTP, for agents."""
+
+    url: str
+    token: str
+
+    def agent(self, token: str | None = None) -> Agent:
+        """A fresh agent of the pull member, with clients of its own (as after a restart)."""
+        agent = Agent(ApiClient(self.url, token or self.token), MemberClient.from_kubeconfig(self.sim.kubeconfig(PULL)))
+        self._agents.append(agent)
+        return agent
+
+    def cluster(self, name: str = PULL) -> Cluster:
+        with self.db.sessions() as session:
+            return session.scalar(select(Cluster).where(Cluster.name == name))
+
+    def cluster_reasons(self, name: str = PULL) -> list[str]:
+        with self.db.sessions() as session:
+            return list(session.scalars(select(Event.reason).where(Event.kind == "cluster", Event.object_id == name)
+                                        .order_by(Event.id)))
+
+
+@pytest.fixture
+def pull(sim, settings, db) -> Iterator[PullFederation]:
+    with TestClient(create_app(settings, db, run_loops=False), headers=ADMIN) as api, \
+            serving(create_app(settings, db, run_loops=False)) as url:
+        fed = PullFederation(sim, api, db, settings)
+        fed.url, fed.settings, fed._agents = url, settings, []
+        for tenant, queue in TENANTS:
+            assert api.post("/api/v1/tenants", json={"name": tenant, "namespaces": [tenant]}).status_code == 201
+            assert api.post("/api/v1/queues", json={"name": queue, "tenant": tenant}).status_code == 201
+        answer = api.post("/api/v1/clusters", json={"name": "eu-west", "kubeconfig": sim.kubeconfig("eu-west"),
+                                                    "labels": {"region": "eu"}})
+        assert answer.status_code == 201, answer.text
+        answer = api.post("/api/v1/clusters", json={"name": PULL, "mode": "pull", "labels": {"region": "us"}})
+        assert answer.status_code == 201, answer.text
+        fed.token = answer.json()["agent_token"]
+        try:
+            yield fed
+        finally:
+            for agent in fed._agents:
+                agent.member.close()
+            fed.close()
+
+
+# (1) registration, the agent's token, heartbeats -> health --------------------------------------------------
+
+def test_a_pull_member_is_registered_without_a_kubeconfig_and_its_token_is_shown_once_and_kept_hashed(pull):
+    view = pull.api.get(f"/api/v1/clusters/{PULL}").json()
+    assert (view["mode"], view["state"], view["api_server"]) == ("pull", "Pending", None)
+    assert "agent_token" not in view and pull.token not in str(pull.api.get("/api/v1/clusters").json())
+    stored = pull.cluster()
+    assert stored.agent_token_hash == hashlib.sha256(pull.token.encode()).hexdigest()
+    assert stored.kubeconfig_encrypted == b""
+    assert pull.cluster_reasons() == ["Registered"]
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"name": "edge", "mode": "pull", "kubeconfig": "apiVersion: v1"}, "kubeconfig"),
+    ({"name": "edge", "mode": "pull", "context": "c"}, "context"),
+    ({"name": "edge"}, "kubeconfig"),
+])
+def test_what_does_not_fit_the_mode_is_refused_by_field(pull, body, field):
+    answer = pull.api.post("/api/v1/clusters", json=body)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["errors"][0]["field"] == field
+    assert pull.api.get("/api/v1/clusters/edge").status_code == 404
+
+
+def test_the_agent_endpoints_take_only_an_agent_token_and_each_speaks_for_its_own_cluster(pull):
+    other = pull.api.post("/api/v1/clusters", json={"name": "edge", "mode": "pull"}).json()["agent_token"]
+    for token in ("admin-test-token", "ap_not-a-token", ""):
+        with pytest.raises(ClientError) as refused:
+            ApiClient(pull.url, token or "x").post("/api/v1/agent/heartbeat", json={})
+        assert refused.value.status == 401
+    assert pull.agent().run_once() == {"cluster": PULL, "state": "Pending"}
+    assert pull.cluster().last_heartbeat is not None and pull.cluster("edge").last_heartbeat is None
+    assert ApiClient(pull.url, other).post("/api/v1/agent/heartbeat", json={})["cluster"] == "edge"
+    with pytest.raises(ClientError) as refused:
+        ApiClient(pull.url, pull.token).get("/api/v1/clusters")  # an agent's token opens nothing else
+    assert refused.value.status == 401
+
+
+def test_heartbeats_are_the_pull_members_health_and_the_broker_never_calls_it(pull):
+    agent = pull.agent()
+    agent.run_once()
+    assert pull.cluster().kubernetes_version == agent.member.version()
+    before = len(pull.sim.requests(PULL))
+    clock = {"now": utcnow()}
+    health = ClusterHealthService(pull.db, pull.settings, pull.members, now=lambda: clock["now"])
+    try:
+        pull.step()  # inventory sync, scheduler, dispatcher, status: none calls the pull member
+        assert health.run_once()["eu-west"] == "Ready"
+        assert pull.cluster().state == "Pending"  # heard from within the grace: nothing to record
+        clock["now"] += timedelta(seconds=31)
+        assert health.run_once()[PULL] == "NotReady"
+        assert "its agent has not called in for 3" in pull.cluster().last_error
+        assert pull.cluster_reasons()[-1] == "MemberNotReady"
+        assert len(pull.sim.requests(PULL)) == before  # only its agent ever calls it
+        agent.run_once()
+        assert (pull.cluster().state, pull.cluster().last_error) == ("Pending", None)
+        assert pull.cluster_reasons()[-1] == "MemberReady"
+    finally:
+        health.stop()
+
+
+def test_a_pull_member_never_heard_from_goes_not_ready_after_the_grace(pull):
+    created = pull.cluster().created_at
+    health = ClusterHealthService(pull.db, pull.settings, pull.members, now=lambda: created + timedelta(seconds=31))
+    try:
+        assert health.run_once()[PULL] == "NotReady"
+    finally:
+        health.stop()
+    assert pull.cluster().state == "NotReady"
+
+
+def test_the_cli_mints_the_token_and_the_agent_command_heartbeats_with_it(pull, tmp_path):
+    env = {"ARCHIPELAGO_SERVER": pull.url, "ARCHIPELAGO_TOKEN": "admin-test-token",
+           "ARCHIPELAGO_CONFIG": "/nonexistent", "COLUMNS": "200", "PATH": "/usr/bin:/bin"}
+    added = subprocess.run([CLI, "clusters", "add", "edge", "--mode", "pull"],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert added.returncode == 0, added.stderr
+    token = added.stdout.strip().splitlines()[-1].split(": ")[-1]
+    assert token.startswith("apa_")
+    refused = subprocess.run([CLI, "clusters", "add", "edge2", "--mode", "pull",
+                              "--kubeconfig", "/dev/null"], env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "refused in pull mode" in refused.stderr
+    kubeconfig = tmp_path / "member.kubeconfig"
+    kubeconfig.write_text(pull.sim.kubeconfig(PULL))
+    agent = subprocess.Popen([CLI, "agent", "--broker", pull.url, "--token", token,
+                              "--kubeconfig", str(kubeconfig), "--interval", "0.2"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while pull.cluster("edge").last_heartbeat is None:
+            assert agent.poll() is None, agent.communicate()
+            assert time.monotonic() < deadline, "the agent never called in"
+            time.sleep(0.05)
+        assert pull.cluster("edge").kubernetes_version
+    finally:
+        agent.terminate()
+        agent.wait(30)
