@@ -4,18 +4,23 @@ out to the broker instead, with the token minted when the member was registered 
 It talks to its own cluster with the same `MemberClient` the broker uses for push members (in-cluster
 ServiceAccount by default, `--kubeconfig` beside the cluster), and to the broker over HTTP(S) with the
 CLI's `ApiClient`. Each pass (`run_once`) heartbeats with the member's version, so the broker's health
-loop sees the member alive exactly while the agent both reaches its cluster and reaches the broker.
+loop sees the member alive exactly while the agent both reaches its cluster and reaches the broker, then
+reports the objects the inventory is made of (as the broker would have listed them: the broker writes the
+same rows from them as from a push member's lists), when they changed.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import logging
 import os
 import threading
 from pathlib import Path
 
 from broker.client import ApiClient, ClientError
+from broker.services.inventory import member_objects
 from clusters.member import MemberClient, MemberError
 
 log = logging.getLogger("archipelago.agent")
@@ -42,10 +47,23 @@ class Agent:
 
     def __init__(self, broker: ApiClient, member: MemberClient) -> None:
         self.broker, self.member = broker, member
+        self._reported: str | None = None  # the digest of the inventory the broker last took
 
     def run_once(self) -> dict:
-        """One heartbeat; what the broker answered (the member's name and state)."""
-        return self.broker.post("/api/v1/agent/heartbeat", json={"version": self.member.version()})
+        """One heartbeat, then the inventory if it changed; what the broker answered to the heartbeat."""
+        answer = self.broker.post("/api/v1/agent/heartbeat", json={"version": self.member.version()})
+        self.report_inventory()
+        return answer
+
+    def report_inventory(self) -> bool:
+        """Send the member's nodes, pods and HyperNodes unless the broker has them already; whether sent."""
+        objects = member_objects(self.member)
+        digest = hashlib.sha256(json.dumps(objects, sort_keys=True).encode()).hexdigest()
+        if digest == self._reported:
+            return False
+        self.broker.post("/api/v1/agent/inventory", json=objects)
+        self._reported = digest
+        return True
 
     def run(self, interval: float, stop: threading.Event) -> None:
         """Pass after pass until `stop`; a failing pass is logged and the next one tries again (the broker

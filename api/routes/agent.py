@@ -18,7 +18,8 @@ from api.schemas import problems
 from broker import inventory
 from broker.db.models import Cluster, utcnow
 from broker.db.session import transaction
-from broker.services.inventory import WRITES
+from broker.errors import Invalid
+from broker.services.inventory import WRITES, flush, reported_mirror
 
 router = APIRouter(prefix="/api/v1/agent", tags=["agent"])
 
@@ -57,3 +58,27 @@ def heartbeat(body: Heartbeat, request: Request, settings: SettingsDep, cluster_
     with writing(request, cluster_id) as (session, cluster):
         inventory.record_probe(session, cluster, now=utcnow(), grace=settings.not_ready_grace, version=body.version)
         return {"cluster": cluster.name, "state": cluster.state}
+
+
+class Inventory(BaseModel):
+    """What the member's API server lists, as the broker would have listed it (the same rows are written)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: list[dict[str, Any]]
+    pods: list[dict[str, Any]] = Field(description="the pods not finished (phase neither Succeeded nor Failed)")
+    hypernodes: list[dict[str, Any]] | None = Field(None, description="null where the member serves no HyperNodes")
+
+
+@router.post("/inventory", responses=problems(401, 422), summary="The member's nodes, pods and HyperNodes")
+def report_inventory(body: Inventory, request: Request, settings: SettingsDep, cluster_id: AgentDep) -> dict[str, Any]:
+    try:
+        mirror = reported_mirror(body.model_dump())
+        result = flush(request.app.state.db, settings, cluster_id, mirror)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise Invalid("inventory", f"an object is not as the member's API server serves it: {exc!r}") from None
+    if result is None:
+        raise Problem(404, "this pull member was removed meanwhile")
+    if result.changed:
+        request.app.state.capacity.forget()
+    return {"nodes": len(mirror.nodes), "changed": result.changed}

@@ -194,6 +194,25 @@ def relist(client: MemberClient, mirror: MemberMirror, kind: str) -> None:
     mirror.replace(kind, items, version)
 
 
+def member_objects(client: MemberClient) -> dict[str, list[dict] | None]:
+    """Every object of each kind the inventory reads, as a pull member's agent reports them (hypernodes:
+    None where the member serves none), from the API server's watch cache."""
+    serves_hypernodes = client.serves(HYPERNODE_GROUP, HYPERNODE_VERSION, "hypernodes")
+    return {kind: client.list(resource, field_selector=field_selector, from_cache=True)[0]
+            if kind != "hypernodes" or serves_hypernodes else None
+            for kind, (resource, field_selector) in _LISTS.items()}
+
+
+def reported_mirror(objects: dict[str, list[dict] | None]) -> MemberMirror:
+    """A mirror of what an agent reported, to write with the same rows as a sync's."""
+    mirror = MemberMirror()
+    mirror.has_hypernodes = objects.get("hypernodes") is not None
+    for kind in MemberMirror.KINDS:
+        if objects.get(kind) is not None:
+            mirror.replace(kind, objects[kind], "0")
+    return mirror
+
+
 def relist_all(client: MemberClient, mirror: MemberMirror) -> None:
     """List nodes, pods and (where the member serves them) HyperNodes into the mirror."""
     mirror.has_hypernodes = client.serves(HYPERNODE_GROUP, HYPERNODE_VERSION, "hypernodes")

@@ -176,3 +176,28 @@ def test_the_cli_mints_the_token_and_the_agent_command_heartbeats_with_it(pull, 
     finally:
         agent.terminate()
         agent.wait(30)
+
+
+# (2) inventory reports ----------------------------------------------------------------------------------
+
+def test_the_agents_inventory_report_makes_the_same_rows_as_a_push_members_sync(pull):
+    pull.step()  # eu-west, the same scenario in push mode, synced by the broker
+    agent = pull.agent()
+    agent.run_once()
+    pushed, pulled = (pull.api.get(f"/api/v1/clusters/{name}").json() for name in ("eu-west", PULL))
+    assert pulled["state"] == "Ready" and pulled["nodes"] == 16
+    assert pull.cluster_reasons()[-1] == "Synced"
+    for key in ("nodes", "capacity", "hypernodes", "hypernode_source", "warnings"):
+        assert pulled[key] == pushed[key], key
+    assert agent.report_inventory() is False  # nothing changed: nothing sent
+    pull.sim.others_pods(PULL, {"cpu": "8", "nvidia.com/gpu": "2"}, nodes=3)
+    assert agent.report_inventory() is True
+    used = pull.api.get(f"/api/v1/clusters/{PULL}").json()["capacity"]["nvidia.com/gpu"]["used"]
+    assert used == "6"
+
+
+def test_an_inventory_that_is_not_what_an_api_server_lists_is_refused(pull):
+    with pytest.raises(ClientError) as refused:
+        ApiClient(pull.url, pull.token).post("/api/v1/agent/inventory", json={"nodes": [{"spec": {}}], "pods": []})
+    assert refused.value.status == 422 and "inventory" in str(refused.value)
+    assert pull.cluster().state == "Pending"
