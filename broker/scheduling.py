@@ -78,6 +78,8 @@ class Inventory:
     generations: dict[tuple[str, str], int]  # (job id, part) -> highest generation placed so far
     tenant_ids: dict[str, int]  # job id -> tenant id, for every pending and running job
     fence: int  # newest placement id at the read
+    # what could give capacity or quota back: clusters, queues, tenants by name, live placements by id
+    inputs: tuple[dict, dict, dict, dict[int, RunningPlacement]] = ({}, {}, {}, {})
 
 
 @dataclass(slots=True)
@@ -123,16 +125,16 @@ def read_inventory(session: Session, *, now: float, pending: PendingJobs | None 
     fence = session.scalar(select(func.max(PlacementRow.id))) or 0
     live = _live_placements(session)
     clusters, cluster_ids, pods_of = _clusters(session, {str(row.id) for row in live})
-    running, tenant_ids = [], {}
+    running, tenant_ids = {}, {}
     for row in live:
         pods: dict[str, int] = {}
         for a in row.assignments:
             pods[a["node"]] = pods.get(a["node"], 0) + a["pods"]
-        running.append(RunningPlacement(
+        running[row.id] = RunningPlacement(
             job_id=str(row.job_id), part=row.part or None, cluster=row.cluster_name, hypernode=row.hypernode,
             node_usage=_held(row.node_usage, pods_of.get(str(row.id), {})), node_pods=pods, tenant=row.tenant,
             queue=row.queue, priority=row.priority, started_at=as_utc(row.started_at or row.created_at).timestamp(),
-            exclusive_topology=row.exclusive_topology, charged=row.state != "Deleting"))
+            exclusive_topology=row.exclusive_topology, charged=row.state != "Deleting")
         tenant_ids[str(row.job_id)] = row.tenant_id
     tenants = [Tenant(*row) for row in session.execute(
         select(TenantRow.name, TenantRow.weight, TenantRow.fair_share_preemption))]
@@ -140,8 +142,9 @@ def read_inventory(session: Session, *, now: float, pending: PendingJobs | None 
                     nominal_quota=q.nominal_quota or {}, borrowing_limit=q.borrowing_limit,
                     preemption=q.preemption_policy, reclaim_within_cohort=q.reclaim_within_cohort)
               for q, tenant in session.execute(select(QueueRow, TenantRow.name).join(TenantRow))]
-    inventory = Inventory(Snapshot(clusters, queues, tenants, running, now), [], {}, {}, cluster_ids, {},
-                          tenant_ids, fence)
+    inventory = Inventory(Snapshot(clusters, queues, tenants, running.values(), now), [], {}, {}, cluster_ids, {},
+                          tenant_ids, fence, ({c.name: c for c in clusters}, {q.name: q for q in queues},
+                                              {t.name: t for t in tenants}, running))
     if with_pending:
         _read_pending(session, inventory, PendingJobs() if pending is None else pending)
     return inventory
@@ -234,16 +237,33 @@ class PendingJobs:
         self.fence: int | None = None  # None: the next read is a full one
         self.full_read_at = float("-inf")  # snapshot clock of the last full read
         self.full_reads = 0
+        self.parked: frozenset[str] = frozenset()  # the last cycle's inadmissible jobs
+        self.inputs: tuple | None = None  # `Inventory.inputs` of the cycle that found them inadmissible
 
     def forget(self) -> None:
-        """In doubt: read every pending row next time."""
-        self.fence = None
+        """In doubt: read every pending row next time, and decide every job."""
+        self.fence, self.parked, self.inputs = None, frozenset(), None
+
+    def still_parked(self, inventory: Inventory) -> frozenset[str]:
+        """The last cycle's inadmissible jobs, unless something since could give them capacity or quota: a live
+        placement that ended or changed (preempted, its pods gone), any change of a cluster, node, HyperNode,
+        queue or tenant. (Live placements that appeared only take capacity.)"""
+        before = self.inputs
+        if before is None or before[:3] != inventory.inputs[:3]:
+            return frozenset()
+        running = inventory.inputs[3]
+        if any(running.get(placement_id) != placement for placement_id, placement in before[3].items()):
+            return frozenset()
+        return self.parked
 
     def committed(self, inventory: Inventory, result: CycleResult, outcome: CommitOutcome) -> None:
-        """Bring the rows in line with what a commit wrote: admitted (or lost) jobs leave, reasons are the new ones."""
+        """Bring the rows in line with what a commit wrote: admitted (or lost) jobs leave, reasons are the new ones.
+        A placement decided but not committed (its job cancelled meanwhile) leaves capacity the cycle counted taken."""
         if outcome.stale:
             self.forget()
             return
+        self.parked = frozenset() if outcome.dropped else result.inadmissible
+        self.inputs = inventory.inputs
         for job_id in (*outcome.admitted, *outcome.dropped):
             self.rows.pop(str(job_id), None)
         for waiting in [*result.waiting.values(), *inventory.unplaceable.values()]:
@@ -262,7 +282,7 @@ class PendingJobs:
         kept = self.rows
         if self.fence != fence or now - self.full_read_at >= self.resync_interval:
             rows = session.execute(columns.where(*_PENDING)).all()
-            self.rows = {}
+            self.rows, self.parked = {}, frozenset()
             self.full_read_at, self.full_reads = now, self.full_reads + 1
         else:
             ids = {str(job_id) for job_id in session.scalars(select(Job.id).where(*_PENDING))}

@@ -11,6 +11,13 @@
 
 Holds last one cycle: they are recomputed by the next one, where the long-waiting jobs go first.
 `schedule` leaves the snapshot holding the cycle's decisions (not its holds); `dry_run` leaves it unchanged.
+
+Inadmissible jobs (after Kueue's inadmissible lists): a job that did not fit, with no hold and no
+preemption taken before it in the cycle, that may preempt nothing and is not waiting past
+`starvation_after_s`, does not fit the next cycle either as long as nothing gives capacity or quota back
+(the caller's part to know: no running work ended, no inventory, queue or tenant changed). `schedule`
+reports them; given back as `parked`, each keeps its turn in its queue but is not decided again (a
+decision that places nothing changes nothing), so the cycle decides as if it had been.
 """
 
 from __future__ import annotations
@@ -75,6 +82,7 @@ class _Cycle:
         self.open: dict[str, list[HyperNodeState]] = {}  # cluster -> its HyperNodes without a held node
         self.taken: list[tuple[ClusterIndex, dict[int, dict[str, int]]]] = []  # what holds took, per node
         self.evicted: set[str] = set()
+        self.inadmissible: set[str] = set()
         # tenants with work, running or pending: those the federation is shared among (`fair`)
         self.active: set[str] = {t for t, usage in snapshot.tenant_usage.items() if any(usage.values())}
         self.fair: dict[str, float] = {}  # every pending job's tenant is activated before its job is decided
@@ -121,7 +129,21 @@ class _Cycle:
                 weighted_share(state.usage, demand, queue.weight, totals),
                 -job.priority, -queue.priority, job.submitted_at, queue.name, job.id)
 
-    def run(self, pending: Iterable[PendingJob]) -> CycleResult:
+    def _may_preempt(self, job: PendingJob) -> bool:
+        """Do its queue's or tenant's policies let it preempt anyone at all (`_candidates`)?"""
+        queue = self.snapshot.queues[job.queue].queue
+        tenant = self.snapshot.tenants.get(job.tenant)
+        return self.config.preemption and (
+            queue.preemption == "LowerPriority" or queue.reclaim_within_cohort != "Never"
+            or (tenant is not None and tenant.fair_share_preemption != "Never"))
+
+    def _stays_inadmissible(self, job: PendingJob) -> bool:
+        """If it does not fit now, will it not fit later either while capacity and quota only shrink? Not if this
+        cycle gave capacity back (a preemption), nor when time may change its lot (starvation, avoided clusters).
+        (Holds only take capacity: they matter where a job is found inadmissible, not where it is skipped.)"""
+        return not self.evicted and not job.avoided and not self._starving(job) and not self._may_preempt(job)
+
+    def run(self, pending: Iterable[PendingJob], parked: frozenset[str] = frozenset()) -> CycleResult:
         # Phase 1: each queue in its own order: 1. priority, 2. submission time, 3. job id.
         queued: dict[str, list[PendingJob]] = {}
         waiting: dict[str, Waiting] = {}
@@ -148,8 +170,16 @@ class _Cycle:
                 heapq.heappush(heap, (current, name))
                 continue
             job = jobs.pop()
+            if job.id in parked and self._stays_inadmissible(job):
+                self.inadmissible.add(job.id)
+                if jobs:
+                    heapq.heappush(heap, (self._queue_key(state, jobs[-1]), name))
+                continue
+            stays = not self.holds and self._stays_inadmissible(job)
             outcome = self.decide(job)
             order.append(job.id)
+            if stays and outcome.waiting and not outcome.placements and not outcome.preemptions:
+                self.inadmissible.add(job.id)
             placements += outcome.placements
             preemptions += outcome.preemptions
             if outcome.waiting:
@@ -161,7 +191,7 @@ class _Cycle:
                 heapq.heapify(heap)
         self.release_holds()
         return CycleResult(tuple(placements), tuple(preemptions), MappingProxyType(waiting),
-                           MappingProxyType(dict(self.holds)), tuple(order))
+                           MappingProxyType(dict(self.holds)), tuple(order), frozenset(self.inadmissible))
 
     # -- phase 3: one job -----------------------------------------------------------------------
     def _whole(self, job: PendingJob) -> Request:
@@ -569,9 +599,11 @@ def _per_part(placement: Placement, job: PendingJob, cluster: ClusterIndex) -> l
     return result
 
 
-def schedule(snapshot: Snapshot, pending: Iterable[PendingJob], config: Config = Config()) -> CycleResult:
-    """Decide placements, preemptions and reasons for the pending jobs; the snapshot keeps the decisions."""
-    return _Cycle(snapshot, config).run(pending)
+def schedule(snapshot: Snapshot, pending: Iterable[PendingJob], config: Config = Config(),
+             parked: frozenset[str] = frozenset()) -> CycleResult:
+    """Decide placements, preemptions and reasons for the pending jobs; the snapshot keeps the decisions.
+    `parked`: jobs found inadmissible before, not decided again (no reason for them) while they stay so."""
+    return _Cycle(snapshot, config).run(pending, parked)
 
 
 def dry_run(snapshot: Snapshot, job: PendingJob, config: Config = Config()) -> DryRun:

@@ -112,6 +112,8 @@ class CycleResult:
     waiting: Mapping[str, Waiting]
     holds: Mapping[str, Hold]  # job id -> the nodes held for it this cycle (a job waiting too long)
     order: tuple[str, ...]  # job ids in the order they were decided
+    # jobs that did not fit and cannot until capacity or quota is given back (`schedule`'s `parked`)
+    inadmissible: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

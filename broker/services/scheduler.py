@@ -51,7 +51,7 @@ class SchedulerService(LoopService):
         started = time.perf_counter()
         try:
             inventory = self.read()
-            result = schedule(inventory.snapshot, inventory.pending, self.config)
+            result = schedule(inventory.snapshot, inventory.pending, self.config, self.pending.still_parked(inventory))
             with transaction(self.sessions) as session:
                 outcome = commit_decisions(session, inventory, result)
         except BaseException:

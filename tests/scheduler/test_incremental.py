@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import event, select, update
 
-from broker.db.models import Job, Node, Placement, Queue
+from broker.db.models import Cluster, Job, Node, Placement, Queue
 from broker.placement import schedule
 from broker.scheduling import read_inventory
 from broker.services.scheduler import SchedulerService
@@ -25,24 +25,37 @@ class Clock:
         return self.moment
 
 
-def decisions(inventory) -> tuple:
-    """What a cycle over this read decides, in a form two reads can be compared by."""
-    result = schedule(inventory.snapshot, inventory.pending)
+def decisions(inventory, parked: frozenset[str] = frozenset()) -> tuple:
+    """What a cycle over this read decides, in a form two reads can be compared by, and its waiting jobs."""
+    result = schedule(inventory.snapshot, inventory.pending, parked=parked)
     return (sorted((p.job_id, p.part or "", p.cluster, p.hypernode, p.assignments) for p in result.placements),
             sorted((p.job_id, p.preemptor, p.cluster) for p in result.preemptions),
-            sorted((w.job_id, w.message, tuple(sorted(w.clusters.items()))) for w in result.waiting.values()))
+            sorted((h.job_id, h.cluster, h.nodes) for h in result.holds.values())), result
 
 
-def assert_same_as_a_full_read(db, scheduler: SchedulerService, reasons: bool = True) -> None:
+def assert_same_as_a_full_read(db, scheduler: SchedulerService, foreign_reasons_at: int | None = None) -> int:
+    """The kept rows are those a full read finds; the cycle places, preempts and holds as a full one, and says
+    the same of every job it decided (the inadmissible ones it did not decide do not fit in a full cycle either).
+    The stored reasons kept are those a full read finds, unless another scheduler rewrote some since this
+    one's last full read (`foreign_reasons_at`: its count of full reads then). Returns how many jobs it did not
+    decide."""
     incremental = scheduler.read()
     with db.sessions() as session:
         full = read_inventory(session, now=scheduler.now().timestamp())
     assert sorted(incremental.pending, key=lambda j: j.id) == sorted(full.pending, key=lambda j: j.id)
     assert (incremental.unplaceable, incremental.tenant_ids, incremental.generations) == (
         full.unplaceable, full.tenant_ids, full.generations)
-    if reasons:
+    if scheduler.pending.full_reads != foreign_reasons_at:
         assert incremental.records == full.records
-    assert decisions(incremental) == decisions(full)
+    parked = scheduler.pending.still_parked(incremental)
+    admissions, result = decisions(incremental, parked)
+    full_admissions, full_result = decisions(full)
+    assert admissions == full_admissions
+    skipped = {job.id for job in incremental.pending} - set(result.order)
+    assert skipped <= parked and skipped <= set(full_result.waiting)
+    assert {**full_result.waiting, **{job_id: result.waiting[job_id] for job_id in result.waiting}} == \
+        full_result.waiting
+    return len(skipped)
 
 
 def _jobs(session, state: str) -> list[Job]:
@@ -60,18 +73,20 @@ def test_a_sequence_of_changes_is_decided_as_a_full_read_would(db, setup, settin
         add_cluster(session, "eu-west", leaves=2)
         add_cluster(session, "us-east", leaves=1)
         queues = [add_queue(session, "q-a", tenant="research"), add_queue(session, "q-b", tenant="vision")]
-    names = iter(range(10_000))
+    names, foreign_reasons_at = iter(range(10_000)), None
     for _ in range(40):
-        change = rnd.choice(["submit", "submit", "cancel", "finish", "evict", "capacity", "time", "other"])
-        foreign_reasons, foreign_admitted = False, []
+        change = rnd.choice(["submit", "submit", "submit", "cancel", "finish", "evict", "capacity", "time", "other"])
+        foreign_admitted = []
         if change == "other":  # capacity freed, and another scheduler places a job this one saw waiting
             with setup() as session:
                 for node in session.scalars(select(Node)):
                     node.allocatable = {**node.allocatable, GPU: 16_000}
             outcome = SchedulerService(db, settings, now=clock).run_once()
             # If it placed nothing, it may have rewritten waiting reasons this one keeps (possible only without
-            # the lease): only those differ, until this one's next commit rewrites them the same way.
-            foreign_reasons, foreign_admitted = not outcome.placements, outcome.admitted
+            # the lease): only those may differ, until this one's next full read.
+            foreign_admitted = outcome.admitted
+            if not outcome.placements:
+                foreign_reasons_at = scheduler.pending.full_reads
         with setup() as session:
             if change == "submit":
                 for _ in range(rnd.randint(1, 4)):
@@ -98,8 +113,8 @@ def test_a_sequence_of_changes_is_decided_as_a_full_read_would(db, setup, settin
                 node = rnd.choice(list(session.scalars(select(Node).order_by(Node.id))))
                 node.allocatable = {**node.allocatable, GPU: rnd.choice([0, 4000, 8000])}
             elif change == "time":
-                clock.moment += timedelta(seconds=rnd.choice([20, 1000]))
-        assert_same_as_a_full_read(db, scheduler, reasons=not foreign_reasons)
+                clock.moment += timedelta(seconds=rnd.choice([20, 20, 20, 1000]))
+        assert_same_as_a_full_read(db, scheduler, foreign_reasons_at)
         scheduler.run_once()
 
 
@@ -154,3 +169,43 @@ class Crash(Exception):
 def _queued(db) -> list[Job]:
     with db.sessions() as session:
         return list(session.scalars(select(Job).where(Job.state == "Queued")))
+
+
+def undecided(scheduler: SchedulerService) -> set[str]:
+    """The pending jobs the next cycle would not decide again."""
+    inventory = scheduler.read()
+    result = schedule(inventory.snapshot, inventory.pending, parked=scheduler.pending.still_parked(inventory))
+    return {job.id for job in inventory.pending} - set(result.order)
+
+
+def test_a_job_that_does_not_fit_is_decided_again_only_once_capacity_is_freed_or_it_waited_too_long(
+        db, setup, settings):
+    clock = Clock()
+    scheduler = SchedulerService(db, settings.model_copy(update={"scheduler_resync_interval": 1e9}), now=clock)
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1)
+        queue = add_queue(session)
+        first = submit(session, queue, "first", gpus=8, pods=4)
+        big = submit(session, queue, "big", gpus=8, pods=4)
+    clock.moment = big.submitted_at + timedelta(seconds=60)
+    assert scheduler.run_once().admitted == [first.id]
+    with setup() as session:
+        small = submit(session, session.get(Queue, queue.id), "small", gpus=1, pods=1)
+    assert undecided(scheduler) == {str(big.id)}
+    assert scheduler.run_once().admitted == []
+    assert undecided(scheduler) == {str(big.id), str(small.id)}
+
+    clock.moment += timedelta(seconds=settings.placement_starvation_after)  # big waited too long: a hold
+    assert undecided(scheduler) == set()
+    clock.moment -= timedelta(seconds=settings.placement_starvation_after)
+    with setup() as session:  # no capacity given back, but the cluster changed
+        session.scalars(select(Cluster)).one().labels = {"zone": "a"}
+    assert undecided(scheduler) == set()
+    assert scheduler.run_once().admitted == []
+    assert undecided(scheduler) == {str(big.id), str(small.id)}
+
+    with setup() as session:  # first ends: its capacity is free again
+        session.execute(update(Placement).where(Placement.job_id == first.id).values(state="Succeeded"))
+        session.get(Job, first.id).state = "Succeeded"
+    assert undecided(scheduler) == set()
+    assert scheduler.run_once().admitted == [big.id]
