@@ -143,10 +143,12 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _renewed_within_duration(self) -> Settings:
-        if self.lease_renew_period >= self.lease_duration:
-            raise ValueError(f"ARCHIPELAGO_LEASE_RENEW_PERIOD ({self.lease_renew_period:g} s) must be shorter than "
-                             f"ARCHIPELAGO_LEASE_DURATION ({self.lease_duration:g} s), or the lease lapses between "
-                             "renewals")
+        # A holder acts only until a renew period short of expiry (`LeaseHolder.valid_until`); with a renew period
+        # above a third of the duration, one slow renewal would leave it unable to act for part of every period.
+        if self.lease_renew_period * 3 > self.lease_duration:
+            raise ValueError(f"ARCHIPELAGO_LEASE_RENEW_PERIOD ({self.lease_renew_period:g} s) must be at most a third "
+                             f"of ARCHIPELAGO_LEASE_DURATION ({self.lease_duration:g} s), so that a holder renews "
+                             "well before it must stop acting")
         return self
 
     @model_validator(mode="after")

@@ -18,11 +18,11 @@ from typing import Callable
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects import postgresql
 
-from broker.db.models import Cluster, Lease, utcnow
+from broker.db.models import Cluster, Lease
 from broker.db.runtime import Database
 from broker.metrics import MEMBER_LANES_HELD
 from broker.services.dispatcher import writing
-from broker.services.lease import LeaseHolder
+from broker.services.lease import LeaseHolder, database_now
 from broker.services.loop import LoopService
 from broker.settings import Settings
 
@@ -38,17 +38,17 @@ class MemberLeases:
     """One replica's claim on its share of the member leases, and their release."""
 
     def __init__(self, database: Database, settings: Settings, *, holder: str,
-                 now: Callable[[], datetime] = utcnow) -> None:
+                 now: Callable[[], datetime] | None = None) -> None:
         self.database, self.settings, self.holder, self.now = database, settings, holder, now
         self.heartbeat = f"{REPLICA}{holder.rsplit('/', 1)[-1]}"  # the holder's nonce: a lease name is 63 at most
 
     def claim(self) -> dict[str, int]:
         """Heartbeat, count the live replicas, renew ours, give up the surplus, take free ones up to the share."""
-        now = self.now()
-        expires = now + timedelta(seconds=self.settings.lease_duration)
         lease = Lease.__table__
         mine = (lease.c.holder == self.holder) & lease.c.name.startswith(MEMBER)
         with writing(self.database) as session:
+            now = database_now(session, self.now)
+            expires = now + timedelta(seconds=self.settings.lease_duration)
             session.execute(delete(lease).where(lease.c.name.startswith(REPLICA),
                                                 lease.c.expires_at < now - FORGET_REPLICAS_AFTER))
             session.execute(postgresql.insert(lease).values(name=self.heartbeat, holder=self.holder,
@@ -81,7 +81,7 @@ class MemberLeases:
         lease = Lease.__table__
         with writing(self.database) as session:
             session.execute(update(lease).where(lease.c.holder == self.holder, lease.c.name.startswith(MEMBER))
-                            .values(holder=None, expires_at=self.now()))
+                            .values(holder=None, expires_at=database_now(session, self.now)))
             session.execute(delete(lease).where(lease.c.name == self.heartbeat))
 
 

@@ -6,7 +6,8 @@ unrenewed for ARCHIPELAGO_LEASE_DURATION, any replica that runs loops takes it o
 renew period of the holder's death). A replica runs its loop services only while it holds the lease and stops
 them the moment it learns it lost it; each of their commits checks the token in its own transaction
 (`broker.db.fencing`), so a paused ex-leader that wakes after a takeover has its commits refused. Expiry is
-read on the replicas' clocks: skew between them delays or hastens a takeover, never lets two leaders write.
+set and compared on the database's clock on PostgreSQL (`database_now`), so skew between the replicas' clocks
+moves no expiry; a replica's own cut-off for acting (`valid_until`) runs on its monotonic clock.
 On SQLite the one process that runs loops holds it, through the same row. `LeaseHolder` runs loop services under
 any set of leases: the leader's here, the member lanes' in `broker.services.lanes`.
 """
@@ -23,12 +24,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from prometheus_client import Counter, Gauge
-from sqlalchemy import or_, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from broker.db.fencing import Fence, fenced
-from broker.db.models import LEADER, Lease, utcnow
+from broker.db.models import LEADER, Lease, as_utc, utcnow
 from broker.db.runtime import Database
 from broker.metrics import LEASE_HELD, LEASES_LOST
 from broker.services.dispatcher import writing
@@ -45,20 +47,30 @@ def replica_name() -> str:
     return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
 
 
+def database_now(session: Session, now: Callable[[], datetime] | None) -> datetime:
+    """The time leases are set and compared by: the database's clock on PostgreSQL (one clock for every replica,
+    whatever their skew), this process's on SQLite (one process); `now` when a test drives time."""
+    if now is not None:
+        return now()
+    if session.get_bind().dialect.name == "postgresql":
+        return as_utc(session.scalar(select(func.now())))
+    return utcnow()
+
+
 class LeaseRecord:
     """One named lease as one replica sees it: `hold()` renews it if ours, else takes it if free or expired."""
 
     def __init__(self, database: Database, *, holder: str, duration: float, name: str = LEADER,
-                 now: Callable[[], datetime] = utcnow) -> None:
+                 now: Callable[[], datetime] | None = None) -> None:
         self.database, self.holder, self.duration, self.name, self.now = database, holder, duration, name, now
         self.token: int | None = None  # the fencing token while held
 
     def hold(self) -> int | None:
         """Acquire or renew; the token held afterwards, or None (another replica holds it)."""
-        now = self.now()
         lease = Lease.__table__
-        expires = now + timedelta(seconds=self.duration)
         with writing(self.database) as session:
+            now = database_now(session, self.now)
+            expires = now + timedelta(seconds=self.duration)
             dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
             session.execute(dialect.insert(lease).values(name=self.name, holder=None, token=0, expires_at=NEVER)
                             .on_conflict_do_nothing())
@@ -80,7 +92,8 @@ class LeaseRecord:
         lease = Lease.__table__
         with writing(self.database) as session:
             session.execute(update(lease).where(lease.c.name == self.name, lease.c.holder == self.holder,
-                                                lease.c.token == self.token).values(holder=None, expires_at=self.now()))
+                                                lease.c.token == self.token)
+                            .values(holder=None, expires_at=database_now(session, self.now)))
         self.token = None
 
 
@@ -131,10 +144,17 @@ class LeaseHolder:
             return self.running
 
     def _start(self, held: dict[str, int]) -> None:
-        self.held = held
-        self.fence = Fence(held, lambda: self.clock() < self.valid_until)
-        self.runner = ServiceRunner(self.build(fenced(self.database, self.fence), held), wake=self.wake_via)
-        self.runner.start()
+        """Only services that started count as running: if building or starting them fails, nothing is recorded as
+        held, so the next step tries again (instead of renewing leases under which nothing runs)."""
+        fence = Fence(held, lambda: self.clock() < self.valid_until)
+        runner = ServiceRunner(self.build(fenced(self.database, fence), held), wake=self.wake_via)
+        try:
+            runner.start()
+        except BaseException:
+            fence.revoke()
+            runner.stop()
+            raise
+        self.held, self.fence, self.runner = held, fence, runner
         self.held_gauge.set(len(held))
         log.info("%s: acquired by %s (%s); loop services started", self.what, self.holder, _tokens(held))
 

@@ -50,7 +50,10 @@ class Wakeups:
 
     def _deliver(self, name: str) -> None:
         for loops in self.loops:
-            loops.wake(name)
+            try:
+                loops.wake(name)
+            except Exception:  # e.g. a runner stopped between its check and the wake: the listener must live on
+                log.exception("wake-ups: waking %s failed", name)
 
     def start(self) -> None:
         for loops in self.loops:
@@ -65,7 +68,9 @@ class Wakeups:
         failures = 0
         while not self._stopping.is_set():
             try:
-                with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as connection:
+                # keepalives: a connection dropped silently would otherwise look like "nothing notified" forever
+                with psycopg.connect(conninfo, autocommit=True, connect_timeout=5, keepalives=1, keepalives_idle=10,
+                                     keepalives_interval=5, keepalives_count=3) as connection:
                     connection.execute(f"LISTEN {CHANNEL}")
                     self.listening.set()
                     failures = 0

@@ -47,7 +47,7 @@ def test_bad_database_url_is_one_line(tmp_path, url, expected):
     ("ARCHIPELAGO_PORT", "abc", "ARCHIPELAGO_PORT: Input should be a valid integer"),
     ("ARCHIPELAGO_MEMBER_WORKERS", "0", "ARCHIPELAGO_MEMBER_WORKERS: Input should be greater than or equal to 1"),
     ("ARCHIPELAGO_PLACEMENT_SCORE_WEIGHTS", '{"Nearest": 1}', "unknown placement plugins ['Nearest']"),
-    ("ARCHIPELAGO_LEASE_RENEW_PERIOD", "10", "must be shorter than ARCHIPELAGO_LEASE_DURATION (10 s)"),
+    ("ARCHIPELAGO_LEASE_RENEW_PERIOD", "4", "must be at most a third of ARCHIPELAGO_LEASE_DURATION (10 s)"),
     ("ARCHIPELAGO_LOG_FORMAT", "xml", "ARCHIPELAGO_LOG_FORMAT: Input should be 'text' or 'json'"),
 ])
 def test_a_bad_setting_is_named_in_one_line(tmp_path, name, value, expected):

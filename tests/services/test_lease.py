@@ -168,3 +168,19 @@ def test_a_holder_whose_renewals_fail_stops_its_loops_before_another_may_take_ov
             fence.ensure_valid()
     finally:
         holder.stop()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_replica_whose_clock_runs_an_hour_ahead_takes_no_lease_early(db, monkeypatch):
+    """Expiry is set and read by PostgreSQL's clock: a replica's own clock, however skewed, moves nothing."""
+    a = LeaseRecord(db, holder="a", duration=10.0)
+    assert a.hold() == 1
+    ahead = datetime.now(timezone.utc) + timedelta(hours=1)
+    monkeypatch.setattr("broker.services.lease.utcnow", lambda: ahead)
+    monkeypatch.setattr("broker.db.models.utcnow", lambda: ahead)
+    b = LeaseRecord(db, holder="b", duration=10.0)
+    assert b.hold() is None  # on b's clock a's lease expired 59 minutes ago; on the database's it did not
+    with db.sessions() as session:
+        expires = session.scalar(select(Lease.expires_at).where(Lease.name == LEADER))
+    assert expires < ahead - timedelta(minutes=50)
