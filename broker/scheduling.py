@@ -78,7 +78,7 @@ class Inventory:
     generations: dict[tuple[str, str], int]  # (job id, part) -> highest generation placed so far
     tenant_ids: dict[str, int]  # job id -> tenant id, for every pending and running job
     fence: int  # newest placement id at the read
-    # what could give capacity or quota back: clusters, queues, tenants by name, live placements by id
+    # what could make an inadmissible job fit: clusters, queues, tenants by name, live placements by id
     inputs: tuple[dict, dict, dict, dict[int, RunningPlacement]] = ({}, {}, {}, {})
 
 
@@ -245,16 +245,10 @@ class PendingJobs:
         self.fence, self.parked, self.inputs = None, frozenset(), None
 
     def still_parked(self, inventory: Inventory) -> frozenset[str]:
-        """The last cycle's inadmissible jobs, unless something since could give them capacity or quota: a live
-        placement that ended or changed (preempted, its pods gone), any change of a cluster, node, HyperNode,
-        queue or tenant. (Live placements that appeared only take capacity.)"""
-        before = self.inputs
-        if before is None or before[:3] != inventory.inputs[:3]:
-            return frozenset()
-        running = inventory.inputs[3]
-        if any(running.get(placement_id) != placement for placement_id, placement in before[3].items()):
-            return frozenset()
-        return self.parked
+        """The last cycle's inadmissible jobs, unless something changed since that could make one fit: a live
+        placement that started (a job may preempt it), ended or changed, a cluster, node, HyperNode, queue or
+        tenant."""
+        return self.parked if self.inputs == inventory.inputs else frozenset()
 
     def committed(self, inventory: Inventory, result: CycleResult, outcome: CommitOutcome) -> None:
         """Bring the rows in line with what a commit wrote: admitted (or lost) jobs leave, reasons are the new ones.

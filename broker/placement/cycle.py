@@ -13,9 +13,10 @@ Holds last one cycle: they are recomputed by the next one, where the long-waitin
 `schedule` leaves the snapshot holding the cycle's decisions (not its holds); `dry_run` leaves it unchanged.
 
 Inadmissible jobs (after Kueue's inadmissible lists): a job that did not fit, with no hold and no
-preemption taken before it in the cycle, that may preempt nothing and is not waiting past
-`starvation_after_s`, does not fit the next cycle either as long as nothing gives capacity or quota back
-(the caller's part to know: no running work ended, no inventory, queue or tenant changed). `schedule`
+preemption taken before it in the cycle, that may preempt nothing beyond its own queue and is not waiting
+past `starvation_after_s`, does not fit the next cycle either as long as nothing gives capacity or quota
+back and no new work may be preempted (the caller's part to know: the same live placements, inventory,
+queues and tenants). `schedule`
 reports them; given back as `parked`, each keeps its turn in its queue but is not decided again (a
 decision that places nothing changes nothing), so the cycle decides as if it had been.
 """
@@ -129,19 +130,21 @@ class _Cycle:
                 weighted_share(state.usage, demand, queue.weight, totals),
                 -job.priority, -queue.priority, job.submitted_at, queue.name, job.id)
 
-    def _may_preempt(self, job: PendingJob) -> bool:
-        """Do its queue's or tenant's policies let it preempt anyone at all (`_candidates`)?"""
+    def _may_preempt_beyond_queue(self, job: PendingJob) -> bool:
+        """May it preempt other queues' work (`_candidates`)? Whether those may be taken depends on how much their
+        queue or tenant holds, which this cycle's placements raise: a job that could not, might later in the cycle.
+        (Its own queue's work of lower priority, it may take whatever this cycle placed.)"""
         queue = self.snapshot.queues[job.queue].queue
         tenant = self.snapshot.tenants.get(job.tenant)
-        return self.config.preemption and (
-            queue.preemption == "LowerPriority" or queue.reclaim_within_cohort != "Never"
-            or (tenant is not None and tenant.fair_share_preemption != "Never"))
+        return self.config.preemption and (queue.reclaim_within_cohort != "Never" or (
+            tenant is not None and tenant.fair_share_preemption != "Never"))
 
     def _stays_inadmissible(self, job: PendingJob) -> bool:
         """If it does not fit now, will it not fit later either while capacity and quota only shrink? Not if this
         cycle gave capacity back (a preemption), nor when time may change its lot (starvation, avoided clusters).
         (Holds only take capacity: they matter where a job is found inadmissible, not where it is skipped.)"""
-        return not self.evicted and not job.avoided and not self._starving(job) and not self._may_preempt(job)
+        return (not self.evicted and not job.avoided and not self._starving(job)
+                and not self._may_preempt_beyond_queue(job))
 
     def run(self, pending: Iterable[PendingJob], parked: frozenset[str] = frozenset()) -> CycleResult:
         # Phase 1: each queue in its own order: 1. priority, 2. submission time, 3. job id.
