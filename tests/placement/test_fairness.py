@@ -125,3 +125,17 @@ def test_what_each_queue_lends_is_the_others_borrowing_in_proportion_to_its_unus
               "half": ({GPU: 8_000}, {GPU: 4_000}), "free": ({}, {GPU: 8_000})}
     assert lent(cohort) == {"busy": {}, "idle": {GPU: 9_600}, "half": {GPU: 2_400}, "free": {}}
     assert lent({"a": ({GPU: 8_000}, {GPU: 8_000})}) == {"a": {}}
+
+
+@pytest.mark.parametrize("usage, demand, weight, share", [
+    ({}, {GPU: 8000}, 1.0, 0.125),  # nothing used yet: the demand alone
+    ({"cpu": 32_000}, {GPU: 8000}, 1.0, 0.5),  # the dominant resource is one the job does not ask for
+    ({GPU: 8000}, {"cpu": 16_000}, 1.0, 0.25),
+    ({GPU: 8000}, {GPU: 8000}, 0.5, 0.5),  # half the weight, twice the share
+])
+def test_a_weighted_share_is_the_dominant_share_after_admission_over_the_weight(usage, demand, weight, share):
+    assert weighted_share(usage, demand, weight, {"cpu": 64_000, GPU: 64_000}) == share
+
+
+def test_nothing_used_is_a_share_of_nothing():
+    assert dominant_share({}, {GPU: 64_000}) == 0.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from broker.placement import Queue
 from broker.placement.fairness import QuotaVerdict, check_quota
 
 from .fixtures import GPU, queue
@@ -40,3 +41,13 @@ def test_check_quota(case):
     q, r = queue("q", quota=16, borrow=limit), queue("r", quota=16)
     demand = {"cpu": 1000, **gpus(wanted)}  # the CPUs have no quota: the GPUs decide
     assert check_quota(q, gpus(q_used), demand, [(q, gpus(q_used)), (r, gpus(r_used))]) == verdict
+
+
+def test_every_resource_with_a_quota_is_checked_and_one_millicpu_above_it_borrows():
+    quotas = {"cpu": 4000, GPU: 16_000}
+    q, r = Queue("q", "t", nominal_quota=quotas), Queue("r", "t", nominal_quota=quotas)
+    # the CPUs are within the quota, the GPUs beyond what r lends
+    assert check_quota(q, gpus(16), {"cpu": 1000, **gpus(16)}, [(q, gpus(16)), (r, gpus(8))]) == QuotaVerdict(
+        False, True, "queue q is at its quota of 16 GPUs; tenant t's other queues have 8 GPUs to lend and it needs "
+                     "16 GPUs more")
+    assert check_quota(q, {"cpu": 4000}, {"cpu": 1}, [(q, {"cpu": 4000}), (r, {})]) == QuotaVerdict(True, True)
