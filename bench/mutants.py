@@ -83,7 +83,8 @@ def forget_survivors(group: Group) -> None:
 def covers(group: Group, pattern: str) -> bool:
     """Whether mutants named by `pattern` (e.g. broker.placement.feasibility*) can be in this group's modules."""
     prefix = pattern.split("*")[0].replace(".", "/")
-    return any(path.rstrip("*").startswith(prefix) or prefix.startswith(path.rstrip("*")) for path in group.mutate)
+    return any(path.rstrip("*").startswith(prefix) or prefix.startswith(path.rstrip("*").removesuffix(".py"))
+               for path in group.mutate)
 
 
 def run_mutmut(group: Group, max_children: int, only: str | None = None) -> None:
@@ -143,7 +144,10 @@ def main() -> None:
     if not args.again:
         shutil.rmtree(WORK, ignore_errors=True)
     rows, figures, below = [], {"modules": {}, "groups": {}, "survivors": []}, []
-    for group in [g for g in GROUPS if not args.only or covers(g, args.only)]:
+    groups = [g for g in GROUPS if not args.only or covers(g, args.only)]
+    if not groups:
+        sys.exit(f"no group mutates a module that mutants named {args.only!r} could be in")
+    for group in groups:
         if args.again:
             forget_survivors(group)
         else:
