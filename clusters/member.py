@@ -99,6 +99,9 @@ class MemberClient:
         self._custom = CustomObjectsApi(self._api)
         self._built_in = {key: api(self._api) for key, api in _BUILT_IN.items()}
         self._version, self._authorization = VersionApi(self._api), AuthorizationV1Api(self._api)
+        # Called right before each request goes out (after any wait for the budget or a Retry-After): the broker's
+        # loop services raise there once their replica may have lost the lease they act under.
+        self.guard: Callable[[], None] = lambda: None
 
     @classmethod
     def from_kubeconfig(cls, text: str, context: str | None = None, *, policy: KubeconfigPolicy = KubeconfigPolicy(),
@@ -132,6 +135,7 @@ class MemberClient:
                                   "more (429 Retry-After)" if exc.throttled else
                                   f"{what}: the broker's request budget for {self.api_server} (ARCHIPELAGO_MEMBER_QPS)"
                                   f" is spent for {exc.wait:.1f} s", 429) from None
+            self.guard()
             try:
                 return method(*args, _preload_content=False, _request_timeout=timeout or self.timeout, **params)
             except ApiException as exc:

@@ -17,7 +17,7 @@ from broker.settings import Settings
 
 def build_services(database: Database, settings: Settings) -> list[LoopService]:
     """Every loop service, on every member: one process that runs them all (SQLite, and the tests)."""
-    members = MemberClients(settings)
+    members = MemberClients(settings, guard=database.ensure_leading)
     return [InventorySyncService(database, settings, members), ClusterHealthService(database, settings, members),
             SchedulerService(database, settings), DispatcherService(database, settings, members),
             StatusService(database, settings, members), RetentionService(database, settings)]
@@ -25,14 +25,14 @@ def build_services(database: Database, settings: Settings) -> list[LoopService]:
 
 def leader_services(database: Database, settings: Settings) -> list[LoopService]:
     """What one replica at a time runs when the member work is shared: placement, health, fail-over, retention."""
-    members = MemberClients(settings)
+    members = MemberClients(settings, guard=database.ensure_leading)
     return [ClusterHealthService(database, settings, members), SchedulerService(database, settings),
             DispatcherService(database, settings, members, lane=frozenset()), RetentionService(database, settings)]
 
 
 def lane_services(database: Database, settings: Settings, lane: frozenset[int]) -> list[LoopService]:
     """What a replica runs on the members whose leases it holds: their inventory, status and dispatch."""
-    members = MemberClients(settings)
+    members = MemberClients(settings, guard=database.ensure_leading)
     return [InventorySyncService(database, settings, members, lane=lane),
             StatusService(database, settings, members, lane=lane),
             DispatcherService(database, settings, members, lane=lane, fails_over=False)]

@@ -57,8 +57,9 @@ class MemberClients:
     """One MemberClient per registered cluster, built from its stored (encrypted) kubeconfig and
     shared by the loops; rebuilt when the stored kubeconfig changes."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self, settings: Settings, guard: Callable[[], None] = lambda: None) -> None:
+        """`guard` runs before every request to a member (`Database.ensure_leading` of the loops' replica)."""
+        self.settings, self.guard = settings, guard
         self._cipher = KubeconfigCipher(settings.fernet_key())
         self._clients: dict[int, tuple[bytes, MemberClient]] = {}
         self._lock = threading.Lock()
@@ -71,6 +72,7 @@ class MemberClients:
             if known is not None and known[0] == blob:
                 return known[1]
         client = connect(self.settings, self._cipher.decrypt(blob), context)
+        client.guard = self.guard
         with self._lock:
             known = self._clients.get(cluster_id)
             if known is not None and known[0] == blob:  # another thread got there first
