@@ -448,3 +448,4 @@ class ClusterHealthService(LoopService):
 
     def stop(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self.clients.close()  # the leader's services have no inventory sync to close them (closing twice is harmless)
