@@ -42,8 +42,9 @@ class Fence:
         share-locked until the commit, so a takeover (an UPDATE of a row) waits for it or comes first and makes
         this check fail; on SQLite the transaction already holds the database's only write lock."""
         self.ensure_valid()
+        # in name order, as the renewals lock them (broker.services.lanes): two orders could deadlock
         current = dict(session.execute(select(Lease.name, Lease.token).where(Lease.name.in_(list(self.tokens)))
-                                       .with_for_update(read=True)).all())
+                                       .order_by(Lease.name).with_for_update(read=True)).all())
         if current != self.tokens:
             self.revoke()
             taken = sorted(name for name, token in self.tokens.items() if current.get(name) != token)

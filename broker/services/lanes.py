@@ -1,9 +1,10 @@
 """Member lanes: the per-member work (inventory sync and watches, status watches, dispatch to the member) shared
 among the replicas that run loops, by one lease per member (the `member:<cluster id>` rows of `leases`).
 
-Every renew period each replica heartbeats its own `replica:<nonce>` row, counts the live replicas, renews in one
-statement the member leases it holds, gives up those above its share (members ÷ live replicas, rounded up) and
-takes free or expired ones up to it. Its lane services run on the members it holds, every commit of theirs fenced
+Every renew period each replica heartbeats its own `replica:<nonce>` row, counts the live replicas, renews the
+member leases it holds up to its share (members ÷ live replicas, rounded up), lets those above it expire (its lane
+services on them stop at once; another replica takes them once expired, so never while they may still run here)
+and takes free or expired ones up to its share. Its lane services run on the members it holds, every commit of theirs fenced
 by those leases' tokens; when the set changes they are stopped and started again on the new set. A dead replica's
 members are taken by the others once its leases expire (within a lease duration and a renew period).
 """
@@ -43,7 +44,7 @@ class MemberLeases:
         self.heartbeat = f"{REPLICA}{holder.rsplit('/', 1)[-1]}"  # the holder's nonce: a lease name is 63 at most
 
     def claim(self) -> dict[str, int]:
-        """Heartbeat, count the live replicas, renew ours, give up the surplus, take free ones up to the share."""
+        """Heartbeat, count the live replicas, renew ours up to the share (the rest expire), take free ones up to it."""
         lease = Lease.__table__
         mine = (lease.c.holder == self.holder) & lease.c.name.startswith(MEMBER)
         with writing(self.database) as session:
@@ -62,12 +63,14 @@ class MemberLeases:
             live = session.scalar(select(func.count()).select_from(lease).where(
                 lease.c.name.startswith(REPLICA), lease.c.expires_at > now))
             share = math.ceil(len(members) / max(live, 1))
-            session.execute(update(lease).where(mine).values(expires_at=expires))
-            held = session.scalars(select(lease.c.name).where(mine)).all()
+            # rows locked in name order, as the lanes' commits check them (broker.db.fencing): no deadlock between
+            held = session.scalars(select(lease.c.name).where(mine, lease.c.expires_at > now)
+                                   .order_by(lease.c.name).with_for_update()).all()
             kept = sorted((name for name in held if name in members), key=members.__getitem__)[:share]
-            surplus = [name for name in held if name not in kept]
-            if surplus:  # given up at once, so that another replica takes them on its next step
-                session.execute(update(lease).where(mine, lease.c.name.in_(surplus)).values(holder=None, expires_at=now))
+            # Only the kept are renewed. The surplus is left to expire rather than given up now: this replica's lane
+            # services still run on it until this step restarts them, so another replica must not start on it first.
+            if kept:
+                session.execute(update(lease).where(mine, lease.c.name.in_(kept)).values(expires_at=expires))
             free = lease.c.holder.is_(None) | (lease.c.expires_at <= now)
             if share > len(kept):
                 candidates = session.scalars(select(lease.c.name).where(lease.c.name.in_(list(members)), free)
@@ -75,7 +78,8 @@ class MemberLeases:
                 if candidates:
                     session.execute(update(lease).where(lease.c.name.in_(candidates), free)
                                     .values(holder=self.holder, token=lease.c.token + 1, expires_at=expires))
-            return dict(session.execute(select(lease.c.name, lease.c.token).where(mine)).all())
+            return dict(session.execute(select(lease.c.name, lease.c.token).where(mine, lease.c.expires_at == expires))
+                        .all())
 
     def release(self) -> None:
         lease = Lease.__table__

@@ -30,22 +30,25 @@ def members(db) -> list[int]:
     return sorted(c.id for c in clusters)
 
 
-def claims(replicas: dict[str, MemberLeases], rounds: int = 3) -> dict[str, frozenset[int]]:
-    """Each replica steps in turn, a few rounds (surplus given up in one round is taken in the next)."""
-    for _ in range(rounds):
+def claims(replicas: dict[str, MemberLeases], clock, settings) -> dict[str, frozenset[int]]:
+    """Each replica steps in turn, every renew period, for a lease duration and a little more: a replica's surplus
+    is left to expire (its lane services still run on it until it restarts them), then others take it."""
+    for _ in range(int(settings.lease_duration / settings.lease_renew_period) + 2):
         held = {name: members_of(leases.claim()) for name, leases in replicas.items()}
+        clock.advance(settings.lease_renew_period)
     return held
 
 
 def test_replicas_share_the_members_and_take_over_a_dead_ones(db, settings, clock, members):
     replicas = {name: MemberLeases(db, settings, holder=name, now=clock.now) for name in "abc"}
     assert members_of(replicas["a"].claim()) == set(members)  # alone, it takes every member
-    held = claims(replicas)
+    assert members_of(replicas["b"].claim()) == set()  # a's surplus is not free while a may still run on it
+    held = claims(replicas, clock, settings)
     assert sorted(len(lane) for lane in held.values()) == [3, 3, 3]
     assert set().union(*held.values()) == set(members)  # every member in one lane, none in two
     del replicas["c"]  # killed: it renews nothing any more
     clock.advance(settings.lease_duration + 1)
-    held = claims(replicas)
+    held = claims(replicas, clock, settings)
     assert sorted(len(lane) for lane in held.values()) == [4, 5]
     assert set().union(*held.values()) == set(members) and not held["a"] & held["b"]
 
