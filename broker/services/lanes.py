@@ -23,7 +23,7 @@ from broker.db.models import Cluster, Lease
 from broker.db.runtime import Database
 from broker.metrics import MEMBER_LANES_HELD
 from broker.services.dispatcher import writing
-from broker.services.lease import LeaseHolder, database_now
+from broker.services.lease import LeaseHolder, bound_waits, database_now
 from broker.services.loop import LoopService
 from broker.settings import Settings
 
@@ -48,6 +48,7 @@ class MemberLeases:
         lease = Lease.__table__
         mine = (lease.c.holder == self.holder) & lease.c.name.startswith(MEMBER)
         with writing(self.database) as session:
+            bound_waits(session, self.settings.lease_renew_period)
             now = database_now(session, self.now)
             expires = now + timedelta(seconds=self.settings.lease_duration)
             session.execute(delete(lease).where(lease.c.name.startswith(REPLICA),

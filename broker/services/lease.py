@@ -24,7 +24,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from prometheus_client import Counter, Gauge
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -45,6 +45,14 @@ NEVER = datetime(1970, 1, 1, tzinfo=timezone.utc)
 def replica_name() -> str:
     """Who holds a lease, as an operator reads it: host, process and a nonce (a restarted pid differs)."""
     return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+
+
+def bound_waits(session: Session, seconds: float) -> None:
+    """On PostgreSQL, no statement of this transaction waits longer than `seconds` (for a lock or otherwise): a lease
+    claim that cannot finish within its renew period is better failed, logged and tried again than left hanging,
+    which would also hang the replica's shutdown."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text(f"SET LOCAL statement_timeout = {max(1, int(seconds * 1000))}"))
 
 
 def database_now(session: Session, now: Callable[[], datetime] | None) -> datetime:
@@ -69,6 +77,7 @@ class LeaseRecord:
         """Acquire or renew; the token held afterwards, or None (another replica holds it)."""
         lease = Lease.__table__
         with writing(self.database) as session:
+            bound_waits(session, self.duration / 3)
             now = database_now(session, self.now)
             expires = now + timedelta(seconds=self.duration)
             dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
