@@ -20,8 +20,10 @@ import threading
 from pathlib import Path
 
 from broker.client import ApiClient, ClientError
+from broker.services.dispatcher import RETRY_BASE
 from broker.services.inventory import member_objects
-from clusters.member import MemberClient, MemberError
+from clusters import jobsets
+from clusters.member import JOBSET_GROUP, JOBSET_VERSION, MemberClient, MemberError
 
 log = logging.getLogger("archipelago.agent")
 
@@ -50,10 +52,80 @@ class Agent:
         self._reported: str | None = None  # the digest of the inventory the broker last took
 
     def run_once(self) -> dict:
-        """One heartbeat, then the inventory if it changed; what the broker answered to the heartbeat."""
-        answer = self.broker.post("/api/v1/agent/heartbeat", json={"version": self.member.version()})
+        """One heartbeat, the inventory if it changed, the work assigned, the copies' status; what the broker
+        answered to the heartbeat."""
+        served = self.member.serves(JOBSET_GROUP, JOBSET_VERSION, "jobsets")
+        answer = self.broker.post("/api/v1/agent/heartbeat",
+                                  json={"version": self.member.version(), "jobset_crd": served})
         self.report_inventory()
+        self.reconcile()
+        self.report_status()
         return answer
+
+    def reconcile(self) -> list[dict]:
+        """Sweep, delete, apply as the broker's dispatcher would on a push member; the outcomes reported.
+
+        Only copies of the placements the broker lists as kept here stay: a copy of any other (failed over
+        while this member was cut off, cancelled, moved) is deleted before anything is applied."""
+        work = self.broker.post("/api/v1/agent/work")
+        kept = set(work["kept"])
+        jobsets.delete_owned(self.member, lambda placement_ids: placement_ids & kept)
+        outcomes = [self._delete(item) for item in work["delete"]]
+        if work["apply"] and all(o["kind"] == "done" for o in outcomes):  # capacity freed before it is reused
+            existing = {}
+            for namespace in sorted({item["namespace"] for item in work["apply"]}):
+                jobsets.ensure_namespace(self.member, namespace)
+                existing[namespace] = {o["metadata"]["name"]: o for o in jobsets.list_in(self.member, namespace)}
+            outcomes += [self._apply(item, existing[item["namespace"]].get(item["name"]), kept)
+                         for item in work["apply"]]
+        if outcomes:
+            self.broker.post("/api/v1/agent/outcomes", json={"outcomes": outcomes})
+        return outcomes
+
+    def report_status(self) -> int:
+        """Every copy of the broker's here, listed, for the broker to follow; how many."""
+        items, version = jobsets.list_owned(self.member, from_cache=True)
+        self.broker.post("/api/v1/agent/status", json={"items": items, "resourceVersion": version})
+        return len(items)
+
+    def _apply(self, item: dict, found: dict | None, kept: set[int]) -> dict:
+        outcome = {"placement_id": item["placement_id"], "action": "apply"}
+        try:
+            adopted = found is not None and jobsets.placement_id_of(found) == str(item["placement_id"])
+            if found is not None and not adopted:
+                owner = jobsets.placement_id_of(found)
+                what = f"{item['namespace']}/{item['name']}"
+                if owner is None or not owner.isdigit():
+                    return {**outcome, "kind": "fail", "error": f"a JobSet {what} that Archipelago did not create "
+                                                                 "exists there"}
+                if int(owner) in kept:
+                    return {**outcome, "kind": "retry", "error": f"{what} is still held by placement {owner}"}
+                jobsets.delete(self.member, item["namespace"], item["name"], found["metadata"]["uid"])
+                if jobsets.get(self.member, item["namespace"], item["name"]) is not None:
+                    return {**outcome, "kind": "retry",
+                            "error": f"waiting for the stale copy {what} (placement {owner}) to be deleted"}
+            return {**outcome, "kind": "done", "jobset": jobsets.apply(self.member, item["jobset"]),
+                    "adopted": adopted}
+        except MemberError as exc:
+            return {**outcome, "kind": "fail" if jobsets.is_permanent(exc) else "retry", "error": str(exc)}
+
+    def _delete(self, item: dict) -> dict:
+        outcome = {"placement_id": item["placement_id"], "action": "delete"}
+        try:
+            uid = item["uid"]
+            if uid is None:  # applied, but the outcome never reached the broker: find it by its label
+                found = jobsets.get(self.member, item["namespace"], item["name"])
+                if found is not None and jobsets.placement_id_of(found) == str(item["placement_id"]):
+                    uid = found["metadata"]["uid"]
+            if uid is not None:
+                jobsets.delete(self.member, item["namespace"], item["name"], uid)
+                found = jobsets.get(self.member, item["namespace"], item["name"])
+                if found is not None and found["metadata"]["uid"] == uid:  # foreground: children go first
+                    return {**outcome, "kind": "retry", "error": "waiting for the member to finish deleting it",
+                            "delay": RETRY_BASE}
+            return {**outcome, "kind": "done"}
+        except MemberError as exc:
+            return {**outcome, "kind": "retry", "error": str(exc)}
 
     def report_inventory(self) -> bool:
         """Send the member's nodes, pods and HyperNodes unless the broker has them already; whether sent."""

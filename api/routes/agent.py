@@ -5,11 +5,11 @@ agent can only speak for its own."""
 from __future__ import annotations
 
 import contextlib
-from typing import Annotated, Any, Iterator
+from typing import Annotated, Any, Iterator, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.orm import Session
 
 from api.deps import SessionDep, SettingsDep, bearer
@@ -19,7 +19,9 @@ from broker import inventory
 from broker.db.models import Cluster, utcnow
 from broker.db.session import transaction
 from broker.errors import Invalid
+from broker.services.dispatcher import assigned_work, reported_outcomes
 from broker.services.inventory import WRITES, flush, reported_mirror
+from broker.services.status import record_listed
 
 router = APIRouter(prefix="/api/v1/agent", tags=["agent"])
 
@@ -51,12 +53,15 @@ class Heartbeat(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     version: str | None = Field(None, description="the member's Kubernetes version (its /version gitVersion)")
+    jobset_crd: bool | None = Field(None, description="whether the member serves jobsets.jobset.x-k8s.io/v1alpha2")
 
 
 @router.post("/heartbeat", responses=problems(401), summary="The agent is alive and its member answers it")
 def heartbeat(body: Heartbeat, request: Request, settings: SettingsDep, cluster_id: AgentDep) -> dict[str, Any]:
     with writing(request, cluster_id) as (session, cluster):
         inventory.record_probe(session, cluster, now=utcnow(), grace=settings.not_ready_grace, version=body.version)
+        if body.jobset_crd is not None and cluster.jobset_crd != body.jobset_crd:
+            cluster.jobset_crd = body.jobset_crd
         return {"cluster": cluster.name, "state": cluster.state}
 
 
@@ -82,3 +87,63 @@ def report_inventory(body: Inventory, request: Request, settings: SettingsDep, c
     if result.changed:
         request.app.state.capacity.forget()
     return {"nodes": len(mirror.nodes), "changed": result.changed}
+
+
+@router.post("/work", responses=problems(401), summary="The copies this member is to apply, delete and keep")
+def work(request: Request, cluster_id: AgentDep) -> dict[str, Any]:
+    """Decided placements move to Applying here, committed before the agent is answered."""
+    items, kept, changes = assigned_work(request.app.state.db, cluster_id, utcnow())
+    changes.wake(request.app.state.services.wake)
+    return {"apply": [{"placement_id": w.placement_id, "namespace": w.namespace, "name": w.name, "jobset": w.jobset}
+                      for w in items if w.state == "Applying"],
+            "delete": [{"placement_id": w.placement_id, "namespace": w.namespace, "name": w.name,
+                        "uid": w.member_uid} for w in items if w.state == "Deleting"],
+            "kept": kept}
+
+
+class Outcome(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    placement_id: int
+    action: Literal["apply", "delete"]
+    kind: Literal["done", "retry", "fail"]
+    error: str | None = None
+    delay: float | None = Field(None, ge=0, description="seconds before the next try (retry); default: back-off")
+    jobset: dict[str, Any] | None = Field(None, description="the member's answer to the apply (done)")
+    adopted: bool = Field(False, description="the apply found the placement's own copy there already")
+
+    @model_validator(mode="after")
+    def _applied_copy(self) -> Outcome:
+        if self.action == "apply" and self.kind == "done" and not (self.jobset or {}).get("metadata", {}).get("uid"):
+            raise ValueError("a done apply sends the JobSet the member answered (with its metadata.uid)")
+        return self
+
+
+class Outcomes(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    outcomes: list[Outcome]
+
+
+@router.post("/outcomes", responses=problems(401, 422), summary="What the agent's applies and deletions came to")
+def outcomes(body: Outcomes, request: Request, cluster_id: AgentDep) -> dict[str, Any]:
+    reported_outcomes(request.app.state.db, cluster_id, [o.model_dump() for o in body.outcomes],
+                      utcnow()).wake(request.app.state.services.wake)
+    return {"recorded": len(body.outcomes)}
+
+
+class Copies(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[dict[str, Any]] = Field(description="every JobSet of the broker's on the member, as listed")
+    resourceVersion: str = Field(description="the list's resourceVersion")
+
+
+@router.post("/status", responses=problems(401, 422), summary="The broker's JobSets on the member, as listed")
+def status(body: Copies, request: Request, cluster_id: AgentDep) -> dict[str, Any]:
+    try:
+        changes = record_listed(request.app.state.db, cluster_id, body.items, body.resourceVersion, utcnow())
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise Invalid("items", f"a JobSet is not as the member's API server serves it: {exc!r}") from None
+    changes.wake(request.app.state.services.wake)
+    return {"copies": len(body.items)}

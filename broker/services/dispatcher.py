@@ -36,12 +36,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from broker import events
-from broker.db.models import PLACEMENT_ACTIVE_STATES, Cluster, utcnow
+from broker.db.models import PLACEMENT_ACTIVE_STATES, Cluster, Job, Placement, utcnow
 from broker.db.runtime import Database
 from broker.db.session import transaction
-from broker.dispatch import (Changes, StartupPolicy, Unready, Work, begin_write, due_work, evict_unready, fail_apply,
-                             fail_over, finish_apply, finish_delete, kept_placements, lock_jobs, overdue_startups,
-                             placement_owner, request_deletions, retry_later, start_apply)
+from broker.dispatch import (KEPT_STATES, Changes, StartupPolicy, Unready, Work, begin_write, due_work, evict_unready,
+                             fail_apply, fail_over, finish_apply, finish_delete, kept_placements, lock_jobs,
+                             overdue_startups, placement_owner, request_deletions, retry_later, start_apply)
 from broker.metrics import MEMBER_ERRORS
 from broker.services.inventory import WRITES, MemberClients, backoff
 from broker.services.loop import LoopService, in_lane
@@ -186,24 +186,7 @@ class DispatcherService(LoopService):
         return self._lanes[cluster_id]
 
     def _record(self, outcomes: list[Outcome]) -> Changes:
-        """Every outcome of a batch of member calls, in one transaction."""
-        changes = Changes()
-        if not outcomes:
-            return changes
-        now = self.now()
-        with writing(self.database) as session, session.no_autoflush:  # one flush at the commit
-            lock_jobs(session, (o.work.job_id for o in outcomes))  # their rows in two queries, not four each
-            for o in outcomes:
-                if o.kind == "done" and o.work.state == "Deleting":
-                    changes.add(finish_delete(session, o.work, now))
-                elif o.kind == "done":
-                    changes.add(finish_apply(session, o.work, o.jobset, now, adopted=o.adopted))
-                elif o.kind == "fail":
-                    changes.add(fail_apply(session, o.work, o.error, now))
-                elif o.kind == "retry":
-                    retry_later(session, o.work, o.error, o.delay if o.delay is not None else
-                                backoff(o.work.attempts + 1, RETRY_BASE, RETRY_CAP), now)
-        return changes
+        return record_outcomes(self.database, outcomes, self.now())
 
     def _evict(self, overdue: list[Unready], members: dict[int, Any], now: datetime) -> Changes:
         """Placements not ready in time go (their deletion is the next step of this pass); the member is asked
@@ -325,6 +308,71 @@ class DispatcherService(LoopService):
         if work.state != "Deleting" and jobsets.is_permanent(exc):
             return Outcome(work, "fail", str(exc))
         return Outcome(work, "retry", str(exc))
+
+
+def record_outcomes(database: Database, outcomes: list[Outcome], now: datetime) -> Changes:
+    """Every outcome of a batch of member calls (the dispatcher's, or a pull member's agent's), in one
+    transaction. Each step checks the placement is still in the state the call was made in: an outcome
+    recorded twice changes nothing the second time."""
+    changes = Changes()
+    if not outcomes:
+        return changes
+    with writing(database) as session, session.no_autoflush:  # one flush at the commit
+        lock_jobs(session, (o.work.job_id for o in outcomes))  # their rows in two queries, not four each
+        for o in outcomes:
+            if o.kind == "done" and o.work.state == "Deleting":
+                changes.add(finish_delete(session, o.work, now))
+            elif o.kind == "done":
+                changes.add(finish_apply(session, o.work, o.jobset, now, adopted=o.adopted))
+            elif o.kind == "fail":
+                changes.add(fail_apply(session, o.work, o.error, now))
+            elif o.kind == "retry":
+                retry_later(session, o.work, o.error, o.delay if o.delay is not None else
+                            backoff(o.work.attempts + 1, RETRY_BASE, RETRY_CAP), now)
+    return changes
+
+
+def assigned_work(database: Database, cluster_id: int, now: datetime) -> tuple[list[Work], list[int], Changes]:
+    """A pull member's share of the outbox, for its agent, as a dispatcher pass would take it: its due work,
+    Decided moved to Applying and refusals failed (committed before the agent hears of them, so before its
+    member is touched), and the placements whose copies it keeps there: any other copy of the broker's on
+    that member is stale (a placement failed over, cancelled, re-placed), and the agent deletes it."""
+    with database.sessions() as session:
+        work = due_work(session, now, [cluster_id])
+    refused = [w for w in work if w.refused is not None]
+    changes = record_outcomes(database, [Outcome(w, "fail", w.refused) for w in refused], now)
+    work = [w for w in work if w.refused is None]
+    decided = [w for w in work if w.state == "Decided"]
+    if decided:
+        with writing(database) as session:
+            started = start_apply(session, decided)
+        crash_point("applying")
+        work = [replace(w, state="Applying") if w.state == "Decided" else w for w in work
+                if w.state != "Decided" or w.placement_id in started]
+    with database.sessions() as session:
+        kept = list(session.scalars(select(Placement.id).where(Placement.cluster_id == cluster_id,
+                                                               Placement.state.in_(KEPT_STATES))))
+    return work, kept, changes
+
+
+def reported_outcomes(database: Database, cluster_id: int, reports: list[dict[str, Any]], now: datetime) -> Changes:
+    """What a pull member's agent did with its work (`action` apply or delete; `kind` done, retry or fail),
+    recorded as the dispatcher records its own calls. A report of another cluster's placement is ignored."""
+    with database.sessions() as session:
+        rows = {p.id: (p, namespace, name) for p, namespace, name in session.execute(
+            select(Placement, Job.namespace, Job.name).join(Job, Job.id == Placement.job_id)
+            .where(Placement.id.in_([r["placement_id"] for r in reports]), Placement.cluster_id == cluster_id))}
+    outcomes = []
+    for report in reports:
+        if report["placement_id"] not in rows:
+            continue
+        placement, namespace, name = rows[report["placement_id"]]
+        work = Work(placement.id, placement.job_id, cluster_id, placement.cluster_name,
+                    "Applying" if report["action"] == "apply" else "Deleting", namespace,
+                    jobsets.member_name(name, placement.part), placement.member_uid, placement.attempts, None)
+        outcomes.append(Outcome(work, report["kind"], report.get("error") or "", report.get("delay"),
+                                report.get("jobset"), bool(report.get("adopted"))))
+    return record_outcomes(database, outcomes, now)
 
 
 @dataclass(frozen=True)

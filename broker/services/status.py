@@ -36,6 +36,17 @@ log = logging.getLogger("archipelago.status")
 CANNOT_WATCH = frozenset({400, 405, 406, 415, 501})  # the member's API does not serve watches
 
 
+def record_listed(database: Database, cluster_id: int, items: list[dict], version: str, now: Any) -> Changes:
+    """A list of the broker's copies on a member (the status loop's, or a pull member's agent's): each one's
+    status, and the copies gone since (those the list at `version` no longer shows)."""
+    with writing(database) as session:
+        changes = Changes()
+        for obj in items:
+            changes.add(record_status(session, cluster_id, obj, now))
+        changes.add(record_missing(session, cluster_id, {o["metadata"]["uid"] for o in items}, version, now))
+    return changes
+
+
 class StatusService(LoopService):
     name = "status"
 
@@ -78,13 +89,7 @@ class StatusService(LoopService):
     def resync(self, cluster_id: int, client: MemberClient) -> tuple[int, str]:
         """List the member's copies and record them all, and the ones gone; (count, resourceVersion)."""
         items, version = jobsets.list_owned(client, from_cache=True)
-        now = self.now()
-        with writing(self.database) as session:
-            changes = Changes()
-            for obj in items:
-                changes.add(record_status(session, cluster_id, obj, now))
-            changes.add(record_missing(session, cluster_id, {o["metadata"]["uid"] for o in items}, version, now))
-        changes.wake(self.wake)
+        record_listed(self.database, cluster_id, items, version, self.now()).wake(self.wake)
         return len(items), version
 
     def record(self, cluster_id: int, event: dict, received: float) -> None:

@@ -21,12 +21,14 @@ from broker.agent import Agent
 from broker.client import ApiClient, ClientError
 from broker.db.models import Cluster, Event, utcnow
 from broker.services.inventory import ClusterHealthService
+from clusters import jobsets
 from clusters.member import MemberClient
-from tests.propagation.conftest import ADMIN, TENANTS, Federation
+from tests.propagation.conftest import ADMIN, TENANTS, Federation, jobset
 from tests.servers import serving
 
-PULL = "us-east"
-CLI = str(Path(sys.executable).parent / "archipelago")  # the simulator's member that only an agent reaches
+PULL = "us-east"  # the simulator's member that only an agent reaches
+CLI = str(Path(sys.executable).parent / "archipelago")
+ON_PULL = {"archipelago.io/cluster-selector": "region=us", "sim.archipelago.io/duration": "60s"}
 
 
 @pytest.fixture
@@ -45,6 +47,16 @@ class PullFederation(Federation):
         agent = Agent(ApiClient(self.url, token or self.token), MemberClient.from_kubeconfig(self.sim.kubeconfig(PULL)))
         self._agents.append(agent)
         return agent
+
+    def until(self, agent: Agent, done, passes: int = 10) -> None:
+        """Agent passes, each followed by a broker step and the member's controllers acting, until `done`."""
+        for _ in range(passes):
+            if done():
+                return
+            agent.run_once()
+            self.time.settle()
+            self.step()
+        assert done(), f"not done after {passes} agent passes"
 
     def cluster(self, name: str = PULL) -> Cluster:
         with self.db.sessions() as session:
@@ -201,3 +213,58 @@ def test_an_inventory_that_is_not_what_an_api_server_lists_is_refused(pull):
         ApiClient(pull.url, pull.token).post("/api/v1/agent/inventory", json={"nodes": [{"spec": {}}], "pods": []})
     assert refused.value.status == 422 and "inventory" in str(refused.value)
     assert pull.cluster().state == "Pending"
+
+
+# (3) assigned placements applied and deleted, status reported ------------------------------------------------
+
+def test_a_jobset_placed_on_a_pull_member_runs_to_succeeded_through_its_agent(pull):
+    agent = pull.agent()
+    agent.run_once()  # Ready, with its inventory
+    job = pull.submit(jobset("edge-train", annotations=ON_PULL))
+    pull.step()
+    assert [(p.cluster_name, p.state) for p in pull.placements(job)] == [(PULL, "Decided")]
+    assert pull.copies(job) == []  # the broker never calls the member: nothing until its agent calls in
+    pull.until(agent, lambda: pull.state(job) == "Running")
+    [copy] = pull.copies(job)
+    assert copy["cluster"] == PULL and copy["metadata"]["labels"]["archipelago.io/placement-id"] == \
+        str(pull.placements(job)[0].id)
+    pull.sim.advance(61)
+    pull.until(agent, lambda: pull.state(job) == "Succeeded")
+    assert [p.state for p in pull.placements(job)] == ["Succeeded"]
+    assert pull.copies(job, cluster="eu-west") == []
+
+
+def test_a_cancelled_jobs_copy_is_deleted_by_the_agent_and_a_copy_nobody_lists_is_swept(pull):
+    agent = pull.agent()
+    agent.run_once()
+    job = pull.submit(jobset("edge-cancel", annotations={**ON_PULL, "sim.archipelago.io/duration": "1h"}))
+    pull.step()
+    pull.until(agent, lambda: pull.state(job) == "Running")
+    stray = jobset("stray", annotations={"sim.archipelago.io/duration": "1h"})  # a copy of a placement long gone
+    stray["metadata"]["labels"].update({"archipelago.io/job-id": "999", "archipelago.io/placement-id": "999"})
+    jobsets.apply(agent.member, stray)
+    agent.run_once()
+    assert [c["metadata"]["name"] for c in pull.copies(cluster=PULL)] == ["edge-cancel"]
+    assert pull.api.delete(f"/api/v1/jobs/{job}").status_code == 202
+    pull.step()
+    pull.until(agent, lambda: pull.state(job) == "Cancelled")
+    assert pull.copies(job) == [] and [p.state for p in pull.placements(job)] == ["Deleted"]
+
+
+def test_outcomes_reported_twice_change_nothing_the_second_time(pull):
+    agent = pull.agent()
+    agent.run_once()
+    job = pull.submit(jobset("edge-twice", annotations=ON_PULL))
+    pull.step()
+    work = agent.broker.post("/api/v1/agent/work")
+    [item] = work["apply"]
+    assert work["kept"] == [item["placement_id"]] and pull.placements(job)[0].state == "Applying"
+    jobsets.ensure_namespace(agent.member, item["namespace"])
+    applied = jobsets.apply(agent.member, item["jobset"])
+    report = {"placement_id": item["placement_id"], "action": "apply", "kind": "done", "jobset": applied}
+    for _ in range(2):
+        agent.broker.post("/api/v1/agent/outcomes", json={"outcomes": [report]})
+    assert [p.state for p in pull.placements(job)] == ["Starting"]
+    assert pull.reasons(job).count("Applied") == 1
+    assert agent.broker.post("/api/v1/agent/work")["apply"] == []
+
