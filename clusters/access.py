@@ -99,6 +99,56 @@ def member_rbac_yaml(namespace: str = DEFAULT_NAMESPACE) -> str:
     return header + yaml.safe_dump_all(member_objects(namespace), sort_keys=False)
 
 
+AGENT = "archipelago-agent"
+AGENT_IMAGE = "ghcr.io/example/archipelago:0.1.0"
+
+
+def agent_objects(broker_url: str = "https://archipelago.example.com",
+                  namespace: str = DEFAULT_NAMESPACE) -> list[dict]:
+    """A pull member's agent in its own cluster: the same permissions as the broker's identity on a push member
+    (the agent does there what the broker would), bound to its ServiceAccount; its token in a Secret; one
+    replica, replaced only after the old one stopped, so that two agents never sweep each other's applies."""
+    meta = {"labels": dict(MANAGED_BY)}
+    labels = {"app.kubernetes.io/name": AGENT}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, **meta}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": AGENT, "namespace": namespace, **meta}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": AGENT, **meta},
+         "rules": cluster_role_rules()},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": AGENT, **meta},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": AGENT},
+         "subjects": [{"kind": "ServiceAccount", "name": AGENT, "namespace": namespace}]},
+        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+         "metadata": {"name": AGENT, "namespace": namespace, **meta},
+         "stringData": {"token": "REPLACE: the token `archipelago clusters add NAME --mode pull` printed"}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": AGENT, "namespace": namespace, **meta},
+         "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": labels},
+                  "template": {"metadata": {"labels": labels}, "spec": {
+                      "serviceAccountName": AGENT,
+                      "securityContext": {"runAsNonRoot": True, "runAsUser": 10001,
+                                          "seccompProfile": {"type": "RuntimeDefault"}},
+                      "containers": [{
+                          "name": "agent", "image": AGENT_IMAGE,
+                          "args": ["archipelago", "agent", "--broker", broker_url],
+                          "env": [{"name": "ARCHIPELAGO_AGENT_TOKEN",
+                                   "valueFrom": {"secretKeyRef": {"name": AGENT, "key": "token"}}}],
+                          "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                              "capabilities": {"drop": ["ALL"]}},
+                          "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
+                                        "limits": {"memory": "512Mi"}},
+                          "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],  # the client's CA file
+                      "volumes": [{"name": "tmp", "emptyDir": {}}]}}}},
+    ]
+
+
+def agent_yaml() -> str:
+    header = ("# A pull member's agent (clusters/access.py renders this file): it calls out to the broker, which\n"
+              "# never calls this cluster. Put the token `archipelago clusters add NAME --mode pull` printed in the\n"
+              "# Secret and the broker's URL in the Deployment's args, then apply it in the member.\n")
+    return header + yaml.safe_dump_all(agent_objects(), sort_keys=False)
+
+
 # Join and unjoin, with an admin credential, from the CLI ------------------------------------------
 
 class JoinError(Exception):

@@ -268,3 +268,88 @@ def test_outcomes_reported_twice_change_nothing_the_second_time(pull):
     assert pull.reasons(job).count("Applied") == 1
     assert agent.broker.post("/api/v1/agent/work")["apply"] == []
 
+
+# (4) restarts and fail-over ---------------------------------------------------------------------------------
+
+def test_an_agent_restarted_after_applying_but_before_reporting_adopts_its_copy(pull):
+    first = pull.agent()
+    first.run_once()
+    job = pull.submit(jobset("edge-restart", annotations=ON_PULL))
+    pull.step()
+    [item] = first.broker.post("/api/v1/agent/work")["apply"]  # Applying committed; the agent applies ...
+    jobsets.ensure_namespace(first.member, item["namespace"])
+    jobsets.apply(first.member, item["jobset"])  # ... and dies before it reports
+    assert pull.placements(job)[0].state == "Applying"
+    second = pull.agent()  # a new process: new clients, nothing remembered
+    pull.until(second, lambda: pull.state(job) == "Running")
+    [copy] = pull.copies(job)
+    assert pull.placements(job)[0].member_uid == copy["metadata"]["uid"]
+    assert any("adopted" in e["message"] or "Applied" == e["reason"] for e in pull.job(job)["events"])
+
+
+def test_a_pull_member_whose_agent_goes_silent_fails_over_and_its_stale_copy_is_fenced(pull):
+    agent = pull.agent()
+    agent.run_once()
+    pull.api.post("/api/v1/clusters/eu-west/cordon")  # the first placement goes to the pull member
+    job = pull.submit(jobset("edge-failover", annotations={"sim.archipelago.io/duration": "1h"}))
+    pull.step()
+    pull.until(agent, lambda: pull.state(job) == "Running")
+    [first] = pull.placements(job)
+    assert first.cluster_name == PULL
+    pull.api.post("/api/v1/clusters/eu-west/uncordon")
+    pull.step(31)  # the agent is silent past the grace (30 s): NotReady, then failed over
+    pull.health.run_once()
+    assert pull.cluster().state == "NotReady"
+    pull.run_until(lambda: any(p.cluster_name == "eu-west" and p.state == "Running" for p in pull.placements(job)))
+    assert [c["cluster"] for c in pull.copies(job)] == ["eu-west", PULL]  # the partitioned copy still runs
+    assert pull.placements(job)[0].state not in ("Applying", "Starting", "Running")
+    agent.run_once()  # the partition heals: its first pass deletes the copy the broker no longer lists for it
+    pull.time.settle()
+    assert [c["cluster"] for c in pull.copies(job)] == ["eu-west"]
+    assert all(p.state != "Running" or p.cluster_name == "eu-west" for p in pull.placements(job))
+
+
+def test_a_broker_killed_while_handing_out_work_resumes_with_one_copy(sim, tmp_path):
+    from cryptography.fernet import Fernet
+
+    from broker.services.dispatcher import CRASH_AT_ENV
+    from tests.brokers import Broker, wait_for
+
+    broker = Broker(tmp_path, database_url=f"sqlite:///{tmp_path / 'broker.db'}",
+                    secret_key=Fernet.generate_key().decode(), env={"ARCHIPELAGO_NOT_READY_GRACE": "300"})
+    broker.start({CRASH_AT_ENV: "applying"})
+    member = MemberClient.from_kubeconfig(sim.kubeconfig(PULL))
+    try:
+        broker.api.post("/api/v1/tenants", json={"name": "team-a", "namespaces": ["team-a"]}).raise_for_status()
+        broker.api.post("/api/v1/queues", json={"name": "research", "tenant": "team-a"}).raise_for_status()
+        answer = broker.api.post("/api/v1/clusters", json={"name": PULL, "mode": "pull", "labels": {"region": "us"}})
+        answer.raise_for_status()
+        agent = Agent(ApiClient(broker.url, answer.json()["agent_token"]), member)
+        agent.run_once()
+        job = broker.api.post("/api/v1/jobs", json=jobset("edge-crash", annotations=ON_PULL),
+                              params={"tenant": "team-a"}).json()["items"][0]["id"]
+        wait_for(lambda: broker.state(job) == "Admitted", "the job to be placed")
+        with pytest.raises(ClientError):
+            agent.run_once()  # the broker commits Applying, then dies before it answers
+        assert broker.killed() == -9, broker.log()
+        assert not [c for c in jobsets.list_owned(member)[0]]  # nothing applied: the agent heard nothing
+        broker.start()
+        wait_for(lambda: broker.state(job) == "Running", "the job to run", tick=lambda: (agent.run_once(),
+                                                                                       sim.settle()))
+        [copy] = jobsets.list_owned(member)[0]
+        sim.advance(61)
+        wait_for(lambda: broker.state(job) == "Succeeded", "the job to succeed", tick=agent.run_once)
+        assert [c["metadata"]["uid"] for c in jobsets.list_owned(member)[0]] == [copy["metadata"]["uid"]]
+    finally:
+        member.close()
+        broker.stop()
+
+
+def test_deploy_agent_yaml_is_rendered_and_grants_the_agent_what_the_broker_needs_on_a_push_member():
+    from clusters import access
+
+    assert (Path(__file__).resolve().parents[2] / "deploy" / "agent.yaml").read_text() == access.agent_yaml()
+    role = next(o for o in access.agent_objects() if o["kind"] == "ClusterRole")
+    assert role["rules"] == access.cluster_role_rules()
+    [deployment] = [o for o in access.agent_objects() if o["kind"] == "Deployment"]
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"} and deployment["spec"]["replicas"] == 1
