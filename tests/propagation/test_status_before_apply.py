@@ -43,3 +43,6 @@ def test_a_status_seen_before_the_apply_is_recorded_is_kept_and_followed(federat
     assert placement.state == "Running"  # the watch's status said so, and the record followed it
     assert [c["message"] for c in placement.status["conditions"]] == ["moved on"], "the apply's older answer lost"
     assert placement.status["appliedGeneration"] == 1
+    [applied] = [e["message"] for e in federation.job(job)["events"] if e["reason"] == "Applied"]
+    assert applied == (f"applied team-a/early-news on {placement.cluster_name} (placement {placement.id}, "
+                       f"generation 1)")
