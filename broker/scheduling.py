@@ -31,7 +31,8 @@ from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLAC
 from broker.db.session import in_chunks
 from broker.jobset import ON_PREEMPTION_ANNOTATION, JobSetError, parse_jobset
 from broker.placement import (DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Cluster, Config, CycleResult, DryRun, HyperNode,
-                              Node, PendingJob, Placement, Queue, RunningPlacement, Snapshot, Tenant, Waiting, dry_run)
+                              Node, Parked, PendingJob, Placement, Queue, RunningPlacement, Snapshot, Tenant, Waiting,
+                              dry_run)
 from broker.settings import ConfigError, Settings
 from clusters.quantity import add_into
 
@@ -244,11 +245,23 @@ class PendingJobs:
         """In doubt: read every pending row next time, and decide every job."""
         self.fence, self.parked, self.inputs = None, frozenset(), None
 
-    def still_parked(self, inventory: Inventory) -> frozenset[str]:
-        """The last cycle's inadmissible jobs, unless something changed since that could make one fit: a live
-        placement that started (a job may preempt it), ended or changed, a cluster, node, HyperNode, queue or
-        tenant."""
-        return self.parked if self.inputs == inventory.inputs else frozenset()
+    def still_parked(self, inventory: Inventory) -> Parked:
+        """The last cycle's inadmissible jobs, and what changed since that could make one fit: clusters that changed
+        or where a live placement ended or changed (capacity back), the tenants of those placements (quota back),
+        the queues of new ones (work to preempt). Any queue or tenant edit: every job is decided again."""
+        before, now = self.inputs, inventory.inputs
+        if before is None or before[1:3] != now[1:3]:
+            return Parked()
+        clusters = {name for name in before[0].keys() | now[0].keys() if before[0].get(name) != now[0].get(name)}
+        tenants, queues = set(), set()
+        for placement_id, placement in before[3].items():
+            if now[3].get(placement_id) != placement:
+                clusters.add(placement.cluster)
+                tenants.add(placement.tenant)
+        for placement_id, placement in now[3].items():
+            if placement_id not in before[3]:
+                queues.add(placement.queue)
+        return Parked(self.parked, frozenset(clusters), frozenset(tenants), frozenset(queues))
 
     def committed(self, inventory: Inventory, result: CycleResult, outcome: CommitOutcome) -> None:
         """Bring the rows in line with what a commit wrote: admitted (or lost) jobs leave, reasons are the new ones.

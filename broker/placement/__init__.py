@@ -6,7 +6,7 @@ question. Imports nothing that does I/O.
 """
 
 from broker.placement.cycle import DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Config, dry_run, schedule
-from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, Hold, NodeAssignment, Placement,
+from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, Hold, NodeAssignment, Parked, Placement,
                                         Preemption, Waiting)
 from broker.placement.model import (CLUSTER_STATES, FAIR_SHARE_PREEMPTION_POLICIES, GPU, PREEMPTION_POLICIES,
                                     RECLAIM_POLICIES, Cluster, HyperNode, Node, PendingJob, Queue, Resources,
@@ -18,6 +18,6 @@ __all__ = [
     "CLUSTER_STATES", "DEFAULT_FILTERS", "DEFAULT_SCORE_WEIGHTS", "FAIR_SHARE_PREEMPTION_POLICIES", "FILTERS", "GPU",
     "PREEMPTION_POLICIES", "RECLAIM_POLICIES", "SCORES",
     "Cluster", "ClusterVerdict", "Config", "CycleResult", "DryRun", "Hold", "HyperNode", "Node", "NodeAssignment",
-    "PendingJob", "Placement", "Preemption", "Queue", "Resources", "RunningPlacement", "Snapshot", "Tenant",
+    "Parked", "PendingJob", "Placement", "Preemption", "Queue", "Resources", "RunningPlacement", "Snapshot", "Tenant",
     "Waiting", "dry_run", "schedule",
 ]

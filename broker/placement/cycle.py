@@ -12,13 +12,14 @@
 Holds last one cycle: they are recomputed by the next one, where the long-waiting jobs go first.
 `schedule` leaves the snapshot holding the cycle's decisions (not its holds); `dry_run` leaves it unchanged.
 
-Inadmissible jobs (after Kueue's inadmissible lists): a job that did not fit, with no hold and no
-preemption taken before it in the cycle, that may preempt nothing beyond its own queue and is not waiting
-past `starvation_after_s`, does not fit the next cycle either as long as nothing gives capacity or quota
-back and no new work may be preempted (the caller's part to know: the same live placements, inventory,
-queues and tenants). `schedule`
-reports them; given back as `parked`, each keeps its turn in its queue but is not decided again (a
-decision that places nothing changes nothing), so the cycle decides as if it had been.
+Inadmissible jobs (after Kueue's inadmissible lists): a job that did not fit, with no hold taken before
+it in the cycle, that may preempt nothing beyond its own queue and is not waiting past
+`starvation_after_s`, does not fit later either while capacity and quota only shrink and no new work
+may be preempted. `schedule` reports them; given back as `Parked` with what changed since (the
+caller's part to know: clusters that changed or got capacity back, tenants whose queues hold less,
+queues with new running work), each keeps its turn in its queue but is decided again only if a change
+concerns it (`_still_inadmissible`); a decision that places nothing changes nothing, so the cycle
+decides as if it had decided them all.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
-from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, Hold, NodeAssignment, Placement,
-                                        Preemption, Waiting)
+from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, Hold, NodeAssignment, Parked,
+                                        Placement, Preemption, Waiting)
 from broker.placement.explain import amount, duration, pods_phrase
 from broker.placement.fairness import (QuotaVerdict, check_quota, dominant_share, fair_share_allows,
                                        tenant_fair_shares, weighted_share)
@@ -72,8 +73,10 @@ class _Outcome:
 
 
 class _Cycle:
-    def __init__(self, snapshot: Snapshot, config: Config):
-        self.snapshot, self.config = snapshot, config
+    def __init__(self, snapshot: Snapshot, config: Config, parked: Parked = Parked()):
+        self.snapshot, self.config, self.parked = snapshot, config, parked
+        # where capacity or quota may have come back since the parked jobs were decided (this cycle's preemptions too)
+        self.freed_clusters, self.freed_tenants = set(parked.clusters), set(parked.tenants)
         self.filters = [FILTERS[name]() for name in config.filters]
         self.static_filters = [f for f in self.filters if not f.depends_on_capacity]  # "would it ever fit?"
         self.scores = [(SCORES[name](), weight) for name, weight in sorted(config.score_weights.items()) if weight]
@@ -140,13 +143,30 @@ class _Cycle:
             tenant is not None and tenant.fair_share_preemption != "Never"))
 
     def _stays_inadmissible(self, job: PendingJob) -> bool:
-        """If it does not fit now, will it not fit later either while capacity and quota only shrink? Not if this
-        cycle gave capacity back (a preemption), nor when time may change its lot (starvation, avoided clusters).
-        (Holds only take capacity: they matter where a job is found inadmissible, not where it is skipped.)"""
-        return (not self.evicted and not job.avoided and not self._starving(job)
-                and not self._may_preempt_beyond_queue(job))
+        """If it does not fit now, will it not fit later either while capacity and quota only shrink? Not when time
+        may change its lot (starvation, avoided clusters). (Holds only take capacity: they matter where a job is
+        found inadmissible, not where it is skipped.)"""
+        return not job.avoided and not self._starving(job) and not self._may_preempt_beyond_queue(job)
 
-    def run(self, pending: Iterable[PendingJob], parked: frozenset[str] = frozenset()) -> CycleResult:
+    def _still_inadmissible(self, job: PendingJob) -> bool:
+        """A parked job that no change concerns: its tenant's queues hold no less, it may preempt no new work, and
+        on each cluster where capacity came back it fails the filters or the search on HyperNode totals."""
+        if job.id not in self.parked.jobs or not self._stays_inadmissible(job) or job.tenant in self.freed_tenants:
+            return False
+        if self.config.preemption and self.snapshot.queues[job.queue].queue.preemption == "LowerPriority" and (
+                self.freed_clusters or job.queue in self.parked.queues):
+            return False  # it may preempt there what it could not before
+        if self.freed_clusters and job.spec.placement == "split":
+            return False  # its parts may go where the whole does not
+        request, cap = self._whole(job), self.config.max_candidates_per_tier
+        for name in self.freed_clusters:
+            cluster = self.snapshot.clusters.get(name)
+            if cluster is not None and self._filter(request, cluster, self.filters) is None and cluster.search(
+                    request.parts, request.demand, request.bound, cap, bind=False) is not None:
+                return False
+        return True
+
+    def run(self, pending: Iterable[PendingJob]) -> CycleResult:
         # Phase 1: each queue in its own order: 1. priority, 2. submission time, 3. job id.
         queued: dict[str, list[PendingJob]] = {}
         waiting: dict[str, Waiting] = {}
@@ -173,7 +193,7 @@ class _Cycle:
                 heapq.heappush(heap, (current, name))
                 continue
             job = jobs.pop()
-            if job.id in parked and self._stays_inadmissible(job):
+            if self._still_inadmissible(job):
                 self.inadmissible.add(job.id)
                 if jobs:
                     heapq.heappush(heap, (self._queue_key(state, jobs[-1]), name))
@@ -431,6 +451,8 @@ class _Cycle:
         for victim in chosen:
             self._evict(victim, +1)
             self.evicted.add(victim)
+            self.freed_clusters.update(r.cluster for r in running[victim])
+            self.freed_tenants.add(running[victim][0].tenant)
         fit = cluster.search(request.parts, request.demand, request.bound, self.config.max_candidates_per_tier, True)
         placement = _to_placement(request, cluster, fit, self._score(request, Candidate(cluster, fit.hypernode)))
         self._apply(placement, job)
@@ -603,10 +625,10 @@ def _per_part(placement: Placement, job: PendingJob, cluster: ClusterIndex) -> l
 
 
 def schedule(snapshot: Snapshot, pending: Iterable[PendingJob], config: Config = Config(),
-             parked: frozenset[str] = frozenset()) -> CycleResult:
+             parked: Parked = Parked()) -> CycleResult:
     """Decide placements, preemptions and reasons for the pending jobs; the snapshot keeps the decisions.
     `parked`: jobs found inadmissible before, not decided again (no reason for them) while they stay so."""
-    return _Cycle(snapshot, config).run(pending, parked)
+    return _Cycle(snapshot, config, parked).run(pending)
 
 
 def dry_run(snapshot: Snapshot, job: PendingJob, config: Config = Config()) -> DryRun:

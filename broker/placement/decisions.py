@@ -117,6 +117,16 @@ class CycleResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Parked:
+    """Jobs a cycle found inadmissible (`CycleResult.inadmissible`), and what changed since that could make one fit."""
+
+    jobs: frozenset[str] = frozenset()
+    clusters: frozenset[str] = frozenset()  # capacity may have been given back there, or the cluster changed
+    tenants: frozenset[str] = frozenset()  # their queues may hold less: quota given back
+    queues: frozenset[str] = frozenset()  # new running work there, which their jobs may preempt
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterVerdict:
     """A dry run's view of one cluster: its score if it could take the job, else why not."""
 
