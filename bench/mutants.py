@@ -48,6 +48,7 @@ class Group:
             "[tool.mutmut]",
             f"source_paths = {json.dumps(['broker/', 'clusters/', 'api/', 'migrations/'])}",  # all it imports
             f"only_mutate = {json.dumps(self.mutate)}",
+            f"also_copy = {json.dumps(['deploy/'])}",  # manifests the tests render and check
             f"pytest_add_cli_args = {json.dumps(ONLY_SQLITE)}",
             f"pytest_add_cli_args_test_selection = {json.dumps(self.tests)}", ""])
 
@@ -66,7 +67,7 @@ GROUPS = [
 def prepare(group: Group) -> None:
     """The group's view of the checkout: its code and tests linked, pyproject.toml with its settings added."""
     group.folder.mkdir(parents=True)
-    for name in ("broker", "clusters", "api", "migrations", "tests"):
+    for name in ("broker", "clusters", "api", "migrations", "tests", "deploy"):
         (group.folder / name).symlink_to(ROOT / name)
     (group.folder / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + "\n" + group.settings())
 
