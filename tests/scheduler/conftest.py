@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import itertools
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from broker.db.models import Cluster, Event, HyperNode, Job, Node, Placement, Queue, Tenant
 from broker.db.session import transaction
@@ -54,6 +55,25 @@ def submit(session, queue: Queue, name: str, gpus: int = 8, pods: int = 1, prior
               submitted_at=EPOCH + timedelta(seconds=next(_submitted)))
     session.add(job)
     return job
+
+
+class Crash(Exception):
+    pass
+
+
+@contextmanager
+def crash_at_the_events(db):
+    """The scheduler's commit dies once its placements and jobs are written, before its events."""
+    def die(connection, cursor, statement, *args):
+        if statement.lstrip().upper().startswith("INSERT INTO EVENTS"):
+            raise Crash()
+
+    event.listen(db.engine, "before_cursor_execute", die)
+    try:
+        with pytest.raises(Crash):
+            yield
+    finally:
+        event.remove(db.engine, "before_cursor_execute", die)
 
 
 def count(session, model, *where) -> int:

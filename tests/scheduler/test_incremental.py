@@ -7,14 +7,14 @@ import random
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import event, select, update
+from sqlalchemy import select, update
 
 from broker.db.models import Cluster, Job, Node, Placement, Queue
 from broker.placement import Parked, schedule
 from broker.scheduling import read_inventory
 from broker.services.scheduler import SchedulerService
 from tests.placement.fixtures import GPU
-from tests.scheduler.conftest import EPOCH, add_cluster, add_queue, submit
+from tests.scheduler.conftest import EPOCH, add_cluster, add_queue, crash_at_the_events, submit
 
 
 class Clock:
@@ -146,26 +146,14 @@ def test_cycles_read_only_new_rows_until_in_doubt(db, setup, settings):
     with setup() as session:
         submit(session, session.get(Queue, queue.id), "fits", gpus=1, pods=1)
 
-    def die_at_the_events(connection, cursor, statement, *args):
-        if statement.lstrip().upper().startswith("INSERT INTO EVENTS"):
-            raise Crash()
-
-    event.listen(db.engine, "before_cursor_execute", die_at_the_events)
-    try:
-        with pytest.raises(Crash):
-            scheduler.run_once()
-    finally:
-        event.remove(db.engine, "before_cursor_execute", die_at_the_events)
+    with crash_at_the_events(db):
+        scheduler.run_once()
     scheduler.run_once()
     assert scheduler.pending.full_reads == 3
 
     clock.moment += timedelta(seconds=600)
     scheduler.run_once()
     assert scheduler.pending.full_reads == 4
-
-
-class Crash(Exception):
-    pass
 
 
 def _queued(db) -> list[Job]:

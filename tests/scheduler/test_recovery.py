@@ -14,11 +14,7 @@ from broker.db.runtime import open_database
 from broker.placement import schedule
 from broker.scheduling import commit_decisions, read_inventory
 from broker.services.scheduler import SchedulerService
-from tests.scheduler.conftest import add_cluster, add_queue, count, placements_of, submit
-
-
-class Crash(Exception):
-    pass
+from tests.scheduler.conftest import add_cluster, add_queue, count, crash_at_the_events, placements_of, submit
 
 
 def test_a_commit_that_dies_midway_leaves_nothing_and_the_next_cycle_places_once(db, setup, scheduler):
@@ -27,16 +23,8 @@ def test_a_commit_that_dies_midway_leaves_nothing_and_the_next_cycle_places_once
         queue = add_queue(session)
         jobs = [submit(session, queue, f"job-{i}", gpus=8, pods=2) for i in range(3)]
 
-    def die_at_the_events(connection, cursor, statement, *args):
-        if statement.lstrip().upper().startswith("INSERT INTO EVENTS"):  # placements and jobs already written
-            raise Crash()
-
-    event.listen(db.engine, "before_cursor_execute", die_at_the_events)
-    try:
-        with pytest.raises(Crash):
-            scheduler.run_once()
-    finally:
-        event.remove(db.engine, "before_cursor_execute", die_at_the_events)
+    with crash_at_the_events(db):
+        scheduler.run_once()
     with db.sessions() as session:
         assert count(session, Placement) == 0
         assert {session.get(Job, j.id).state for j in jobs} == {"Queued"}
