@@ -112,17 +112,10 @@ class Agent:
     def _delete(self, item: dict) -> dict:
         outcome = {"placement_id": item["placement_id"], "action": "delete"}
         try:
-            uid = item["uid"]
-            if uid is None:  # applied, but the outcome never reached the broker: find it by its label
-                found = jobsets.get(self.member, item["namespace"], item["name"])
-                if found is not None and jobsets.placement_id_of(found) == str(item["placement_id"]):
-                    uid = found["metadata"]["uid"]
-            if uid is not None:
-                jobsets.delete(self.member, item["namespace"], item["name"], uid)
-                found = jobsets.get(self.member, item["namespace"], item["name"])
-                if found is not None and found["metadata"]["uid"] == uid:  # foreground: children go first
-                    return {**outcome, "kind": "retry", "error": "waiting for the member to finish deleting it",
-                            "delay": RETRY_BASE}
+            if not jobsets.delete_copy(self.member, item["namespace"], item["name"], item["placement_id"],
+                                       item["uid"]):
+                return {**outcome, "kind": "retry", "error": "waiting for the member to finish deleting it",
+                        "delay": RETRY_BASE}
             return {**outcome, "kind": "done"}
         except MemberError as exc:
             return {**outcome, "kind": "retry", "error": str(exc)}

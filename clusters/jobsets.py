@@ -148,6 +148,19 @@ def delete(client: MemberClient, namespace: str, name: str, uid: str) -> None:
         raise
 
 
+def delete_copy(client: MemberClient, namespace: str, name: str, placement_id: int | str, uid: str | None) -> bool:
+    """Delete a placement's copy (by uid; by its placement label when no uid was recorded: applied, but the
+    outcome was lost); whether it is gone (a foreground deletion keeps it while its children go first)."""
+    if uid is None:
+        found = get(client, namespace, name)
+        if found is None or placement_id_of(found) != str(placement_id):
+            return True
+        uid = found["metadata"]["uid"]
+    delete(client, namespace, name, uid)
+    found = get(client, namespace, name)
+    return found is None or found["metadata"]["uid"] != uid
+
+
 def list_in(client: MemberClient, namespace: str) -> list[dict]:
     """Every JobSet in a namespace, the broker's or not: the names a new copy must not take over."""
     return client.list(JOBSETS, namespace)[0]

@@ -262,16 +262,8 @@ class DispatcherService(LoopService):
         self.database.ensure_leading()
         try:
             client = self._client(member)
-            uid = work.member_uid
-            if uid is None:  # applied, but killed before the broker recorded it: find it by its label
-                found = jobsets.get(client, work.namespace, work.name)
-                if found is not None and jobsets.placement_id_of(found) == str(work.placement_id):
-                    uid = found["metadata"]["uid"]
-            if uid is not None:
-                jobsets.delete(client, work.namespace, work.name, uid)
-                found = jobsets.get(client, work.namespace, work.name)
-                if found is not None and found["metadata"]["uid"] == uid:  # foreground: children go first
-                    return Outcome(work, "retry", "waiting for the member to finish deleting it", RETRY_BASE)
+            if not jobsets.delete_copy(client, work.namespace, work.name, work.placement_id, work.member_uid):
+                return Outcome(work, "retry", "waiting for the member to finish deleting it", RETRY_BASE)
             return Outcome(work, "done")
         except MemberError as exc:
             return self._member_error(work, exc)
