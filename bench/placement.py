@@ -1,6 +1,6 @@
 """Placement benchmark: throughput, decision latency, growth, one big gang, topology quality, memory.
 
-    python bench/placement.py [--jobs N --clusters M --hypernodes H] [--seed S]
+    python bench/placement.py [--jobs N --clusters M --hypernodes H] [--seed S] [--backlogs 10000,100000]
 
 H counts HyperNodes across the whole federation (a tree per cluster: leaves of 8 nodes, spines over
 4 leaves, one root). The throughput cycle is the scheduler service's: the inventory and the pending
@@ -9,6 +9,10 @@ snapshot (`broker.scheduling.read_inventory`, manifests parsed), decides, and co
 in one transaction (`broker.scheduling.commit_decisions`). The jobs arrive as one burst a minute before
 the cycle (none has waited past starvation_after); the engine's cycle is timed again with every job
 starving, where each that does not fit may look for nodes to hold.
+The incremental cycles run the scheduler service (`SchedulerService.run_once`) over each backlog until
+its cycles settle (the federation full, the jobs that do not fit known inadmissible), then time the
+cycle after 100 more submissions, and the cycle after one admitted job ends (capacity freed: it must
+admit); the backlog's peak RSS is the process's, database build included.
 Prints a table, then one JSON object as the last line.
 """
 
@@ -28,16 +32,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from datetime import datetime, timedelta, timezone  # noqa: E402
 
-from sqlalchemy import insert  # noqa: E402
+from sqlalchemy import insert, select, update  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
 from broker.db import models  # noqa: E402
+from broker.db.runtime import Database  # noqa: E402
 from broker.db.session import make_engine, make_sessionmaker, transaction  # noqa: E402
 from broker.jobset import parse_jobset  # noqa: E402
 from broker.placement import (GPU, Cluster, HyperNode, Node, PendingJob, Queue, Snapshot, Tenant,  # noqa: E402
                               schedule)
 from broker.placement.quality import first_fit, replay  # noqa: E402
 from broker.scheduling import commit_decisions, read_inventory  # noqa: E402
+from broker.services.scheduler import SchedulerService  # noqa: E402
+from broker.settings import Settings  # noqa: E402
 
 GiB = 2**30 * 1000
 # The cycle runs a minute after a burst of submissions began: no job has waited past starvation_after
@@ -169,6 +176,52 @@ def scheduler_cycle(engine) -> tuple[float, float, float, int]:
     return read - started, decided - read, committed - decided, outcome.placements
 
 
+def add_jobs(engine, count: int, seed: int) -> None:
+    """`count` more Queued submissions, as `database` stores them, submitted now."""
+    tenant_id = {f"tenant-{t}": t + 1 for t in range(TENANTS)}
+    queue_id = {f"q-{t}-{k}": t * QUEUES_PER_TENANT + k + 1 for t in range(TENANTS) for k in range(QUEUES_PER_TENANT)}
+    now = datetime.now(timezone.utc)
+    with Session(engine) as session, session.begin():
+        session.execute(insert(models.Job), [
+            {"tenant_id": tenant_id[tenant], "queue_id": queue_id[queue], "name": f"more-{seed}-{i}",
+             "namespace": "bench", "manifest": body, "priority": priority, "submitted_at": now}
+            for i, (tenant, queue, body, priority) in enumerate(submissions(count, seed))])
+
+
+def free_one(engine) -> None:
+    """The oldest admitted job ends: its capacity is free."""
+    with Session(engine) as session, session.begin():
+        job = session.scalars(select(models.Job).where(models.Job.state == "Admitted").order_by(models.Job.id)
+                              .limit(1)).one()
+        session.execute(update(models.Placement).where(models.Placement.job_id == job.id)
+                        .values(state="Succeeded"))
+        job.state = "Succeeded"
+
+
+def incremental_cycles(path: str, clusters: int, hypernodes: int, jobs: int, seed: int) -> tuple[float, float, int]:
+    """The scheduler service over a backlog of `jobs`, once its cycles have settled (the federation full, the
+    jobs that do not fit known inadmissible): (seconds of the cycle after 100 submissions, seconds from a
+    job's end to the next cycle's admissions, pending jobs)."""
+    engine = database(path, clusters, hypernodes, jobs, seed)
+    service = SchedulerService(Database(engine, make_sessionmaker(engine)),
+                               Settings(database_url=f"sqlite:///{path}"))
+    while service.run_once().placements or not service.pending.parked:
+        pass  # until a cycle places nothing and found inadmissible jobs
+    service.run_once()
+    add_jobs(engine, 100, seed + 1)
+    started = time.perf_counter()
+    service.run_once()
+    changed_s = time.perf_counter() - started
+    free_one(engine)
+    started = time.perf_counter()
+    outcome = service.run_once()
+    freed_s = time.perf_counter() - started
+    assert outcome.admitted, "the freed capacity admitted nothing"
+    pending = len(service.pending.rows)
+    engine.dispose()
+    return changed_s, freed_s, pending
+
+
 # -- measurements ----------------------------------------------------------------------------------------
 def cycle(jobs: int, clusters: int, hypernodes: int, seed: int, now: float = FRESH) -> float:
     """Seconds the engine takes to decide one cycle over `jobs` pending jobs (no I/O)."""
@@ -234,8 +287,22 @@ def main() -> None:
     parser.add_argument("--clusters", type=int, default=50)
     parser.add_argument("--hypernodes", type=int, default=1_000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--backlogs", default="10000,100000",
+                        help="pending JobSets for the incremental cycles, comma-separated")
     args = parser.parse_args()
     rows = []
+
+    backlog = {}
+    for jobs in (int(n) for n in args.backlogs.split(",")):
+        with tempfile.TemporaryDirectory() as tmp:
+            backlog[jobs] = incremental_cycles(os.path.join(tmp, "backlog.db"), args.clusters, args.hypernodes, jobs,
+                                               args.seed)
+        rows.append(("cycle, 100 changed", f"{backlog[jobs][2]} pending of {jobs} submitted, 100 more submitted",
+                     f"{backlog[jobs][0]:.2f} s"))
+        rows.append(("freed to admitted", f"{backlog[jobs][2]} pending: a job ends, the next cycle admits",
+                     f"{backlog[jobs][1]:.2f} s"))
+    backlog_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rows.append(("memory, backlog", "peak RSS after the incremental cycles", f"{backlog_rss_mb:.0f} MB"))
 
     with tempfile.TemporaryDirectory() as tmp:
         engine = database(os.path.join(tmp, "bench.db"), args.clusters, args.hypernodes, args.jobs, args.seed)
@@ -287,6 +354,9 @@ def main() -> None:
         "engine_cycle_starving_s": round(starving_s, 3), "one_hypernode_share": round(share, 4),
         "first_fit_one_hypernode_share": round(first_fit_share, 4), "rss_mb": round(rss_mb, 1),
         "jobs": args.jobs, "clusters": args.clusters, "hypernodes": args.hypernodes,
+        "changed_cycle_s": {jobs: round(b[0], 3) for jobs, b in backlog.items()},
+        "freed_to_admitted_s": {jobs: round(b[1], 3) for jobs, b in backlog.items()},
+        "backlog_pending": {jobs: b[2] for jobs, b in backlog.items()}, "backlog_rss_mb": round(backlog_rss_mb, 1),
     }))
 
 
