@@ -108,6 +108,7 @@ class DispatcherService(LoopService):
             with writing(self.database) as session:
                 changes.add(request_deletions(session, now)).add(
                     fail_over(session, now, self.settings.failover_toleration))
+            changes.add(self._evict_on_pull_members(now))
         with self.database.sessions() as session:
             members = {row.id: row for row in session.execute(in_lane(
                 select(Cluster.id, Cluster.name, Cluster.state, Cluster.kubeconfig_encrypted, Cluster.context)
@@ -191,7 +192,21 @@ class DispatcherService(LoopService):
     def _evict(self, overdue: list[Unready], members: dict[int, Any], now: datetime) -> Changes:
         """Placements not ready in time go (their deletion is the next step of this pass); the member is asked
         first why their pods are not ready, so that the job's event says it."""
-        why = list(self._pool.map(lambda u: self._not_ready(members[u.cluster_id], u), overdue))
+        return self._evict_saying(overdue, self._pool.map(lambda u: self._not_ready(members[u.cluster_id], u),
+                                                          overdue), now)
+
+    def _evict_on_pull_members(self, now: datetime) -> Changes:
+        """The same startup timeout on pull members, which the broker cannot ask why: their agents delete the
+        evicted copies when they next ask for their work. A member that is away is fail-over's to decide."""
+        with self.database.sessions() as session:
+            pulled = set(session.scalars(select(Cluster.id).where(Cluster.mode == "pull",
+                                                                  Cluster.state.not_in(UNAVAILABLE_STATES))))
+            overdue = [u for u in overdue_startups(session, now, self.settings.startup_timeout)
+                       if u.cluster_id in pulled] if pulled else []
+        return self._evict_saying(overdue, ["its member is in pull mode: its agent does not say which pods are "
+                                            "waiting"] * len(overdue), now) if overdue else Changes()
+
+    def _evict_saying(self, overdue: list[Unready], why, now: datetime) -> Changes:
         policy = StartupPolicy(self.settings.startup_timeout, self.settings.startup_backoff,
                                self.settings.startup_avoid, self.settings.startup_eviction_limit)
         changes = Changes()

@@ -309,6 +309,27 @@ def test_a_pull_member_whose_agent_goes_silent_fails_over_and_its_stale_copy_is_
     assert all(p.state != "Running" or p.cluster_name == "eu-west" for p in pull.placements(job))
 
 
+def test_pods_that_never_become_ready_on_a_pull_member_are_evicted_and_its_agent_deletes_the_copy(pull):
+    agent = pull.agent()
+    agent.run_once()
+    pull.sim.cluster(PULL).unpullable_images = ("registry.invalid/*",)
+    stuck = jobset("edge-stuck", annotations={**ON_PULL, "archipelago.io/startup-timeout": "60s"})
+    stuck["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["image"] = (
+        "registry.invalid/train:1")
+    job = pull.submit(stuck)
+    pull.step()
+    pull.until(agent, lambda: pull.state(job) == "Starting")
+    pull.step(30)
+    assert pull.state(job) == "Starting"  # not yet: 60 s
+    pull.step(31)
+    [evicted] = [e["message"] for e in pull.job(job)["events"] if e["reason"] == "Evicted"]
+    assert evicted.startswith(f"on {PULL}: pods not all ready within 60s (0 of 1 Jobs of workers ready; its member "
+                              "is in pull mode: its agent does not say which pods are waiting)")
+    assert pull.state(job) == "Queued" and [c["cluster"] for c in pull.copies(job)] == [PULL]
+    pull.until(agent, lambda: pull.copies(job) == [])  # the agent deletes the evicted copy at its next pass
+    assert [p.state for p in pull.placements(job)] == ["Deleted"]
+
+
 def test_a_broker_killed_while_handing_out_work_resumes_with_one_copy(sim, tmp_path):
     from cryptography.fernet import Fernet
 
