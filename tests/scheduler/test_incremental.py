@@ -197,3 +197,27 @@ def test_a_job_that_does_not_fit_is_decided_again_only_once_capacity_is_freed_or
         session.get(Job, first.id).state = "Succeeded"
     assert undecided(scheduler) == set()
     assert scheduler.run_once().admitted == [big.id]
+
+
+def test_a_split_job_parked_for_want_of_room_is_decided_again_when_any_cluster_frees_room(db, setup, settings):
+    """Capacity back on one cluster may not hold the whole split job, yet let its parts go each to a cluster."""
+    scheduler = SchedulerService(db, settings.model_copy(update={"scheduler_resync_interval": 1e9}), now=Clock())
+    with setup() as session:
+        for name in ("a", "b"):
+            add_cluster(session, name, leaves=1)  # 4 nodes of 8 GPUs each
+        queue = add_queue(session)
+        others = add_queue(session, "others", tenant="vision")  # whose room coming back frees no quota of ours
+        filler = submit(session, others, "filler", gpus=8, pods=4)
+        pair = submit(session, queue, "pair", parts=(("x", 1, 4, 8), ("y", 1, 4, 8)),
+                      annotations={"archipelago.io/placement": "split"})
+    assert scheduler.run_once().admitted == [filler.id]  # one cluster left: room for one part, not both
+    assert scheduler.run_once().admitted == []
+    assert undecided(scheduler) == {str(pair.id)}
+    with setup() as session:  # filler ends: 32 GPUs back on its cluster, not the 64 the whole pair asks
+        session.execute(update(Placement).where(Placement.job_id == filler.id).values(state="Succeeded"))
+        session.get(Job, filler.id).state = "Succeeded"
+    assert undecided(scheduler) == set()
+    assert scheduler.run_once().admitted == [pair.id]
+    with db.sessions() as session:
+        clusters = sorted(session.scalars(select(Placement.cluster_name).where(Placement.job_id == pair.id)))
+    assert clusters == ["a", "b"]
