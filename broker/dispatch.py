@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Collection, Iterable
 
 from sqlalchemy import exists, func, or_, select, update
 from sqlalchemy.orm import Session
@@ -526,8 +526,12 @@ class StartupPolicy:
     backoff_cap: float = 3600.0
 
 
-def overdue_startups(session: Session, now: datetime, default_timeout: float) -> list[Unready]:
-    """Placements whose pods are not all ready within the startup timeout (the job's annotation, or the default)."""
+def overdue_startups(session: Session, now: datetime, default_timeout: float,
+                     clusters: Collection[int]) -> list[Unready]:
+    """Placements on `clusters` whose pods are not all ready within the startup timeout (the job's annotation, or
+    the default). Only those clusters' placements are read: a lane, or the pull members, reads its own."""
+    if not clusters:
+        return []
     overdue = []
     for row in session.execute(
             select(Placement.id, Placement.job_id, Placement.cluster_id, Placement.part, Placement.applied_at,
@@ -535,7 +539,7 @@ def overdue_startups(session: Session, now: datetime, default_timeout: float) ->
                    Job.manifest[("metadata", "annotations", STARTUP_TIMEOUT_ANNOTATION)].as_string().label("timeout"))
             .join(Job, Job.id == Placement.job_id)
             .where(Placement.state == "Starting", Placement.applied_at.is_not(None),
-                   Placement.cluster_id.is_not(None))):
+                   Placement.cluster_id.in_(list(clusters)))):
         timeout = (startup_timeout(row.timeout) if row.timeout else None) or default_timeout
         if now - as_utc(row.applied_at) >= timedelta(seconds=timeout):
             overdue.append(Unready(row.id, row.job_id, row.cluster_id, row.namespace, member_name(row.name, row.part),

@@ -114,8 +114,8 @@ class DispatcherService(LoopService):
                 select(Cluster.id, Cluster.name, Cluster.state, Cluster.kubeconfig_encrypted, Cluster.context)
                 .where(Cluster.mode == "push"), self.lane))}
             reachable = {i: row for i, row in members.items() if row.state not in UNAVAILABLE_STATES}
-            overdue = [u for u in overdue_startups(session, now, self.settings.startup_timeout)
-                       if u.cluster_id in reachable]  # on a member that is away, fail-over decides
+            # on a member that is away, fail-over decides
+            overdue = overdue_startups(session, now, self.settings.startup_timeout, reachable)
         if overdue:
             changes.add(self._evict(overdue, reachable, now))
         with self.database.sessions() as session:
@@ -201,8 +201,7 @@ class DispatcherService(LoopService):
         with self.database.sessions() as session:
             pulled = set(session.scalars(select(Cluster.id).where(Cluster.mode == "pull",
                                                                   Cluster.state.not_in(UNAVAILABLE_STATES))))
-            overdue = [u for u in overdue_startups(session, now, self.settings.startup_timeout)
-                       if u.cluster_id in pulled] if pulled else []
+            overdue = overdue_startups(session, now, self.settings.startup_timeout, pulled)
         return self._evict_saying(overdue, ["its member is in pull mode: its agent does not say which pods are "
                                             "waiting"] * len(overdue), now) if overdue else Changes()
 
