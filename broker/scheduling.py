@@ -247,21 +247,19 @@ class PendingJobs:
 
     def still_parked(self, inventory: Inventory) -> Parked:
         """The last cycle's inadmissible jobs, and what changed since that could make one fit: clusters that changed
-        or where a live placement ended or changed (capacity back), the tenants of those placements (quota back),
-        the queues of new ones (work to preempt). Any queue or tenant edit: every job is decided again."""
+        or where a live placement ended or changed (capacity back), the tenants of those placements (quota back).
+        (New running work is no reason: it takes what was free, and preempting it gives back no more than that.)
+        Any queue or tenant edit: every job is decided again."""
         before, now = self.inputs, inventory.inputs
         if before is None or before[1:3] != now[1:3]:
             return Parked()
         clusters = {name for name in before[0].keys() | now[0].keys() if before[0].get(name) != now[0].get(name)}
-        tenants, queues = set(), set()
+        tenants = set()
         for placement_id, placement in before[3].items():
             if now[3].get(placement_id) != placement:
                 clusters.add(placement.cluster)
                 tenants.add(placement.tenant)
-        for placement_id, placement in now[3].items():
-            if placement_id not in before[3]:
-                queues.add(placement.queue)
-        return Parked(self.parked, frozenset(clusters), frozenset(tenants), frozenset(queues))
+        return Parked(self.parked, frozenset(clusters), frozenset(tenants))
 
     def committed(self, inventory: Inventory, result: CycleResult, outcome: CommitOutcome) -> None:
         """Bring the rows in line with what a commit wrote: admitted (or lost) jobs leave, reasons are the new ones.

@@ -16,8 +16,8 @@ Inadmissible jobs (after Kueue's inadmissible lists): a job that did not fit, wi
 it in the cycle, that may preempt nothing beyond its own queue and is not waiting past
 `starvation_after_s`, does not fit later either while capacity and quota only shrink and no new work
 may be preempted. `schedule` reports them; given back as `Parked` with what changed since (the
-caller's part to know: clusters that changed or got capacity back, tenants whose queues hold less,
-queues with new running work), each keeps its turn in its queue but is decided again only if a change
+caller's part to know: clusters that changed or got capacity back, tenants whose queues hold less),
+each keeps its turn in its queue but is decided again only if a change
 concerns it (`_still_inadmissible`); a decision that places nothing changes nothing, so the cycle
 decides as if it had decided them all.
 """
@@ -90,6 +90,14 @@ class _Cycle:
         # tenants with work, running or pending: those the federation is shared among (`fair`)
         self.active: set[str] = {t for t, usage in snapshot.tenant_usage.items() if any(usage.values())}
         self.fair: dict[str, float] = {}  # every pending job's tenant is activated before its job is decided
+        # the running jobs by queue, and by queue and cluster with their priorities: whom a job may preempt
+        self.work: dict[str, list[str]] = {}
+        self.work_on: dict[tuple[str, str], list[tuple[int, str]]] = {}
+        for job_id, placements in snapshot.running.items():
+            first = placements[0]
+            self.work.setdefault(first.queue, []).append(job_id)
+            for cluster in {p.cluster for p in placements}:
+                self.work_on.setdefault((first.queue, cluster), []).append((first.priority, job_id))
 
     def activate(self, tenants: Iterable[str]) -> None:
         self.active.update(tenants)
@@ -149,22 +157,50 @@ class _Cycle:
         return not job.avoided and not self._starving(job) and not self._may_preempt_beyond_queue(job)
 
     def _still_inadmissible(self, job: PendingJob) -> bool:
-        """A parked job that no change concerns: its tenant's queues hold no less, it may preempt no new work, and
-        on each cluster where capacity came back it fails the filters or the search on HyperNode totals."""
-        if job.id not in self.parked.jobs or not self._stays_inadmissible(job) or job.tenant in self.freed_tenants:
+        """A parked job that no change concerns: quota its tenant got back cannot have held it (its queue limits
+        none of what it asks), and on each cluster where capacity came back it fails the filters or the search on
+        HyperNode totals — whole, and each part of a split job — even with all the work there it may preempt gone.
+        (Its queue's new work is no reason: it took what was free, and preempting it gives back no more than that.)"""
+        if job.id not in self.parked.jobs or not self._stays_inadmissible(job):
             return False
-        if self.config.preemption and self.snapshot.queues[job.queue].queue.preemption == "LowerPriority" and (
-                self.freed_clusters or job.queue in self.parked.queues):
-            return False  # it may preempt there what it could not before
-        if self.freed_clusters and job.spec.placement == "split":
-            return False  # its parts may go where the whole does not
+        if job.tenant in self.freed_tenants and self._limited_by_quota(job):
+            return False
+        preempts = self.config.preemption and self.snapshot.queues[job.queue].queue.preemption == "LowerPriority"
         request, cap = self._whole(job), self.config.max_candidates_per_tier
+        requests = [request, *self._split(job)] if job.spec.placement == "split" else [request]
         for name in self.freed_clusters:
             cluster = self.snapshot.clusters.get(name)
-            if cluster is not None and self._filter(request, cluster, self.filters) is None and cluster.search(
-                    request.parts, request.demand, request.bound, cap, bind=False) is not None:
+            if cluster is None:
+                continue
+            if any(self._filter(r, cluster, self.filters) is None and cluster.search(
+                    r.parts, r.demand, r.bound, cap, bind=False) is not None for r in requests):
+                return False
+            victims = self._lower_priority_work(job, name) if preempts else []
+            if victims and self._filter(request, cluster, self.static_filters) is None and self._fits_without(
+                    request, cluster, victims):
                 return False
         return True
+
+    def _limited_by_quota(self, job: PendingJob) -> bool:
+        """Can quota have kept it waiting? Only if its queue has a nominal quota of something it asks for."""
+        quota = self.snapshot.queues[job.queue].queue.nominal_quota
+        return any(wanted and resource in quota for resource, wanted in job.spec.requests.items())
+
+    def _lower_priority_work(self, job: PendingJob, cluster: str) -> list[str]:
+        """Its queue's running jobs of lower priority on the cluster: what `LowerPriority` lets it preempt there."""
+        return [v for priority, v in self.work_on.get((job.queue, cluster), ())
+                if priority < job.priority and v not in self.evicted]
+
+    def _fits_without(self, request: Request, cluster: ClusterIndex, victims: list[str]) -> bool:
+        """Would the request fit the cluster's HyperNode totals with the victims gone? The snapshot is left as found."""
+        for victim in victims:
+            self._evict(victim, +1)
+        try:
+            return cluster.search(request.parts, request.demand, request.bound, self.config.max_candidates_per_tier,
+                                  bind=False) is not None
+        finally:
+            for victim in victims:
+                self._evict(victim, -1)
 
     def run(self, pending: Iterable[PendingJob]) -> CycleResult:
         # Phase 1: each queue in its own order: 1. priority, 2. submission time, 3. job id.
@@ -372,9 +408,15 @@ class _Cycle:
                 and self._fair_to_take(job, None))
         if not self.config.preemption or (not within and reclaim == "Never" and not fair):
             return {}
+        if fair:
+            scope: Iterable[str] = self.snapshot.running
+        elif reclaim != "Never":
+            scope = [v for state in self.snapshot.cohorts[queue.tenant] for v in self.work.get(state.queue.name, ())]
+        else:
+            scope = self.work.get(job.queue, ())
         rules = {}
-        for job_id, placements in self.snapshot.running.items():
-            first = placements[0]
+        for job_id in scope:
+            first = self.snapshot.running[job_id][0]
             if job_id in self.evicted:
                 continue
             if first.tenant != job.tenant:

@@ -123,7 +123,6 @@ class Parked:
     jobs: frozenset[str] = frozenset()
     clusters: frozenset[str] = frozenset()  # capacity may have been given back there, or the cluster changed
     tenants: frozenset[str] = frozenset()  # their queues may hold less: quota given back
-    queues: frozenset[str] = frozenset()  # new running work there, which their jobs may preempt
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,144 @@
+"""Parked jobs (found inadmissible by one cycle) are decided again only when a change concerns them, and the
+cycle that skips the others decides exactly as one that decides every job (`schedule(..., parked=...)`).
+
+Each case is two cycles over a small federation: the first finds which jobs do not fit; between the two,
+running jobs end (capacity and quota come back: `Parked.clusters`, `Parked.tenants`) and new work is placed
+(no reason to decide anyone again, though a `LowerPriority` queue's higher-priority jobs may preempt it); the
+second cycle runs twice on equal snapshots, once skipping parked jobs and once deciding them all. Then one
+named case per reason to decide a parked job again.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from broker.placement import Parked, PendingJob, RunningPlacement, Snapshot, Tenant, schedule
+from tests.placement.fixtures import GPU, cluster, fabric, job, queue
+
+QUEUES = [queue("plain", tenant="t1"),  # no quota, preempts nothing
+          queue("quota", tenant="t1", quota=16, preemption="LowerPriority"),  # quota given back by its tenant
+          queue("preempts", tenant="t2", preemption="LowerPriority")]
+TENANT_OF = {q.name: q.tenant for q in QUEUES}
+NOW = 60.0  # nobody has waited past starvation_after_s: a job that does not fit may be parked
+
+
+def federation(running: list[RunningPlacement]) -> Snapshot:
+    clusters = [cluster("a", fabric("a-", leaves=2, nodes_per_leaf=2)), cluster("b", fabric("b-", leaves=1,
+                                                                                            nodes_per_leaf=4))]
+    return Snapshot(clusters, QUEUES, [Tenant("t1"), Tenant("t2")], running, NOW)
+
+
+def arrivals(rnd: random.Random, count: int, start: float) -> list[PendingJob]:
+    jobs = []
+    for i in range(count):
+        name = rnd.choice(QUEUES).name
+        split = rnd.random() < 0.25
+        parts = (("workers", 1, rnd.choice([1, 2]), rnd.choice([4, 8])), ("eval", 1, 1, rnd.choice([2, 4])))
+        jobs.append(job(name, gpus=rnd.choice([2, 4, 8]), pods=rnd.choice([1, 2, 4]), tenant=TENANT_OF[name],
+                        priority=rnd.choice([0, 1, 2]), submitted_at=start + i,
+                        parts=parts if split else None,
+                        annotations={"archipelago.io/placement": "split"} if split else None))
+    return jobs
+
+
+def as_running(result, jobs: dict[str, PendingJob], started_at: float) -> list[RunningPlacement]:
+    return [RunningPlacement(p.job_id, p.part, p.cluster, p.hypernode, p.node_usage, p.node_pods,
+                             jobs[p.job_id].tenant, jobs[p.job_id].queue, jobs[p.job_id].priority, started_at)
+            for p in result.placements]
+
+
+def decided(result) -> tuple:
+    return (sorted((p.job_id, p.part or "", p.cluster, p.assignments) for p in result.placements),
+            sorted((p.job_id, p.part or "", p.preemptor) for p in result.preemptions))
+
+
+def second_cycle(seed: int):
+    """(the cycle skipping parked jobs, the cycle deciding every job, the parked jobs) of one random case."""
+    rnd = random.Random(seed)
+    pending = arrivals(rnd, 14, 0.0)
+    jobs = {j.id: j for j in pending}
+    first = schedule(federation([]), pending)
+    running = as_running(first, jobs, 1.0)
+    ended = rnd.sample(sorted({r.job_id for r in running}), k=min(len(running), rnd.choice([0, 1, 1, 2])))
+    running = [r for r in running if r.job_id not in ended]
+    gone = [r for r in as_running(first, jobs, 1.0) if r.job_id in ended]
+    admitted = {p.job_id for p in first.placements}
+    waiting = [j for j in pending if j.id not in admitted]
+    foreign = arrivals(rnd, rnd.choice([0, 2, 4]), 20.0)  # placed meanwhile
+    jobs.update((j.id, j) for j in foreign)
+    placed_elsewhere = as_running(schedule(federation(running), foreign), jobs, 30.0)
+    running += placed_elsewhere
+    later = arrivals(rnd, rnd.choice([0, 3]), 40.0)
+    parked = Parked(first.inadmissible, frozenset(r.cluster for r in gone), frozenset(r.tenant for r in gone))
+    return (schedule(federation(running), waiting + later, parked=parked), schedule(federation(running), waiting + later),
+            first.inadmissible)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_cycle_skipping_parked_jobs_decides_as_one_deciding_them_all(seed):
+    incremental, full, parked = second_cycle(seed)
+    assert decided(incremental) == decided(full)
+    skipped = set(full.order) - set(incremental.order)
+    assert skipped <= parked
+    assert all(incremental.waiting[j] == full.waiting[j] for j in incremental.waiting)
+
+
+def test_the_cases_skip_parked_jobs_and_decide_some_again():
+    """The cases above are worth something only if they skip jobs, and decide parked jobs again for each reason."""
+    skipped = again = 0
+    for seed in range(60):
+        incremental, full, parked = second_cycle(seed)
+        skipped += len(set(full.order) - set(incremental.order))
+        again += len(parked & set(incremental.order))
+    assert skipped >= 60 and again >= 20
+
+
+def running_job(job_id: str, queue_name: str, cluster_name: str, nodes: list[str], priority: int = 0):
+    """A job running on whole 8-GPU nodes."""
+    return RunningPlacement(job_id, None, cluster_name, None, {n: {GPU: 8000} for n in nodes}, {n: 1 for n in nodes},
+                            TENANT_OF[queue_name], queue_name, priority, 0.0)
+
+
+A_NODES, B_NODES = [f"a-leaf-{l}-n{i}" for l in range(2) for i in range(2)], [f"b-leaf-0-n{i}" for i in range(4)]
+
+
+def parked_then(pending: list[PendingJob], before: list[RunningPlacement], ended: list[str]):
+    """The first cycle parks `pending`'s jobs; then the `ended` jobs end. (The second cycle's result, what it parked.)"""
+    first = schedule(federation(before), pending)
+    assert first.placements == () and first.inadmissible == {j.id for j in pending}
+    after = [r for r in before if r.job_id not in ended]
+    gone = [r for r in before if r.job_id in ended]
+    return schedule(federation(after), pending, parked=Parked(first.inadmissible, frozenset(r.cluster for r in gone),
+                                                              frozenset(r.tenant for r in gone)))
+
+
+def test_quota_given_back_by_a_job_on_another_cluster_decides_again_a_job_its_quota_held():
+    """Quota 16 GPUs: 8 in use on a leave no room for 16 more, though b has room; the 8 end on a (still too small)."""
+    small = running_job("small", "quota", "a", A_NODES[:1])
+    others = running_job("others", "plain", "a", A_NODES[1:])
+    big = job("quota", gpus=8, pods=2, tenant="t1", submitted_at=1.0)
+    result = parked_then([big], [small, others, running_job("half", "plain", "b", B_NODES[:2])], ["small"])
+    assert [(p.job_id, p.cluster) for p in result.placements] == [(big.id, "b")]
+
+
+def test_capacity_back_where_lower_priority_work_of_its_queue_runs_decides_again_a_job_that_may_preempt_it():
+    """24 GPUs asked; a holds 16 of its queue's lower-priority work and 16 of another queue's: too little even
+    with that work preempted, until the other queue's 16 end there."""
+    low = running_job("low", "preempts", "a", A_NODES[:2], priority=0)
+    others = running_job("others", "plain", "a", A_NODES[2:])
+    urgent = job("preempts", gpus=8, pods=3, tenant="t2", priority=2, submitted_at=1.0)
+    result = parked_then([urgent], [low, others, running_job("full", "plain", "b", B_NODES)], ["others"])
+    assert [(p.job_id, p.cluster) for p in result.placements] == [(urgent.id, "a")]
+    assert [p.job_id for p in result.preemptions] == ["low"]
+
+
+def test_room_back_for_one_part_decides_again_a_split_job_whose_whole_does_not_fit_there():
+    """Two parts of 16 GPUs: b has room for one; 16 end on a, room for the other, not for both."""
+    pair = job("plain", tenant="t1", parts=(("x", 1, 2, 8), ("y", 1, 2, 8)), submitted_at=1.0,
+               annotations={"archipelago.io/placement": "split"})
+    result = parked_then([pair], [running_job("first", "plain", "a", A_NODES[:2]),
+                                  running_job("second", "plain", "a", A_NODES[2:]),
+                                  running_job("third", "preempts", "b", B_NODES[:2])], ["first"])
+    assert sorted(p.cluster for p in result.placements) == ["a", "b"]
