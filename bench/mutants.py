@@ -7,10 +7,10 @@ mutant. Each group is tested by its own tests: the pure core by the unit tests (
 the outbox by the propagation tests over the simulator (SQLite only, no crash subprocesses). A group runs in
 its own folder under mutants/, a view of the checkout with that group's [tool.mutmut] settings.
 
-A run starts from scratch (mutants/ is wiped); `--again` keeps the mutants the last run killed and tests
-only the rest again, with the tests written since. Prints every survivor's diff, the score per module
-(mutants killed or timed out ÷ mutants) and per group against its target, then one JSON object as the
-last line. Exits 1 when a group is below its target.
+A run starts its groups from scratch (their folders under mutants/ are wiped; `--group` runs one); `--again`
+keeps the mutants the last run killed and tests only the rest again, with the tests written since. Prints
+every survivor's diff, the score per module (mutants killed or timed out ÷ mutants) and per group against
+its target, then one JSON object as the last line. Exits 1 when a group is below its target.
 """
 
 from __future__ import annotations
@@ -140,18 +140,19 @@ def main() -> None:
     parser.add_argument("--only", metavar="PATTERN",
                         help="only the mutants whose names match, e.g. 'broker.placement.feasibility*' (one module's "
                              "score while writing its tests; the group's score then covers those mutants only)")
+    parser.add_argument("--group", choices=[g.folder.name for g in GROUPS],
+                        help="only this group (e.g. the outbox's run apart from the pure core's, or beside it)")
     args = parser.parse_args()
 
-    if not args.again:
-        shutil.rmtree(WORK, ignore_errors=True)
     rows, figures, below = [], {"modules": {}, "groups": {}, "survivors": []}, []
-    groups = [g for g in GROUPS if not args.only or covers(g, args.only)]
+    groups = [g for g in GROUPS if (not args.only or covers(g, args.only)) and args.group in (None, g.folder.name)]
     if not groups:
         sys.exit(f"no group mutates a module that mutants named {args.only!r} could be in")
     for group in groups:
         if args.again:
             forget_survivors(group)
         else:
+            shutil.rmtree(group.folder, ignore_errors=True)  # the other group's last results stay
             prepare(group)
         started = time.monotonic()
         run_mutmut(group, args.max_children, args.only)
