@@ -1,0 +1,63 @@
+"""A member's refusal of a JobSet recorded (broker/dispatch.py `fail_apply`) when the job or its placement
+moved on between the dispatcher's Applying and the member's answer: a cancel makes the job Cancelled, not
+Failed, and a placement already being deleted is left to its deletion."""
+
+from __future__ import annotations
+
+from broker.dispatch import request_deletions
+from broker.services import dispatcher
+from broker.services.dispatcher import writing
+from tests.propagation.conftest import jobset
+
+
+def _refused(name: str) -> dict:
+    manifest = jobset(name)
+    manifest["spec"]["coordinator"] = {"replicatedJob": "nobody"}  # the member refuses it for good
+    return manifest
+
+
+def _at_applying(federation, monkeypatch, then) -> None:
+    """One dispatcher pass; `then()` runs once Applying is committed, before the member is called."""
+    def crash_point(step: str) -> None:
+        if step == "applying":
+            then()
+    monkeypatch.setattr(dispatcher, "crash_point", crash_point)
+    federation.dispatcher.run_once()
+
+
+def test_a_refused_job_ends_when_its_refusal_is_recorded(federation):
+    job = federation.submit(_refused("refused-now"))
+    federation.scheduler.run_once()
+    federation.dispatcher.run_once()
+    failed = federation.job(job)
+    assert [p["state"] for p in failed["placements"]] == ["Failed"]
+    assert failed["state"] == "Failed"
+    assert failed["finished_at"] is not None and failed["finished_at"] == failed["placements"][0]["finished_at"]
+
+
+def test_a_refusal_of_a_job_cancelled_during_the_apply_ends_it_cancelled_in_the_same_pass(federation, monkeypatch):
+    job = federation.submit(_refused("cancelled-meanwhile"))
+    federation.scheduler.run_once()
+    _at_applying(federation, monkeypatch, lambda: federation.api.delete(f"/api/v1/jobs/{job}"))
+    cancelled = federation.job(job)
+    assert [p["state"] for p in cancelled["placements"]] == ["Failed"]  # the refusal stands for the placement
+    assert cancelled["state"] == "Cancelled", "the cancel, asked first, says how the job ended"
+    assert cancelled["finished_at"] is not None
+    assert cancelled["finished_at"] == cancelled["placements"][0]["finished_at"]
+    assert federation.reasons(job)[-2:] == ["ApplyFailed", "Cancelled"]
+
+
+def test_a_refusal_for_a_placement_already_being_deleted_is_left_to_its_deletion(federation, monkeypatch):
+    job = federation.submit(_refused("deleting-meanwhile"))
+    federation.scheduler.run_once()
+
+    def cancel_and_delete() -> None:
+        federation.api.delete(f"/api/v1/jobs/{job}")
+        with writing(federation.db) as session:  # another pass, e.g. another replica's, asks for the deletion
+            request_deletions(session, federation.now())
+    _at_applying(federation, monkeypatch, cancel_and_delete)
+    [placement] = federation.placements(job)
+    assert placement.state == "Deleting"  # not Failed: the refusal answered an apply no longer wanted
+    assert "ApplyFailed" not in federation.reasons(job)
+    cancelled = federation.until_state(job, "Cancelled")
+    assert [p["state"] for p in cancelled["placements"]] == ["Deleted"]
