@@ -60,11 +60,17 @@ def engine_config(settings: Settings) -> Config:
 
 @dataclass(frozen=True, slots=True)
 class PendingRecord:
-    """What the commit needs to know of a pending job beyond the engine's view of it."""
+    """What the commit needs to know of a pending job beyond the engine's view of it: its stored reasons, the
+    per-cluster ones as a digest (kept for every pending job, they would weigh kilobytes each)."""
 
     tenant_id: int
     reason: str | None
-    waiting_reasons: dict[str, str]
+    reasons_digest: int
+
+
+def reasons_digest(reasons: Mapping[str, str]) -> int:
+    """Equal per-cluster reasons, equal digests: whether a job's reasons changed, without keeping them."""
+    return hash(frozenset(reasons.items()))
 
 
 @dataclass(slots=True)
@@ -275,37 +281,40 @@ class PendingJobs:
             row = self.rows.get(waiting.job_id)
             if row is not None:
                 self.rows[waiting.job_id] = replace(row, record=replace(
-                    row.record, reason=waiting.message, waiting_reasons=dict(waiting.clusters)))
+                    row.record, reason=waiting.message, reasons_digest=reasons_digest(waiting.clusters)))
         self.fence = outcome.fence
 
     def _read(self, session: Session, fence: int, now: float) -> None:
         """Refresh the rows: all of them in doubt, else the new ones only (and drop those no longer pending).
-        A manifest never changes after submission: those parsed already are kept through a full read."""
+        A manifest never changes after submission: those parsed already are kept through a full read.
+        Rows are read a slice at a time, so that no more than a slice's manifests and reasons are in memory at once."""
         columns = select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason, Job.waiting_reasons,
                          QueueRow.name, TenantRow.name, Job.avoid, Job.requeue_at) \
             .join(QueueRow, QueueRow.id == Job.queue_id).join(TenantRow, TenantRow.id == Job.tenant_id)
+        ids = set(session.scalars(select(Job.id).where(*_PENDING)))
         kept = self.rows
         if self.fence != fence or now - self.full_read_at >= self.resync_interval:
-            rows = session.execute(columns.where(*_PENDING)).all()
+            wanted = sorted(ids)
             self.rows, self.parked = {}, frozenset()
             self.full_read_at, self.full_reads = now, self.full_reads + 1
         else:
-            ids = {str(job_id) for job_id in session.scalars(select(Job.id).where(*_PENDING))}
-            for gone in self.rows.keys() - ids:
+            for gone in self.rows.keys() - {str(job_id) for job_id in ids}:
                 del self.rows[gone]
-            rows = [row for chunk in in_chunks([int(i) for i in ids - self.rows.keys()])
-                    for row in session.execute(columns.where(Job.id.in_(chunk)))]
+            wanted = sorted(job_id for job_id in ids if str(job_id) not in self.rows)
         self.fence = fence
-        manifests = dict(row for chunk in in_chunks([row.id for row in rows if str(row.id) not in kept])
-                         for row in session.execute(select(Job.id, Job.manifest).where(Job.id.in_(chunk))))
-        for row in rows:
-            self.rows[str(row.id)] = _pending_row(row, kept.get(str(row.id)), manifests.get(row.id))
+        for chunk in in_chunks(wanted):
+            rows = session.execute(columns.where(Job.id.in_(chunk))).all()
+            missing = [row.id for row in rows if str(row.id) not in kept]
+            manifests = dict(session.execute(select(Job.id, Job.manifest).where(Job.id.in_(missing))).all()) \
+                if missing else {}
+            for row in rows:
+                self.rows[str(row.id)] = _pending_row(row, kept.get(str(row.id)), manifests.get(row.id))
 
 
 def _pending_row(row: Any, kept: _PendingRow | None, manifest: dict | None) -> _PendingRow:
     """The row as read, with the manifest parsed (or its parse kept from an earlier read)."""
     job_id = str(row.id)
-    record = PendingRecord(row.tenant_id, row.reason, row.waiting_reasons or {})
+    record = PendingRecord(row.tenant_id, row.reason, reasons_digest(row.waiting_reasons or {}))
     requeue_at = row.requeue_at and as_utc(row.requeue_at)
     if kept is not None and kept.unplaceable is not None:
         return replace(kept, record=record, requeue_at=requeue_at)
@@ -433,10 +442,10 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     changed = []
     for waiting in [*result.waiting.values(), *inventory.unplaceable.values()]:
         record = inventory.records[waiting.job_id]
-        reasons = dict(waiting.clusters)
-        if waiting.message == record.reason and reasons == record.waiting_reasons:
+        if waiting.message == record.reason and reasons_digest(waiting.clusters) == record.reasons_digest:
             continue
-        changed.append({"job_id": int(waiting.job_id), "new_reason": waiting.message, "new_reasons": reasons})
+        changed.append({"job_id": int(waiting.job_id), "new_reason": waiting.message,
+                        "new_reasons": dict(waiting.clusters)})
         if waiting.message != record.reason:
             events.append(_event(waiting.job_id, "Waiting", waiting.message, record.tenant_id, now))
     if changed:

@@ -86,6 +86,7 @@ class _Cycle:
         self.open: dict[str, list[HyperNodeState]] = {}  # cluster -> its HyperNodes without a held node
         self.taken: list[tuple[ClusterIndex, dict[int, dict[str, int]]]] = []  # what holds took, per node
         self.evicted: set[str] = set()
+        self.reason_maps: dict[tuple, Mapping[str, str]] = {}  # `_shared`
         self.inadmissible: set[str] = set()
         # tenants with work, running or pending: those the federation is shared among (`fair`)
         self.active: set[str] = {t for t, usage in snapshot.tenant_usage.items() if any(usage.values())}
@@ -305,8 +306,13 @@ class _Cycle:
             summary += (f"; {hold.where()} {'is' if len(hold.nodes) == 1 else 'are'} held for it because it has "
                         f"waited over {duration(self.config.starvation_after_s)}; it waits there for running work "
                         f"of up to {hold.waiting_for} to end")
-        outcome.waiting = Waiting(job.id, summary, MappingProxyType(reasons))
+        outcome.waiting = Waiting(job.id, summary, self._shared(reasons))
         return outcome
+
+    def _shared(self, reasons: dict[str, str]) -> Mapping[str, str]:
+        """One mapping for equal reasons: jobs of one shape wait for the same reasons, and a cycle over 100,000
+        pending jobs would otherwise hold a copy of them per job."""
+        return self.reason_maps.setdefault(tuple(reasons.items()), MappingProxyType(reasons))
 
     @staticmethod
     def _filter(request: Request, cluster: ClusterIndex, filters: list) -> str | None:
