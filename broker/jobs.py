@@ -209,7 +209,7 @@ def store_jobs(session: Session, tenant: Tenant, accepted: list, settings: Setti
     now = utcnow()
     rows = [{"tenant_id": tenant.id, "queue_id": queue.id, "name": spec.name, "namespace": namespace,
              "manifest": manifest, "priority_class": spec.priority_class or settings.default_priority_class,
-             "priority": priority, "placement_mode": spec.placement, "demand": spec.requests, "state": "Queued",
+             "priority": priority, "placement_mode": spec.placement, "demand": dict(spec.requests), "state": "Queued",
              "waiting_reasons": {}, "status": {}, "restart_count": 0, "submitted_at": now}
             for _, spec, queue, namespace, priority, manifest in accepted]
     # Core inserts: one round trip per table however large the batch, which the ORM's unit of work is not.

@@ -73,6 +73,12 @@ class PartSpec:
     exclusive_topology: str | None = None  # node label whose values each child Job must own
     # the pod's required node affinity: a node must match one term; None when it has none
     node_affinity: tuple[NodeSelectorTerm, ...] | None = None
+    # the whole part's demand: `replicas × parallelism` pods of `pod_requests` (computed once: the scheduler
+    # asks for it several times per pending job and cycle)
+    requests: Mapping[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "requests", MappingProxyType({r: q * self.pods for r, q in self.pod_requests.items()}))
 
     def may_run_on(self, name: str, labels: Mapping[str, str]) -> bool:
         """Do the node selector and the required node affinity let a pod of this part onto that node?"""
@@ -83,10 +89,6 @@ class PartSpec:
     def pods(self) -> int:
         return self.replicas * self.parallelism
 
-    @property
-    def requests(self) -> dict[str, int]:
-        """The whole part's demand: `replicas × parallelism` pods of `pod_requests`."""
-        return {r: q * self.pods for r, q in self.pod_requests.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,14 +105,14 @@ class JobSpec:
     highest_tier_allowed: int | None  # only meaningful with "hard"
     parts: tuple[PartSpec, ...]
     max_restarts: int = 0
+    requests: Mapping[str, int] = field(init=False, repr=False, compare=False)  # all parts' demand, summed
 
-    @property
-    def requests(self) -> dict[str, int]:
+    def __post_init__(self) -> None:
         total: dict[str, int] = {}
         for part in self.parts:
             for resource, amount in part.requests.items():
                 total[resource] = total.get(resource, 0) + amount
-        return total
+        object.__setattr__(self, "requests", MappingProxyType(total))
 
     @property
     def pods(self) -> int:

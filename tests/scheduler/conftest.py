@@ -51,7 +51,7 @@ def submit(session, queue: Queue, name: str, gpus: int = 8, pods: int = 1, prior
     body = manifest(name, parts or (("workers", 1, pods, gpus),), annotations, queue.name)
     spec = parse_jobset(body)
     job = Job(tenant=queue.tenant, queue=queue, name=name, namespace=queue.tenant.name, manifest=body,
-              priority=priority, placement_mode=spec.placement, demand=spec.requests, state=state,
+              priority=priority, placement_mode=spec.placement, demand=dict(spec.requests), state=state,
               submitted_at=EPOCH + timedelta(seconds=next(_submitted)))
     session.add(job)
     return job
