@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import func, select
@@ -64,6 +66,26 @@ class InventoryCollector:
 
 INVENTORY = InventoryCollector()
 REGISTRY.register(INVENTORY)
+
+
+class MemberLaneLag:
+    """Per member this replica carries in its lanes, how far behind its lane is (`lags`, computed when Prometheus
+    scrapes, by broker.services.lanes): a member carried by no replica has no series on any of them."""
+
+    def __init__(self) -> None:
+        self.lags: Callable[[], dict[str, float]] = dict  # cluster name -> seconds
+
+    def collect(self):
+        lag = GaugeMetricFamily("archipelago_member_lane_lag_seconds", "Seconds since this replica's lane of the "
+                                "member last completed a pass of each of its services (inventory sync, status, "
+                                "dispatch) over it, counted from when the lane took the member", labels=["cluster"])
+        for cluster, seconds in sorted(self.lags().items()):
+            lag.add_metric([cluster], seconds)
+        yield lag
+
+
+MEMBER_LANE_LAG = MemberLaneLag()
+REGISTRY.register(MEMBER_LANE_LAG)
 
 
 def exposition(sessions: sessionmaker[Session], *, queue_names: bool = False) -> bytes:

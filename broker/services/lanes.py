@@ -7,11 +7,13 @@ services on them stop at once; another replica takes them once expired, so never
 and takes free or expired ones up to its share. Its lane services run on the members it holds, every commit of theirs fenced
 by those leases' tokens; when the set changes they are stopped and started again on the new set. A dead replica's
 members are taken by the others once its leases expire (within a lease duration and a renew period).
+`LaneProgress` tells, per member carried, how far behind its lane is (`archipelago_member_lane_lag_seconds`).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from datetime import datetime, timedelta
 from typing import Callable
@@ -21,8 +23,7 @@ from sqlalchemy.dialects import postgresql
 
 from broker.db.models import Cluster, Lease
 from broker.db.runtime import Database
-from broker.metrics import MEMBER_LANES_HELD
-from broker.services.dispatcher import writing
+from broker.metrics import MEMBER_LANE_LAG, MEMBER_LANES_HELD
 from broker.services.lease import LeaseHolder, bound_waits, database_now
 from broker.services.loop import LoopService
 from broker.settings import Settings
@@ -47,7 +48,7 @@ class MemberLeases:
         """Heartbeat, count the live replicas, renew ours up to the share (the rest expire), take free ones up to it."""
         lease = Lease.__table__
         mine = (lease.c.holder == self.holder) & lease.c.name.startswith(MEMBER)
-        with writing(self.database) as session:
+        with self.database.write() as session:
             bound_waits(session, self.settings.lease_renew_period)
             now = database_now(session, self.now)
             expires = now + timedelta(seconds=self.settings.lease_duration)
@@ -84,7 +85,7 @@ class MemberLeases:
 
     def release(self) -> None:
         lease = Lease.__table__
-        with writing(self.database) as session:
+        with self.database.write() as session:
             session.execute(update(lease).where(lease.c.holder == self.holder, lease.c.name.startswith(MEMBER))
                             .values(holder=None, expires_at=database_now(session, self.now)))
             session.execute(delete(lease).where(lease.c.name == self.heartbeat))
@@ -95,9 +96,74 @@ def members_of(held: dict[str, int]) -> frozenset[int]:
     return frozenset(int(name.removeprefix(MEMBER)) for name in held)
 
 
+class LaneProgress:
+    """When each push member of the lane last had a completed pass of each lane service over it. A member's lag is
+    the time since the oldest of those, so it grows when any of its services is stuck (a pass hung on a member
+    call, a loop that no longer runs) and stays under the longest loop interval plus a pass while all move. A
+    member a pass names with an error (an inventory sync or status list that failed) is not caught up by it, nor by
+    the passes that skip it while it backs off, until one names it without an error. The lane starting again
+    (its members changed) starts every member's count again, with new services."""
+
+    def __init__(self, database: Database, clock: Callable[[], float]) -> None:
+        self.database, self.clock = database, clock
+        self._lock = threading.Lock()
+        self._names: dict[int, str] = {}  # cluster id -> name, of the lane's push members
+        self._began = 0.0
+        self._passes: dict[str, dict[int, float]] = {}  # lane service -> cluster id -> when a pass caught it up
+        self._failing: dict[str, set[str]] = {}  # lane service -> members its last pass over them failed
+
+    def follow(self, services: list[LoopService], lane: frozenset[int]) -> list[LoopService]:
+        """The lane begins on these members: counts start now, and every pass of `services` that completes is
+        recorded (the services run unchanged; only their `run_once` is wrapped)."""
+        with self.database.sessions() as session:
+            names = dict(session.execute(select(Cluster.id, Cluster.name)
+                                         .where(Cluster.id.in_(sorted(lane)), Cluster.mode == "push")).all())
+        with self._lock:
+            self._names, self._began = names, self.clock()
+            self._passes = {service.name: dict.fromkeys(names, self._began) for service in services}
+            self._failing = {service.name: set() for service in services}
+        for service in services:
+            service.run_once = self._recorded(service.name, service.run_once)
+        return services
+
+    def _recorded(self, service: str, run_once: Callable[[], object]) -> Callable[[], object]:
+        def run_and_record() -> object:
+            outcome = run_once()
+            self.completed(service, outcome)
+            return outcome
+        return run_and_record
+
+    def completed(self, service: str, outcome: object) -> None:
+        """A pass of `service` completed; `outcome` is what its run_once returned (per member, when a dict)."""
+        now = self.clock()
+        with self._lock:
+            failing = self._failing[service]
+            if isinstance(outcome, dict):
+                failing |= {name for name, result in outcome.items() if isinstance(result, str)}
+                failing -= {name for name, result in outcome.items() if not isinstance(result, str)}
+            passes = self._passes[service]
+            for cluster_id, name in self._names.items():
+                if name not in failing:
+                    passes[cluster_id] = now
+
+    def lags(self, carried: frozenset[int]) -> dict[str, float]:
+        """Seconds each carried member's lane is behind, by cluster name."""
+        now = self.clock()
+        with self._lock:
+            return {name: now - min((passes[cluster_id] for passes in self._passes.values()), default=self._began)
+                    for cluster_id, name in self._names.items() if cluster_id in carried}
+
+
 def member_lanes(leases: MemberLeases, build: Callable[[Database, frozenset[int]], list[LoopService]], *,
                  wake: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic) -> LeaseHolder:
-    """The lane services of this replica, on the members whose leases it holds."""
-    return LeaseHolder("member lanes", leases.database, leases.settings, leases.claim, leases.release,
-                       lambda database, held: build(database, members_of(held)), holder=leases.holder,
-                       held_gauge=MEMBER_LANES_HELD, wake=wake, clock=clock)
+    """The lane services of this replica, on the members whose leases it holds; their lag exported for the members
+    held while they run (none once the leases are lost or given up)."""
+    progress = LaneProgress(leases.database, clock)
+
+    def lane(database: Database, held: dict[str, int]) -> list[LoopService]:
+        return progress.follow(build(database, members_of(held)), members_of(held))
+
+    holder = LeaseHolder("member lanes", leases.database, leases.settings, leases.claim, leases.release, lane,
+                         holder=leases.holder, held_gauge=MEMBER_LANES_HELD, wake=wake, clock=clock)
+    MEMBER_LANE_LAG.lags = lambda: progress.lags(members_of(holder.held))
+    return holder

@@ -1,15 +1,20 @@
 """Member lanes: three replicas each hold about a third of the members' leases, never the same one; a dead
 replica's members are taken by the others once its leases expire; a lane's commit after its member's lease was
-taken is refused. Time is moved by hand."""
+taken is refused; each member's lane lag is exported by the replica that carries it. Time is moved by hand."""
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 
 from broker.db.fencing import Fence, Fenced, fenced
 from broker.db.models import Cluster
 from broker.db.session import transaction
+from broker.inventory import WriteResult
+from broker.metrics import REGISTRY
 from broker.services.lanes import MemberLeases, member_lease, member_lanes, members_of
+from broker.services.loop import LoopService
 from tests.services.test_lease import Clock
 
 pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("backend", ["postgres"], indirect=True)]
@@ -78,3 +83,51 @@ def test_a_replica_runs_lane_services_on_its_members_only(db, settings, clock, m
         assert holder.step() and lanes_built[-1] == frozenset(members[:-1])
     finally:
         holder.stop()
+
+
+class Pass(LoopService):
+    """A lane service whose passes return a given outcome, the first one run by the lane's runner."""
+
+    name = "inventory-sync"
+
+    def __init__(self) -> None:
+        super().__init__(3600)
+        self.outcome: dict[str, object] = {}
+        self.ran = threading.Event()
+
+    def run_once(self) -> dict[str, object]:
+        self.ran.set()
+        return self.outcome
+
+
+def lane_lags() -> dict[str, float]:
+    return {sample.labels["cluster"]: sample.value for family in REGISTRY.collect()
+            if family.name == "archipelago_member_lane_lag_seconds" for sample in family.samples}
+
+
+def test_the_lane_lag_is_exported_for_the_members_carried_and_dropped_with_them(db, settings, clock, members):
+    services: list[Pass] = []
+    holder = member_lanes(MemberLeases(db, settings, holder="replica", now=clock.now),
+                          lambda _database, _lane: services.append(Pass()) or services[-1:], clock=clock.monotonic)
+    names = [f"member-{i}" for i in range(MEMBERS)]
+    try:
+        assert holder.step() and services[-1].ran.wait(10)  # its first pass, at the lane's start
+        clock.advance(5)
+        assert lane_lags() == dict.fromkeys(names, 5)
+        services[-1].outcome = {"member-0": "sync: connection refused", "member-1": WriteResult()}
+        services[-1].run_once()  # member-0's sync failed: it is not caught up, by this pass nor the next
+        services[-1].outcome = {}
+        clock.advance(2)
+        services[-1].run_once()
+        assert lane_lags() == {**dict.fromkeys(names, 0), "member-0": 7}
+        with transaction(db.sessions) as session:
+            session.delete(session.get(Cluster, members[-1]))  # a member removed: the lane starts again without it
+        clock.advance(settings.lease_renew_period)
+        assert holder.step() and services[-1].ran.wait(10)
+        assert lane_lags() == dict.fromkeys(names[:-1], 0)
+        clock.advance(settings.lease_duration + 1)  # paused; another replica takes every member
+        MemberLeases(db, settings, holder="other", now=clock.now).claim()
+        assert not holder.step() and lane_lags() == {}
+    finally:
+        holder.stop()
+    assert lane_lags() == {}
