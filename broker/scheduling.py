@@ -246,6 +246,7 @@ class PendingJobs:
         self.full_reads = 0
         self.parked: frozenset[str] = frozenset()  # the last cycle's inadmissible jobs
         self.inputs: tuple | None = None  # `Inventory.inputs` of the cycle that found them inadmissible
+        self.held: dict[str, frozenset[str]] = {}  # cluster -> the nodes that cycle held
 
     def forget(self) -> None:
         """In doubt: read every pending row next time, and decide every job."""
@@ -253,7 +254,8 @@ class PendingJobs:
 
     def still_parked(self, inventory: Inventory) -> Parked:
         """The last cycle's inadmissible jobs, and what changed since that could make one fit: clusters that changed
-        or where a live placement ended or changed (capacity back), the tenants of those placements (quota back).
+        or where a live placement ended or changed (capacity back), the tenants of those placements (quota back),
+        and the nodes that cycle held (where they are not held again, capacity is back).
         (New running work is no reason: it takes what was free, and preempting it gives back no more than that.)
         Any queue or tenant edit: every job is decided again."""
         before, now = self.inputs, inventory.inputs
@@ -265,7 +267,7 @@ class PendingJobs:
             if now[3].get(placement_id) != placement:
                 clusters.add(placement.cluster)
                 tenants.add(placement.tenant)
-        return Parked(self.parked, frozenset(clusters), frozenset(tenants))
+        return Parked(self.parked, frozenset(clusters), frozenset(tenants), self.held)
 
     def committed(self, inventory: Inventory, result: CycleResult, outcome: CommitOutcome) -> None:
         """Bring the rows in line with what a commit wrote: admitted (or lost) jobs leave, reasons are the new ones.
@@ -275,6 +277,9 @@ class PendingJobs:
             return
         self.parked = frozenset() if outcome.dropped else result.inadmissible
         self.inputs = inventory.inputs
+        self.held = {}
+        for hold in result.holds.values():
+            self.held[hold.cluster] = self.held.get(hold.cluster, frozenset()) | frozenset(hold.nodes)
         for job_id in (*outcome.admitted, *outcome.dropped):
             self.rows.pop(str(job_id), None)
         for waiting in [*result.waiting.values(), *inventory.unplaceable.values()]:

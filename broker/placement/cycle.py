@@ -12,14 +12,13 @@
 Holds last one cycle: they are recomputed by the next one, where the long-waiting jobs go first.
 `schedule` leaves the snapshot holding the cycle's decisions (not its holds); `dry_run` leaves it unchanged.
 
-Inadmissible jobs (after Kueue's inadmissible lists): a job that did not fit, with no hold taken before
-it in the cycle, that may preempt nothing beyond its own queue and is not waiting past
-`starvation_after_s`, does not fit later either while capacity and quota only shrink and no new work
-may be preempted. `schedule` reports them; given back as `Parked` with what changed since (the
-caller's part to know: clusters that changed or got capacity back, tenants whose queues hold less),
-each keeps its turn in its queue but is decided again only if a change
-concerns it (`_still_inadmissible`); a decision that places nothing changes nothing, so the cycle
-decides as if it had decided them all.
+Inadmissible jobs (after Kueue's inadmissible lists): a job that did not fit and got no hold, that may
+preempt nothing beyond its own queue, does not fit later either while capacity, quota and the nodes
+held for others only shrink. `schedule` reports them; given back as `Parked` with what changed since
+(the caller's part to know: clusters that changed or got capacity back, tenants whose queues hold
+less, the nodes held at the end of that cycle), each keeps its turn in its queue but is decided again
+only if a change concerns it, or it may take a hold now (`_still_inadmissible`); a decision that places
+and holds nothing changes nothing, so the cycle decides as if it had decided them all.
 """
 
 from __future__ import annotations
@@ -87,6 +86,8 @@ class _Cycle:
         self.taken: list[tuple[ClusterIndex, dict[int, dict[str, int]]]] = []  # what holds took, per node
         self.evicted: set[str] = set()
         self.reason_maps: dict[tuple, Mapping[str, str]] = {}  # `_shared`
+        self.released: set[str] = set()  # `_released`, as of `released_at` holds
+        self.released_at = -1
         self.inadmissible: set[str] = set()
         # tenants with work, running or pending: those the federation is shared among (`fair`)
         self.active: set[str] = {t for t, usage in snapshot.tenant_usage.items() if any(usage.values())}
@@ -152,24 +153,28 @@ class _Cycle:
             tenant is not None and tenant.fair_share_preemption != "Never"))
 
     def _stays_inadmissible(self, job: PendingJob) -> bool:
-        """If it does not fit now, will it not fit later either while capacity and quota only shrink? Not when time
-        may change its lot (starvation, avoided clusters). (Holds only take capacity: they matter where a job is
-        found inadmissible, not where it is skipped.)"""
-        return not job.avoided and not self._starving(job) and not self._may_preempt_beyond_queue(job)
+        """If it does not fit now, will it not fit later either while capacity, quota and held nodes only shrink?
+        Not when time may change its lot (avoided clusters), nor when others' work may be taken."""
+        return not job.avoided and not self._may_preempt_beyond_queue(job)
+
+    def _may_hold(self, job: PendingJob) -> bool:
+        """Would it get a hold if it did not fit? Only a starving job, and only while holds are left this cycle."""
+        return ("Reservation" in self.config.filters and len(self.holds) < self.config.max_holds
+                and self._starving(job))
 
     def _still_inadmissible(self, job: PendingJob) -> bool:
         """A parked job that no change concerns: quota its tenant got back cannot have held it (its queue limits
         none of what it asks), and on each cluster where capacity came back it fails the filters or the search on
         HyperNode totals — whole, and each part of a split job — even with all the work there it may preempt gone.
         (Its queue's new work is no reason: it took what was free, and preempting it gives back no more than that.)"""
-        if job.id not in self.parked.jobs or not self._stays_inadmissible(job):
+        if job.id not in self.parked.jobs or not self._stays_inadmissible(job) or self._may_hold(job):
             return False
         if job.tenant in self.freed_tenants and self._limited_by_quota(job):
             return False
         preempts = self.config.preemption and self.snapshot.queues[job.queue].queue.preemption == "LowerPriority"
         request, cap = self._whole(job), self.config.max_candidates_per_tier
         requests = [request, *self._split(job)] if job.spec.placement == "split" else [request]
-        for name in self.freed_clusters:
+        for name in self.freed_clusters | self._released():
             cluster = self.snapshot.clusters.get(name)
             if cluster is None:
                 continue
@@ -181,6 +186,16 @@ class _Cycle:
                     request, cluster, victims):
                 return False
         return True
+
+    def _released(self) -> set[str]:
+        """Clusters where a node held at the end of the parked jobs' cycle is not held now: capacity back for them."""
+        if self.released_at != len(self.holds):
+            held: dict[str, set[str]] = {}
+            for hold in self.holds.values():
+                held.setdefault(hold.cluster, set()).update(hold.nodes)
+            self.released = {name for name, nodes in self.parked.held.items() if not nodes <= held.get(name, set())}
+            self.released_at = len(self.holds)
+        return self.released
 
     def _limited_by_quota(self, job: PendingJob) -> bool:
         """Can quota have kept it waiting? Only if its queue has a nominal quota of something it asks for."""
@@ -235,11 +250,11 @@ class _Cycle:
                 if jobs:
                     heapq.heappush(heap, (self._queue_key(state, jobs[-1]), name))
                 continue
-            stays = not self.holds and self._stays_inadmissible(job)
+            stays = self._stays_inadmissible(job)
             outcome = self.decide(job)
             order.append(job.id)
             if stays and outcome.waiting and not outcome.placements and not outcome.preemptions:
-                self.inadmissible.add(job.id)
+                self.inadmissible.add(job.id)  # a hold it took is given back next cycle: `_released`
             placements += outcome.placements
             preemptions += outcome.preemptions
             if outcome.waiting:
@@ -301,7 +316,7 @@ class _Cycle:
             return outcome
         part = "" if request.part is None else f" (ReplicatedJob {request.part})"
         summary = f"no cluster can take it now{part}"
-        hold = self._hold(job) if self._starving(job) and len(self.holds) < self.config.max_holds else None
+        hold = self._hold(job) if self._may_hold(job) else None
         if hold:
             summary += (f"; {hold.where()} {'is' if len(hold.nodes) == 1 else 'are'} held for it because it has "
                         f"waited over {duration(self.config.starvation_after_s)}; it waits there for running work "
@@ -560,8 +575,6 @@ class _Cycle:
         4. tie-break: cluster name, then HyperNode name.
         Its eligible nodes must hold the job by allocatable, else the next candidate is tried.
         """
-        if "Reservation" not in self.config.filters:
-            return None
         request = self._whole(job)
         demand, bound, resource = request.demand, request.bound, request.primary
         candidates: list[tuple] = []

@@ -123,6 +123,7 @@ class Parked:
     jobs: frozenset[str] = frozenset()
     clusters: frozenset[str] = frozenset()  # capacity may have been given back there, or the cluster changed
     tenants: frozenset[str] = frozenset()  # their queues may hold less: quota given back
+    held: Mapping[str, frozenset[str]] = field(default_factory=dict)  # cluster -> nodes its holds kept then
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,20 +14,22 @@ import random
 
 import pytest
 
-from broker.placement import Parked, PendingJob, RunningPlacement, Snapshot, Tenant, schedule
+from broker.placement import Config, Parked, PendingJob, RunningPlacement, Snapshot, Tenant, schedule
 from tests.placement.fixtures import GPU, cluster, fabric, job, queue
 
 QUEUES = [queue("plain", tenant="t1"),  # no quota, preempts nothing
           queue("quota", tenant="t1", quota=16, preemption="LowerPriority"),  # quota given back by its tenant
           queue("preempts", tenant="t2", preemption="LowerPriority")]
 TENANT_OF = {q.name: q.tenant for q in QUEUES}
-NOW = 60.0  # nobody has waited past starvation_after_s: a job that does not fit may be parked
+NOW = 60.0  # nobody has waited past starvation_after_s
+STARVING = Config(max_holds=2)  # at 2,000 s everyone has: the two oldest that do not fit (of tenants not above
+# their fair share) hold nodes, the others wait as if they had not waited long
 
 
-def federation(running: list[RunningPlacement]) -> Snapshot:
+def federation(running: list[RunningPlacement], now: float = NOW) -> Snapshot:
     clusters = [cluster("a", fabric("a-", leaves=2, nodes_per_leaf=2)), cluster("b", fabric("b-", leaves=1,
                                                                                             nodes_per_leaf=4))]
-    return Snapshot(clusters, QUEUES, [Tenant("t1"), Tenant("t2")], running, NOW)
+    return Snapshot(clusters, QUEUES, [Tenant("t1"), Tenant("t2")], running, now)
 
 
 def arrivals(rnd: random.Random, count: int, start: float) -> list[PendingJob]:
@@ -51,15 +53,18 @@ def as_running(result, jobs: dict[str, PendingJob], started_at: float) -> list[R
 
 def decided(result) -> tuple:
     return (sorted((p.job_id, p.part or "", p.cluster, p.assignments) for p in result.placements),
-            sorted((p.job_id, p.part or "", p.preemptor) for p in result.preemptions))
+            sorted((p.job_id, p.part or "", p.preemptor) for p in result.preemptions),
+            sorted((h.job_id, h.cluster, h.nodes) for h in result.holds.values()))
 
 
 def second_cycle(seed: int):
-    """(the cycle skipping parked jobs, the cycle deciding every job, the parked jobs) of one random case."""
+    """(the cycle skipping parked jobs, the cycle deciding every job, the parked jobs) of one random case;
+    in odd cases every job has waited past starvation_after_s."""
     rnd = random.Random(seed)
+    now, config = (2000.0, STARVING) if seed % 2 else (NOW, Config())
     pending = arrivals(rnd, 14, 0.0)
     jobs = {j.id: j for j in pending}
-    first = schedule(federation([]), pending)
+    first = schedule(federation([], now), pending, config)
     running = as_running(first, jobs, 1.0)
     ended = rnd.sample(sorted({r.job_id for r in running}), k=min(len(running), rnd.choice([0, 1, 1, 2])))
     running = [r for r in running if r.job_id not in ended]
@@ -68,12 +73,15 @@ def second_cycle(seed: int):
     waiting = [j for j in pending if j.id not in admitted]
     foreign = arrivals(rnd, rnd.choice([0, 2, 4]), 20.0)  # placed meanwhile
     jobs.update((j.id, j) for j in foreign)
-    placed_elsewhere = as_running(schedule(federation(running), foreign), jobs, 30.0)
+    placed_elsewhere = as_running(schedule(federation(running, now), foreign, config), jobs, 30.0)
     running += placed_elsewhere
     later = arrivals(rnd, rnd.choice([0, 3]), 40.0)
-    parked = Parked(first.inadmissible, frozenset(r.cluster for r in gone), frozenset(r.tenant for r in gone))
-    return (schedule(federation(running), waiting + later, parked=parked), schedule(federation(running), waiting + later),
-            first.inadmissible)
+    held: dict[str, frozenset[str]] = {}
+    for hold in first.holds.values():
+        held[hold.cluster] = held.get(hold.cluster, frozenset()) | frozenset(hold.nodes)
+    parked = Parked(first.inadmissible, frozenset(r.cluster for r in gone), frozenset(r.tenant for r in gone), held)
+    return (schedule(federation(running, now), waiting + later, config, parked),
+            schedule(federation(running, now), waiting + later, config), first.inadmissible)
 
 
 @pytest.mark.parametrize("seed", range(60))
