@@ -137,7 +137,7 @@ class _Cycle:
         """
         starving, queue, totals, demand = self._starving(job), state.queue, self.snapshot.totals, job.spec.requests
         return (not starving, job.submitted_at if starving else 0.0,
-                self._quota(job).borrowing,
+                bool(queue.nominal_quota) and self._quota(job).borrowing,  # without a quota it never borrows
                 weighted_share(self.snapshot.tenant_usage[queue.tenant], demand,
                                self.snapshot.tenant_weight(queue.tenant), totals),
                 weighted_share(state.usage, demand, queue.weight, totals),
@@ -231,38 +231,43 @@ class _Cycle:
             else:
                 waiting[job.id] = self.decide(job).waiting
                 order.append(job.id)
+        # Keys are computed with the snapshot as it is after `changes` decisions that placed, preempted or held
+        # something (the others change nothing); a key computed since the last of them is still right.
+        changes = 0
         heap = []
         for name, jobs in queued.items():
             jobs.sort(key=lambda j: (-j.priority, j.submitted_at, j.id), reverse=True)  # pop() takes the head
-            heap.append((self._queue_key(self.snapshot.queues[name], jobs[-1]), name))
+            heap.append((self._queue_key(self.snapshot.queues[name], jobs[-1]), name, changes))
         heapq.heapify(heap)
         # Phase 2 and 3: decide queue heads in fairness order; keys are re-checked when popped.
         while heap:
-            key, name = heapq.heappop(heap)
+            key, name, computed_at = heapq.heappop(heap)
             state, jobs = self.snapshot.queues[name], queued[name]
-            current = self._queue_key(state, jobs[-1])
+            current = key if computed_at == changes else self._queue_key(state, jobs[-1])
             if current > key and heap and current > heap[0][0]:
-                heapq.heappush(heap, (current, name))
+                heapq.heappush(heap, (current, name, changes))
                 continue
             job = jobs.pop()
             if self._still_inadmissible(job):
                 self.inadmissible.add(job.id)
                 if jobs:
-                    heapq.heappush(heap, (self._queue_key(state, jobs[-1]), name))
+                    heapq.heappush(heap, (self._queue_key(state, jobs[-1]), name, changes))
                 continue
             stays = self._stays_inadmissible(job)
             outcome = self.decide(job)
             order.append(job.id)
-            if stays and outcome.waiting and not outcome.placements and not outcome.preemptions:
-                self.inadmissible.add(job.id)  # a hold it took is given back next cycle: `_released`
+            if outcome.placements or outcome.preemptions or job.id in self.holds:
+                changes += 1
+            elif stays and outcome.waiting:
+                self.inadmissible.add(job.id)
             placements += outcome.placements
             preemptions += outcome.preemptions
             if outcome.waiting:
                 waiting[job.id] = outcome.waiting
             if jobs:
-                heapq.heappush(heap, (self._queue_key(state, jobs[-1]), name))
+                heapq.heappush(heap, (self._queue_key(state, jobs[-1]), name, changes))
             if outcome.preemptions:  # the victims' queues (and tenants) now hold less: their keys went down
-                heap = [(self._queue_key(self.snapshot.queues[n], queued[n][-1]), n) for _, n in heap]
+                heap = [(self._queue_key(self.snapshot.queues[n], queued[n][-1]), n, changes) for _, n, _ in heap]
                 heapq.heapify(heap)
         self.release_holds()
         return CycleResult(tuple(placements), tuple(preemptions), MappingProxyType(waiting),
