@@ -76,6 +76,7 @@ def test_a_job_evicted_as_often_as_the_limit_allows_fails_and_says_why(federatio
 
     failed = federation.until_state(job, "Failed", seconds=10, steps=80)  # once a member is no longer avoided
     assert failed["reason"].startswith("evicted 3 times, the last: on ")
+    assert failed["finished_at"] is not None
     assert "ImagePullBackOff" in failed["reason"]
     reasons = [r for r in federation.reasons(job) if r in ("Starting", "Evicted", "Requeued", "Failed")]
     assert reasons == ["Starting", "Evicted", "Requeued"] * 2 + ["Starting", "Evicted", "Failed"]
