@@ -12,7 +12,9 @@ starving, where each that does not fit may look for nodes to hold.
 The incremental cycles run the scheduler service (`SchedulerService.run_once`) over each backlog until
 its cycles settle (the federation full, the jobs that do not fit known inadmissible), then time the
 cycle after 100 more submissions, and the cycle after one admitted job ends (capacity freed: it must
-admit); the backlog's peak RSS is the process's, database build included.
+admit); then, with a scheduler whose clock is 2,000 s ahead (every job waited past starvation_after:
+the oldest take holds), settle again and time the cycle after 100 more. A scheduler process of its own
+then runs two cycles over the backlog (the first decides every job, as a new leader's): its peak RSS.
 Prints a table, then one JSON object as the last line.
 """
 
@@ -23,6 +25,7 @@ import json
 import os
 import random
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -198,28 +201,46 @@ def free_one(engine) -> None:
         job.state = "Succeeded"
 
 
-def incremental_cycles(path: str, clusters: int, hypernodes: int, jobs: int, seed: int) -> tuple[float, float, int]:
+def incremental_cycles(path: str, clusters: int, hypernodes: int, jobs: int, seed: int) -> dict:
     """The scheduler service over a backlog of `jobs`, once its cycles have settled (the federation full, the
-    jobs that do not fit known inadmissible): (seconds of the cycle after 100 submissions, seconds from a
-    job's end to the next cycle's admissions, pending jobs)."""
+    jobs that do not fit known inadmissible): seconds of the cycle after 100 submissions (`changed_s`), from a
+    job's end to the next cycle's admissions (`freed_s`), and of the cycle after 100 more submissions once every
+    job has waited past starvation_after (`starving_s`: a new scheduler whose clock is 2,000 s ahead);
+    `pending` jobs; `rss_mb`, the peak RSS of a scheduler process of its own over this backlog."""
     engine = database(path, clusters, hypernodes, jobs, seed)
-    service = SchedulerService(Database(engine, make_sessionmaker(engine)),
-                               Settings(database_url=f"sqlite:///{path}"))
-    while service.run_once().placements or not service.pending.parked:
-        pass  # until a cycle places nothing and found inadmissible jobs
-    service.run_once()
-    add_jobs(engine, 100, seed + 1)
-    started = time.perf_counter()
-    service.run_once()
-    changed_s = time.perf_counter() - started
-    free_one(engine)
-    started = time.perf_counter()
-    outcome = service.run_once()
-    freed_s = time.perf_counter() - started
-    assert outcome.admitted, "the freed capacity admitted nothing"
-    pending = len(service.pending.rows)
+    figures = {}
+    for name, ahead in (("changed_s", 0), ("starving_s", 2_000)):
+        service = SchedulerService(Database(engine, make_sessionmaker(engine)), Settings(database_url=f"sqlite:///{path}"),
+                                   now=lambda ahead=ahead: models.utcnow() + timedelta(seconds=ahead))
+        while service.run_once().placements or not service.pending.parked:
+            pass  # until a cycle places nothing and found inadmissible jobs
+        service.run_once()
+        add_jobs(engine, 100, seed + 1 + ahead)
+        started = time.perf_counter()
+        service.run_once()
+        figures[name] = time.perf_counter() - started
+        if not ahead:
+            free_one(engine)
+            started = time.perf_counter()
+            outcome = service.run_once()
+            figures["freed_s"] = time.perf_counter() - started
+            assert outcome.admitted, "the freed capacity admitted nothing"
+            figures["pending"] = len(service.pending.rows)
     engine.dispose()
-    return changed_s, freed_s, pending
+    rss = subprocess.run([sys.executable, __file__, "--scheduler-rss-of", path], capture_output=True, text=True,
+                         check=True)
+    figures["rss_mb"] = float(rss.stdout.split()[-1])
+    return figures
+
+
+def scheduler_rss(path: str) -> float:
+    """Peak RSS (MB) of this process once a scheduler has run two cycles over the backlog at `path`: the first
+    reads and decides every pending job, as a new leader does."""
+    engine = make_engine(f"sqlite:///{path}")
+    service = SchedulerService(Database(engine, make_sessionmaker(engine)), Settings(database_url=f"sqlite:///{path}"))
+    service.run_once()
+    service.run_once()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 # -- measurements ----------------------------------------------------------------------------------------
@@ -289,20 +310,26 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--backlogs", default="10000,100000",
                         help="pending JobSets for the incremental cycles, comma-separated")
+    parser.add_argument("--scheduler-rss-of", metavar="PATH", help=argparse.SUPPRESS)  # `scheduler_rss`, in a child
     args = parser.parse_args()
+    if args.scheduler_rss_of:
+        print(scheduler_rss(args.scheduler_rss_of))
+        return
     rows = []
 
     backlog = {}
     for jobs in (int(n) for n in args.backlogs.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
-            backlog[jobs] = incremental_cycles(os.path.join(tmp, "backlog.db"), args.clusters, args.hypernodes, jobs,
-                                               args.seed)
-        rows.append(("cycle, 100 changed", f"{backlog[jobs][2]} pending of {jobs} submitted, 100 more submitted",
-                     f"{backlog[jobs][0]:.2f} s"))
-        rows.append(("freed to admitted", f"{backlog[jobs][2]} pending: a job ends, the next cycle admits",
-                     f"{backlog[jobs][1]:.2f} s"))
-    backlog_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    rows.append(("memory, backlog", "peak RSS after the incremental cycles", f"{backlog_rss_mb:.0f} MB"))
+            b = backlog[jobs] = incremental_cycles(os.path.join(tmp, "backlog.db"), args.clusters, args.hypernodes,
+                                                   jobs, args.seed)
+        rows.append(("cycle, 100 changed", f"{b['pending']} pending of {jobs} submitted, 100 more submitted",
+                     f"{b['changed_s']:.2f} s"))
+        rows.append(("freed to admitted", f"{b['pending']} pending: a job ends, the next cycle admits",
+                     f"{b['freed_s']:.2f} s"))
+        rows.append(("cycle, all starving", f"{jobs} submitted, all waited past starvation_after, 100 more submitted",
+                     f"{b['starving_s']:.2f} s"))
+        rows.append(("memory, scheduler", f"peak RSS of a scheduler process over {b['pending']} pending, two cycles",
+                     f"{b['rss_mb']:.0f} MB"))
 
     with tempfile.TemporaryDirectory() as tmp:
         engine = database(os.path.join(tmp, "bench.db"), args.clusters, args.hypernodes, args.jobs, args.seed)
@@ -354,9 +381,11 @@ def main() -> None:
         "engine_cycle_starving_s": round(starving_s, 3), "one_hypernode_share": round(share, 4),
         "first_fit_one_hypernode_share": round(first_fit_share, 4), "rss_mb": round(rss_mb, 1),
         "jobs": args.jobs, "clusters": args.clusters, "hypernodes": args.hypernodes,
-        "changed_cycle_s": {jobs: round(b[0], 3) for jobs, b in backlog.items()},
-        "freed_to_admitted_s": {jobs: round(b[1], 3) for jobs, b in backlog.items()},
-        "backlog_pending": {jobs: b[2] for jobs, b in backlog.items()}, "backlog_rss_mb": round(backlog_rss_mb, 1),
+        "changed_cycle_s": {jobs: round(b["changed_s"], 3) for jobs, b in backlog.items()},
+        "freed_to_admitted_s": {jobs: round(b["freed_s"], 3) for jobs, b in backlog.items()},
+        "starving_changed_cycle_s": {jobs: round(b["starving_s"], 3) for jobs, b in backlog.items()},
+        "backlog_pending": {jobs: b["pending"] for jobs, b in backlog.items()},
+        "scheduler_rss_mb": {jobs: round(b["rss_mb"], 1) for jobs, b in backlog.items()},
     }))
 
 
