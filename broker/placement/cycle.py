@@ -171,10 +171,13 @@ class _Cycle:
             return False
         if job.tenant in self.freed_tenants and self._limited_by_quota(job):
             return False
+        clusters = self.freed_clusters | self._released()
+        if not clusters:
+            return True
         preempts = self.config.preemption and self.snapshot.queues[job.queue].queue.preemption == "LowerPriority"
         request, cap = self._whole(job), self.config.max_candidates_per_tier
         requests = [request, *self._split(job)] if job.spec.placement == "split" else [request]
-        for name in self.freed_clusters | self._released():
+        for name in clusters:
             cluster = self.snapshot.clusters.get(name)
             if cluster is None:
                 continue

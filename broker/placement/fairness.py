@@ -26,7 +26,10 @@ def dominant_share(usage: Resources, totals: Resources) -> float:
 def weighted_share(usage: Resources, demand: Resources, weight: float, totals: Resources) -> float:
     """Dominant share after admitting `demand`, divided by the queue's weight. (The scheduler asks it twice per
     queue head it orders, for every pending job: it walks the federation's few resources, building nothing.)"""
-    share = max(((usage.get(r, 0) + demand.get(r, 0)) / total for r, total in totals.items() if total), default=0.0)
+    share = 0.0
+    for resource, total in totals.items():
+        if total:
+            share = max(share, (usage.get(resource, 0) + demand.get(resource, 0)) / total)
     return share / max(weight, 1e-9)
 
 
