@@ -5,8 +5,7 @@ from __future__ import annotations
 import importlib
 import logging
 import secrets
-import threading
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
@@ -94,9 +93,6 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
     app.add_middleware(SecurityHeaders)
     app.state.settings = settings
     app.state.capacity = CapacityCache()
-    # SQLite takes one writer at a time: submissions queue for it here, where the next one starts the moment the
-    # last commits, instead of in SQLite's busy handler, which sleeps (up to 100 ms a try) between attempts.
-    app.state.sqlite_writer = threading.Lock() if settings.is_sqlite else nullcontext()
     install_problem_handlers(app)
 
     app.mount("/docs/static", StaticFiles(directory=swagger_ui_path), name="swagger-ui")
@@ -116,8 +112,8 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
              responses={503: {"description": "The database does not answer"}})
     def readyz(request: Request):
         try:
-            with request.app.state.db.engine.connect() as connection:
-                connection.execute(text("SELECT 1"))
+            with request.app.state.db.read() as session:
+                session.execute(text("SELECT 1"))
         except Exception as exc:  # any driver failure means not ready
             log.warning("readiness check failed: %s", exc)
             return problem_response(503, "Not ready", "the database does not answer; see the server log")
@@ -132,7 +128,7 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
             if not get_principal(session, settings, credentials).is_admin:
                 raise Problem(403, "metrics need the metrics token (ARCHIPELAGO_METRICS_TOKEN) or an admin token",
                               title="Forbidden")
-        return PlainTextResponse(exposition(request.app.state.db.sessions, queue_names=settings.metrics_queue_names),
+        return PlainTextResponse(exposition(request.app.state.db.read, queue_names=settings.metrics_queue_names),
                                  media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/v1/version", tags=["health"], summary="The broker's version")

@@ -1,4 +1,4 @@
-"""Request-scoped dependencies: a database session, and who is asking."""
+"""Request-scoped dependencies: a read session, the database to write in, and who is asking."""
 
 from __future__ import annotations
 
@@ -9,13 +9,20 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from api.problems import Problem
+from broker.db.runtime import Database
 from broker.settings import Settings
 from broker.tenancy import Principal, authenticate
 
 
 def get_session(request: Request) -> Iterator[Session]:
-    with request.app.state.db.sessions() as session:
+    """A read (`Database.read`); a route that writes opens `Database.write` itself, so that its commit is done
+    before it answers."""
+    with request.app.state.db.read() as session:
         yield session
+
+
+async def get_database(request: Request) -> Database:
+    return request.app.state.db
 
 
 async def get_settings_of_app(request: Request) -> Settings:
@@ -24,6 +31,7 @@ async def get_settings_of_app(request: Request) -> Settings:
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
+DatabaseDep = Annotated[Database, Depends(get_database)]
 SettingsDep = Annotated[Settings, Depends(get_settings_of_app)]
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}

@@ -36,7 +36,6 @@ from table import print_table  # noqa: E402
 
 from broker.db.models import Cluster, Node  # noqa: E402
 from broker.db.runtime import open_database  # noqa: E402
-from broker.db.session import transaction  # noqa: E402
 from broker.inventory import register_cluster  # noqa: E402
 from broker.services.inventory import ClusterHealthService, InventorySyncService, MemberClients  # noqa: E402
 from broker.services.loop import ServiceRunner  # noqa: E402
@@ -149,7 +148,7 @@ def main() -> None:
         names = [f"c{i:03d}" for i in range(args.clusters)]
         t0 = time.perf_counter()
         for name in names:
-            with transaction(database.sessions) as session:
+            with database.write() as session:
                 _, client = register_cluster(session, settings, name=name,
                                              kubeconfig=(work / f"{name}.kubeconfig").read_text())
             client.close()

@@ -39,7 +39,6 @@ from table import print_table  # noqa: E402
 
 from broker.db.models import Job, Placement, Queue, Tenant  # noqa: E402
 from broker.db.runtime import open_database  # noqa: E402
-from broker.db.session import transaction  # noqa: E402
 from broker.inventory import register_cluster  # noqa: E402
 from broker.jobs import federation_capacity, submit_jobs  # noqa: E402
 from broker.services.dispatcher import DispatcherService  # noqa: E402
@@ -95,19 +94,19 @@ class Broker:
         self.database = open_database(self.settings, upgrade=True)
         self.members = MemberClients(self.settings)
         for name in names:
-            with transaction(self.database.sessions) as session:
+            with self.database.write() as session:
                 cluster, member = register_cluster(session, self.settings, name=name, labels={"member": name},
                                                    kubeconfig=(work / f"{name}.kubeconfig").read_text())
             first_sync(self.database, self.settings, cluster.id, member)
             member.close()
-        with transaction(self.database.sessions) as session:
+        with self.database.write() as session:
             tenant = Tenant(name="bench", namespaces=["bench"])
             session.add(Queue(name="bench", tenant=tenant, is_default=True))
         self.scheduler = SchedulerService(self.database, self.settings)
         self.dispatcher = DispatcherService(self.database, self.settings, self.members)
 
     def submit(self, manifests: list[dict]) -> None:
-        with transaction(self.database.sessions) as session:
+        with self.database.write() as session:
             tenant = session.scalar(select(Tenant))
             submit_jobs(session, tenant, manifests, self.settings, federation_capacity(session), batch=True)
 

@@ -33,7 +33,6 @@ from table import print_table  # noqa: E402
 
 from broker.db.models import Job, Queue, Tenant  # noqa: E402
 from broker.db.runtime import open_database  # noqa: E402
-from broker.db.session import transaction  # noqa: E402
 from broker.inventory import register_cluster  # noqa: E402
 from broker.jobs import federation_capacity, submit_jobs  # noqa: E402
 from broker.services.inventory import MemberClients  # noqa: E402
@@ -68,16 +67,16 @@ class Federation(Stepper):
                                  secret_key=Fernet.generate_key().decode())
         self.database = open_database(self.settings, upgrade=True)
         for name in MEMBERS:
-            with transaction(self.database.sessions) as session:
+            with self.database.write() as session:
                 _, member = register_cluster(session, self.settings, name=name, labels={},
                                              kubeconfig=sim.kubeconfig(name))
             member.close()
-        with transaction(self.database.sessions) as session:
+        with self.database.write() as session:
             session.add(Queue(name="bench", tenant=Tenant(name="bench", namespaces=["bench"]), is_default=True))
         super().__init__(self.database, self.settings, MemberClients(self.settings), sim)
 
     def submit(self, manifests: list[dict]) -> None:
-        with transaction(self.database.sessions) as session:
+        with self.database.write() as session:
             tenant = session.scalar(select(Tenant))
             submit_jobs(session, tenant, manifests, self.settings, federation_capacity(session), batch=True)
 

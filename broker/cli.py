@@ -61,7 +61,7 @@ def database_session() -> Iterator[Session]:
     try:
         database = open_database(get_settings(), upgrade=False)
         try:
-            with database.sessions() as session, session.begin():
+            with database.write() as session:
                 yield session
         finally:
             database.dispose()

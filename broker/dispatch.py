@@ -1,6 +1,6 @@
 """Propagation, status and recovery in the database: the placement outbox and the job it serves.
 
-Functions take a session in a write transaction (`begin_write` first) and leave the commit to the
+Functions take a session in a write transaction (`Database.write`) and leave the commit to the
 caller, which commits each step BEFORE it acts on a member. A placement moves
 
     Decided ─▶ Applying ─▶ Starting ─▶ Running ─▶ Succeeded | Failed
@@ -41,14 +41,6 @@ WORK_STATES = ("Decided", "Applying", "Deleting")
 DISPATCHING_JOB_STATES = ("Admitted", "Dispatching", "Starting")  # not Running yet
 PLACED_JOB_STATES = (*DISPATCHING_JOB_STATES, "Running")
 LOCKED = "archipelago.locked"  # session.info key: the rows `lock_jobs` holds for this transaction
-
-
-def begin_write(session: Session) -> None:
-    """Start the write transaction: SQLite's write lock up front (a deferred transaction that read
-    first fails at once when another writer commits); PostgreSQL locks rows as it goes."""
-    connection = session.connection()
-    if connection.dialect.name == "sqlite":
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 @dataclass(frozen=True)

@@ -115,11 +115,29 @@ def inspect_member(client: MemberClient) -> tuple[MemberFacts, bool, str | None]
 
 def register_cluster(session: Session, settings: Settings, *, name: str, kubeconfig: str,
                      context: str | None = None, labels: Mapping[str, str] | None = None) -> tuple[Cluster, MemberClient]:
-    """Check the kubeconfig and the member, then store the cluster (Pending until its first sync).
+    """Check the kubeconfig and the member, then store the cluster (Pending until its first sync), in one session.
 
     Nothing is stored unless every check passes. Returns the new row and the connected client,
     which the caller owns (the first sync uses it).
     """
+    return store_registration(session, check_registration(session, settings, name=name, kubeconfig=kubeconfig,
+                                                           context=context, labels=labels))
+
+
+@dataclass
+class Registration:
+    """A member that passed registration's checks, ready to store: the client is the caller's to close."""
+
+    cluster: Cluster
+    client: MemberClient
+    facts: MemberFacts
+    checked: bool
+
+
+def check_registration(session: Session, settings: Settings, *, name: str, kubeconfig: str,
+                       context: str | None = None, labels: Mapping[str, str] | None = None) -> Registration:
+    """Registration's checks: reads only, and the member's answers (in a read session: no write lock is held
+    while the member is asked). A cluster registered meanwhile is refused by `store_registration`."""
     check_name(name)
     labels = _check_labels(labels or {})
     if session.scalar(select(Cluster.id).where(Cluster.name == name)) is not None:
@@ -143,23 +161,33 @@ def register_cluster(session: Session, settings: Settings, *, name: str, kubecon
             raise Conflict(f"{client.api_server} is cluster {twin!r} (the same kube-system namespace uid {uid}), "
                            "already registered under another address; one member under two names would get two "
                            "brokers' worth of work")
-        cluster = Cluster(name=name, api_server=client.api_server, context=client.context, labels=labels, taints=[],
-                          kubeconfig_encrypted=KubeconfigCipher(settings.fernet_key()).encrypt(kubeconfig),
-                          state="Pending", kubernetes_version=facts.version, jobset_crd=facts.jobset_crd,
-                          hypernode_source="crd" if facts.hypernode_crd else None, warnings=[], uid=uid)
+    except BaseException:
+        client.close()
+        raise
+    cluster = Cluster(name=name, api_server=client.api_server, context=client.context, labels=labels, taints=[],
+                      kubeconfig_encrypted=KubeconfigCipher(settings.fernet_key()).encrypt(kubeconfig),
+                      state="Pending", kubernetes_version=facts.version, jobset_crd=facts.jobset_crd,
+                      hypernode_source="crd" if facts.hypernode_crd else None, warnings=[], uid=uid)
+    return Registration(cluster, client, facts, checked)
+
+
+def store_registration(session: Session, registration: Registration) -> tuple[Cluster, MemberClient]:
+    """Store a checked member, with its event (closes the client if it cannot be stored)."""
+    cluster, client, facts = registration.cluster, registration.client, registration.facts
+    try:
         session.add(cluster)
         session.flush()
     except IntegrityError:
         client.close()
-        raise Conflict(f"a cluster named {name!r}, or this member under another name, was registered at the same "
-                       "moment") from None
+        raise Conflict(f"a cluster named {cluster.name!r}, or this member under another name, was registered at the "
+                       "same moment") from None
     except BaseException:
         client.close()
         raise
-    events.record(session, "cluster", name, "Registered",
+    events.record(session, "cluster", cluster.name, "Registered",
                   f"registered {client.api_server} (Kubernetes {facts.version}, JobSet CRD present"
                   f"{', HyperNode CRD present' if facts.hypernode_crd else ''}"
-                  f"{'' if checked else '; permissions not checked: no SelfSubjectAccessReview API'})")
+                  f"{'' if registration.checked else '; permissions not checked: no SelfSubjectAccessReview API'})")
     return cluster, client
 
 

@@ -2,10 +2,10 @@
 
 A cycle, after Kueue's scheduler:
 1. `read_inventory`: clusters, nodes, HyperNodes, queues, live placements and pending jobs in one
-   consistent read transaction (REPEATABLE READ on PostgreSQL, an explicit BEGIN on SQLite); the
+   consistent read transaction (`Database.read`: REPEATABLE READ on PostgreSQL, a BEGIN on SQLite); the
    pending rows kept since the last cycle (`PendingJobs`) are brought up to date, not read again.
 2. `broker.placement.schedule`: decisions over that snapshot, no I/O.
-3. `commit_decisions`: every decision in one transaction, or none of them.
+3. `commit_decisions`: every decision in one transaction (`Database.write`), or none of them.
 
 Two guards make a cycle safe to crash or to race. The commit holds the scheduler's write lock and
 checks a fence (the newest placement id it read): if another scheduler committed placements since
@@ -101,14 +101,6 @@ class CommitOutcome:
 
 
 # -- 1. the read -------------------------------------------------------------------------------------
-def _begin_consistent_read(session: Session) -> None:
-    """Make every following SELECT of the session see one committed state."""
-    if session.get_bind().dialect.name == "sqlite":
-        session.connection().exec_driver_sql("BEGIN")  # pysqlite begins only before a write
-    else:
-        session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-
-
 _PENDING = (Job.state == "Queued", Job.cancel_requested_at.is_(None))
 
 
@@ -119,7 +111,7 @@ def has_pending(session: Session) -> bool:
 
 def read_inventory(session: Session, *, now: float, pending: PendingJobs | None = None,
                    with_pending: bool = True) -> Inventory:
-    """The snapshot of one cycle, read in one transaction; call on a fresh session.
+    """The snapshot of one cycle, read in one transaction: call on a fresh `Database.read()` session.
 
     What is in use on a node (DESIGN, Placement): the pods the broker did not create, plus for each
     live placement the larger of what it reserved there and what its pods (labelled with its id)
@@ -128,7 +120,6 @@ def read_inventory(session: Session, *, now: float, pending: PendingJobs | None 
     `pending` keeps the pending jobs' rows and parsed manifests across cycles (`PendingJobs`); without
     it every pending row is read.
     """
-    _begin_consistent_read(session)
     fence = session.scalar(select(func.max(PlacementRow.id))) or 0
     live = _live_placements(session)
     clusters, cluster_ids, pods_of = _clusters(session, {str(row.id) for row in live})
@@ -377,16 +368,15 @@ def _avoided(avoid: Mapping[str, str] | None, now: datetime) -> Mapping[str, str
 
 # -- 3. the commit -----------------------------------------------------------------------------------
 def _lock_for_commit(session: Session) -> None:
-    """Serialise schedulers' commits: the PostgreSQL advisory lock, or SQLite's write lock taken up front."""
+    """Serialise schedulers' commits: the PostgreSQL advisory lock (on SQLite, `Database.write` holds the write lock
+    from its BEGIN)."""
     connection = session.connection()
-    if connection.dialect.name == "sqlite":
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
-    else:
+    if connection.dialect.name == "postgresql":
         connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEDULER_LOCK_KEY})")
 
 
 def commit_decisions(session: Session, inventory: Inventory, result: CycleResult) -> CommitOutcome:
-    """Write one cycle's decisions in the session's transaction (start it fresh; the caller commits).
+    """Write one cycle's decisions in a fresh `Database.write()` session, which commits them.
 
     1. Take the commit lock; drop everything if another scheduler placed anything since the read.
     2. Admit each placed job with a conditional UPDATE; only admitted jobs get placements.
@@ -547,7 +537,7 @@ def dry_run_manifest(session: Session, manifest: dict, tenant_name: str | None, 
 
     The queue is the manifest's `kueue.x-k8s.io/queue-name` label, else the tenant's default queue;
     the priority comes from its priority class. Raises JobSetError for a manifest, a queue or a
-    priority class the tenant could not submit. Call on a fresh session.
+    priority class the tenant could not submit. Call on a fresh `Database.read()` session.
     """
     spec = parse_jobset(manifest)
     priority_class = spec.priority_class or settings.default_priority_class

@@ -313,7 +313,7 @@ def _watch(request: Request, caller: Caller, scope: Scope) -> StreamingResponse:
     timeout = min(float(_integer(query.get("timeoutSeconds") or "0", "timeoutSeconds") or WATCH_TIMEOUT),
                   WATCH_TIMEOUT)
     as_table = _TABLE in request.headers.get("accept", "")
-    sessions = request.app.state.db.sessions
+    database = request.app.state.db
 
     def line(event_type: str, obj: dict) -> bytes:
         if as_table and event_type != "BOOKMARK":
@@ -321,7 +321,7 @@ def _watch(request: Request, caller: Caller, scope: Scope) -> StreamingResponse:
         return json.dumps({"type": event_type, "object": obj}, separators=(",", ":")).encode() + b"\n"
 
     def initial() -> tuple[int, list[dict]]:
-        with sessions() as session:
+        with database.read() as session:
             start = watermark(session)
             if scope.namespaces == []:
                 return start, []
@@ -330,11 +330,11 @@ def _watch(request: Request, caller: Caller, scope: Scope) -> StreamingResponse:
             return start, [obj for obj in render(session, jobs) if scope.matches(obj)]
 
     def poll(cursor: EventCursor) -> list[tuple[str, dict]]:
-        with sessions() as session:
+        with database.read() as session:
             return changes(session, scope, cursor)
 
     def current_watermark() -> int:
-        with sessions() as session:
+        with database.read() as session:
             return watermark(session)
 
     async def stream():
@@ -408,13 +408,13 @@ def _create(request: Request, session: Session, caller: Caller, namespace: str, 
                                            request.app.state.capacity.get(session))
         if _dry_run(request):  # validated as a submission is; nothing stored
             return JSONResponse({**manifest, "apiVersion": API_VERSION, "kind": KIND, "status": {}}, status_code=201)
-        with request.app.state.sqlite_writer:
-            (job, _), = job_service.store_jobs(session, owner, accepted, settings)
-            session.commit()
+        with request.app.state.db.write() as written:
+            (job, _), = job_service.store_jobs(written, owner, accepted, settings)
+            created = render(written, [written.get(Job, job.id)])[0]
     except (Invalid, Conflict) as exc:  # named as the body names the JobSet: a create has no name in its path
         raise from_broker(exc, name if isinstance(name, str) else None) from None
     request.app.state.services.wake("scheduler")
-    return JSONResponse(render(session, [session.get(Job, job.id)])[0], status_code=201)
+    return JSONResponse(created, status_code=201)
 
 
 @router.post(f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}")
@@ -522,10 +522,10 @@ def delete_jobset(namespace: str, name: str, request: Request, session: SessionD
         raise KubeError(400, f"the body: {exc}") from None
     if _dry_run(request) or (isinstance(options, dict) and options.get("dryRun") == ["All"]):
         return JSONResponse(render(session, [job])[0])
-    job = job_service.request_removal(session, caller.principal, job.id)
-    session.commit()
+    with request.app.state.db.write() as written:
+        removed = render(written, [job_service.request_removal(written, caller.principal, job.id)])[0]
     request.app.state.services.wake("dispatcher")
-    return JSONResponse(render(session, [job])[0])
+    return JSONResponse(removed)
 
 
 @router.api_route("/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])

@@ -17,10 +17,9 @@ from api.problems import Problem
 from api.schemas import problems
 from broker import inventory
 from broker.db.models import Cluster, utcnow
-from broker.db.session import transaction
 from broker.errors import Invalid
 from broker.services.dispatcher import assigned_work, reported_outcomes
-from broker.services.inventory import WRITES, flush, reported_mirror
+from broker.services.inventory import flush, reported_mirror
 from broker.services.status import record_listed
 
 router = APIRouter(prefix="/api/v1/agent", tags=["agent"])
@@ -41,8 +40,8 @@ AgentDep = Annotated[int, Depends(agent_of)]
 
 @contextlib.contextmanager
 def writing(request: Request, cluster_id: int) -> Iterator[tuple[Session, Cluster]]:
-    """The agent's cluster in a transaction of its own, queued behind this process's inventory writers."""
-    with WRITES, transaction(request.app.state.db.sessions) as session:
+    """The agent's cluster in a write of its own."""
+    with request.app.state.db.write() as session:
         cluster = session.get(Cluster, cluster_id)
         if cluster is None:
             raise Problem(404, "this pull member was removed meanwhile")

@@ -8,10 +8,12 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.deps import AdminDep, PrincipalDep, SessionDep, SettingsDep
+from api.deps import AdminDep, DatabaseDep, PrincipalDep, SessionDep, SettingsDep
 from api.problems import Problem
 from api.schemas import problems
 from broker import inventory
+from broker.db.models import Cluster
+from broker.db.runtime import Database
 from broker.errors import Invalid
 from broker.services.inventory import first_sync
 from clusters.member import MemberError
@@ -44,39 +46,41 @@ class ClusterPatch(BaseModel):
 
 @router.post("/clusters", status_code=201, responses=problems(401, 403, 409, 422, 502, 504),
              summary="Register a member cluster by kubeconfig, or a pull member (its agent's token answered once)")
-def register(body: ClusterIn, request: Request, session: SessionDep, settings: SettingsDep,
+def register(body: ClusterIn, request: Request, session: SessionDep, database: DatabaseDep, settings: SettingsDep,
              _: AdminDep) -> dict[str, Any]:
     if body.mode == "pull":
-        return _register_pull(body, request, session)
+        return _register_pull(body, request, database)
     if body.kubeconfig is None:
         raise Invalid("kubeconfig", "a push member needs the kubeconfig the broker reaches it with")
     try:
-        cluster, client = inventory.register_cluster(session, settings, name=body.name, kubeconfig=body.kubeconfig,
-                                                     context=body.context, labels=body.labels)
+        registration = inventory.check_registration(session, settings, name=body.name, kubeconfig=body.kubeconfig,
+                                                    context=body.context, labels=body.labels)
     except inventory.RegistrationError as exc:
         raise Problem(exc.status, exc.detail, title=exc.title, **exc.extra) from None
-    session.commit()
+    with database.write() as written:
+        cluster, client = inventory.store_registration(written, registration)
     try:
-        first_sync(request.app.state.db, settings, cluster.id, client)
+        first_sync(database, settings, cluster.id, client)
     except MemberError as exc:  # registered all the same: the sync loop retries with back-off
-        inventory.record_sync_error(session, cluster, f"sync: {exc}")
-        session.commit()
+        with database.write() as written:
+            inventory.record_sync_error(written, written.get(Cluster, cluster.id), f"sync: {exc}")
     finally:
         client.close()
     request.app.state.services.wake("inventory-sync")
     request.app.state.capacity.forget()
-    session.refresh(cluster)
-    return inventory.cluster_view(session, cluster)
+    with database.read() as fresh:
+        return inventory.cluster_view(fresh, fresh.get(Cluster, cluster.id))
 
 
-def _register_pull(body: ClusterIn, request: Request, session: SessionDep) -> dict[str, Any]:
+def _register_pull(body: ClusterIn, request: Request, database: Database) -> dict[str, Any]:
     for field, value in (("kubeconfig", body.kubeconfig), ("context", body.context)):
         if value is not None:
             raise Invalid(field, "a pull member is never called by the broker: leave out its kubeconfig and context")
-    cluster, token = inventory.register_pull_cluster(session, name=body.name, labels=body.labels)
-    session.commit()
+    with database.write() as session:
+        cluster, token = inventory.register_pull_cluster(session, name=body.name, labels=body.labels)
+        view = inventory.cluster_view(session, cluster)
     request.app.state.services.wake("inventory-sync")
-    return {**inventory.cluster_view(session, cluster), "agent_token": token}
+    return {**view, "agent_token": token}
 
 
 @router.get("/clusters", responses=problems(401), summary="Every cluster: state and capacity totals")
@@ -91,43 +95,45 @@ def get_cluster(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, An
 
 
 @router.patch("/clusters/{name}", responses=problems(*ADMIN_ERRORS, 422), summary="Edit labels and taints")
-def patch_cluster(name: str, body: ClusterPatch, request: Request, session: SessionDep, _: AdminDep) -> dict[str, Any]:
-    cluster = inventory.update_cluster(session, name, labels=body.labels, taints=body.taints)
-    session.commit()
+def patch_cluster(name: str, body: ClusterPatch, request: Request, database: DatabaseDep,
+                  _: AdminDep) -> dict[str, Any]:
+    with database.write() as session:
+        view = inventory.cluster_view(session, inventory.update_cluster(session, name, labels=body.labels,
+                                                                        taints=body.taints))
     request.app.state.capacity.forget()
     request.app.state.services.wake("scheduler")
-    return inventory.cluster_view(session, cluster)
+    return view
 
 
 @router.post("/clusters/{name}/cordon", responses=problems(*ADMIN_ERRORS), summary="Stop new placements here")
-def cordon(name: str, session: SessionDep, _: AdminDep) -> dict[str, Any]:
-    cluster = inventory.cordon_cluster(session, name)
-    session.commit()
-    return inventory.cluster_view(session, cluster)
+def cordon(name: str, database: DatabaseDep, _: AdminDep) -> dict[str, Any]:
+    with database.write() as session:
+        return inventory.cluster_view(session, inventory.cordon_cluster(session, name))
 
 
 @router.post("/clusters/{name}/uncordon", responses=problems(*ADMIN_ERRORS), summary="Allow placements again")
-def uncordon(name: str, request: Request, session: SessionDep, _: AdminDep) -> dict[str, Any]:
-    cluster = inventory.uncordon_cluster(session, name)
-    session.commit()
+def uncordon(name: str, request: Request, database: DatabaseDep, _: AdminDep) -> dict[str, Any]:
+    with database.write() as session:
+        view = inventory.cluster_view(session, inventory.uncordon_cluster(session, name))
     request.app.state.services.wake("scheduler")
-    return inventory.cluster_view(session, cluster)
+    return view
 
 
 @router.post("/clusters/{name}/drain", responses=problems(*ADMIN_ERRORS),
              summary="Cordon, and move placements that have not started elsewhere")
-def drain(name: str, request: Request, session: SessionDep, _: AdminDep) -> dict[str, Any]:
-    cluster, waiting = inventory.drain_cluster(session, name)
-    session.commit()
+def drain(name: str, request: Request, database: DatabaseDep, _: AdminDep) -> dict[str, Any]:
+    with database.write() as session:
+        cluster, waiting = inventory.drain_cluster(session, name)
+        view = inventory.cluster_view(session, cluster)
     request.app.state.services.wake("scheduler")
-    return {**inventory.cluster_view(session, cluster), "placements_to_move": waiting}
+    return {**view, "placements_to_move": waiting}
 
 
 @router.delete("/clusters/{name}", status_code=204, responses=problems(*ADMIN_ERRORS, 409),
                summary="Forget a cluster (refused while placements live there, unless force=true)")
-def remove(name: str, request: Request, session: SessionDep, _: AdminDep, force: bool = False) -> Response:
-    inventory.remove_cluster(session, name, force=force, settings=request.app.state.settings)
-    session.commit()
+def remove(name: str, request: Request, database: DatabaseDep, _: AdminDep, force: bool = False) -> Response:
+    with database.write() as session:
+        inventory.remove_cluster(session, name, force=force, settings=request.app.state.settings)
     request.app.state.capacity.forget()
     request.app.state.services.wake("inventory-sync")
     return Response(status_code=204)

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 
 from api import schemas
-from api.deps import PrincipalDep, SessionDep, SettingsDep
+from api.deps import DatabaseDep, PrincipalDep, SessionDep, SettingsDep
 from api.problems import Problem
 from api.schemas import problems
 from api.views import event_out, humanised, job_out, jobs_out, placement_out
@@ -100,9 +100,8 @@ def submit(request: Request, session: SessionDep, principal: PrincipalDep, body:
     owner = _submitting_tenant(session, principal, tenant)
     accepted = job_service.accept_jobs(session, owner, manifests, settings, request.app.state.capacity.get(session),
                                        queue_override=queue, batch=batch)
-    with request.app.state.sqlite_writer:  # the write only: validation runs beside other requests
-        submitted = job_service.store_jobs(session, owner, accepted, settings)
-        session.commit()
+    with request.app.state.db.write() as written:  # the write only: validation runs beside other requests
+        submitted = job_service.store_jobs(written, owner, accepted, settings)
     request.app.state.services.wake("scheduler")
     return schemas.SubmitResult(items=[job_out(job, owner.name, queue_name, []) for job, queue_name in submitted])
 
@@ -120,7 +119,7 @@ def dry_run(request: Request, session: SessionDep, principal: PrincipalDep, body
                                                       request.app.state.capacity.get(session), engine_config(settings))
     manifest = job_service.with_queue_label(manifests[0], chosen.name)
     try:
-        with request.app.state.db.sessions() as snapshot_session:  # its own consistent read
+        with request.app.state.db.read() as snapshot_session:  # its own consistent read
             answer = dry_run_manifest(snapshot_session, manifest, owner.name, settings)
             rules, labels = stored_rules(snapshot_session), cluster_labels(snapshot_session)
     except JobSetError as exc:
@@ -193,11 +192,12 @@ def get_job(job_id: schemas.ObjectId, session: SessionDep, principal: PrincipalD
 
 @router.delete("/jobs/{job_id}", tags=["jobs"], status_code=202, response_model=schemas.JobOut,
                responses=problems(401, 404, 409), summary="Cancel: remove the job from every member")
-def cancel_job(job_id: schemas.ObjectId, request: Request, session: SessionDep, principal: PrincipalDep):
-    job = job_service.request_cancel(session, principal, job_id)
-    session.commit()
+def cancel_job(job_id: schemas.ObjectId, request: Request, database: DatabaseDep, principal: PrincipalDep):
+    with database.write() as session:
+        job = job_service.request_cancel(session, principal, job_id)
+        answer = jobs_out(session, [job])[0]
     request.app.state.services.wake("dispatcher")
-    return jobs_out(session, [job])[0]
+    return answer
 
 
 @router.get("/placements", tags=["placements"], response_model=schemas.PlacementPage, responses=problems(401, 422))

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.deps import AdminDep, SessionDep
+from api.deps import AdminDep, DatabaseDep, SessionDep
 from api.schemas import problems
 from broker.cluster_overrides import (as_written, create_override, delete_override, get_override, list_overrides,
                                       replace_override)
@@ -54,10 +54,10 @@ def list_rules(session: SessionDep, _: AdminDep) -> list[dict[str, Any]]:
 
 @router.post("/overrides", status_code=201, responses=problems(*ADMIN_ERRORS, 409, 422),
              summary="Create an override rule")
-def create_rule(body: OverrideIn, session: SessionDep, _: AdminDep) -> dict[str, Any]:
-    row = create_override(session, body.raw())
-    session.commit()
-    return as_written(row)
+def create_rule(body: OverrideIn, database: DatabaseDep, _: AdminDep) -> dict[str, Any]:
+    with database.write() as session:
+        row = create_override(session, body.raw())
+        return as_written(row)
 
 
 @router.get("/overrides/{name}", responses=problems(*ADMIN_ERRORS, 404), summary="One override rule")
@@ -66,15 +66,15 @@ def get_rule(name: str, session: SessionDep, _: AdminDep) -> dict[str, Any]:
 
 
 @router.put("/overrides/{name}", responses=problems(*ADMIN_ERRORS, 404, 422), summary="Replace an override rule")
-def replace_rule(name: str, body: OverrideIn, session: SessionDep, _: AdminDep) -> dict[str, Any]:
-    row = replace_override(session, name, body.raw())
-    session.commit()
-    return as_written(row)
+def replace_rule(name: str, body: OverrideIn, database: DatabaseDep, _: AdminDep) -> dict[str, Any]:
+    with database.write() as session:
+        row = replace_override(session, name, body.raw())
+        return as_written(row)
 
 
 @router.delete("/overrides/{name}", status_code=204, responses=problems(*ADMIN_ERRORS, 404),
                summary="Delete an override rule")
-def delete_rule(name: str, session: SessionDep, _: AdminDep) -> Response:
-    delete_override(session, name)
-    session.commit()
-    return Response(status_code=204)
+def delete_rule(name: str, database: DatabaseDep, _: AdminDep) -> Response:
+    with database.write() as session:
+        delete_override(session, name)
+        return Response(status_code=204)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Response
 from sqlalchemy import exists, select
 
 from api import schemas
-from api.deps import AdminDep, PrincipalDep, SessionDep
+from api.deps import AdminDep, DatabaseDep, PrincipalDep, SessionDep
 from api.schemas import problems
 from api.views import queue_out
 from broker import tenancy
@@ -58,10 +58,10 @@ def list_tenants(request: Request, session: SessionDep, principal: PrincipalDep)
 
 @router.post("/tenants", tags=["tenants"], status_code=201, response_model=schemas.TenantOut,
              responses=problems(*AUTH_ERRORS, 409, 422))
-def create_tenant(body: schemas.TenantIn, request: Request, session: SessionDep, _: AdminDep):
-    tenant = tenancy.create_tenant(session, body.name, body.namespaces, body.weight, body.fair_share_preemption)
-    session.commit()
-    return _tenants_out(request, session, [tenant])[0]
+def create_tenant(body: schemas.TenantIn, request: Request, database: DatabaseDep, _: AdminDep):
+    with database.write() as session:
+        tenant = tenancy.create_tenant(session, body.name, body.namespaces, body.weight, body.fair_share_preemption)
+        return _tenants_out(request, session, [tenant])[0]
 
 
 @router.get("/tenants/{name}", tags=["tenants"], response_model=schemas.TenantOut, responses=problems(401, 404))
@@ -74,16 +74,16 @@ def get_tenant(name: str, request: Request, session: SessionDep, principal: Prin
 
 @router.patch("/tenants/{name}", tags=["tenants"], response_model=schemas.TenantOut,
               responses=problems(*AUTH_ERRORS, 404, 409, 422))
-def update_tenant(name: str, body: schemas.TenantPatch, request: Request, session: SessionDep, _: AdminDep):
-    tenant = tenancy.update_tenant(session, name, body.namespaces, body.weight, body.fair_share_preemption)
-    session.commit()
-    return _tenants_out(request, session, [tenant])[0]
+def update_tenant(name: str, body: schemas.TenantPatch, request: Request, database: DatabaseDep, _: AdminDep):
+    with database.write() as session:
+        tenant = tenancy.update_tenant(session, name, body.namespaces, body.weight, body.fair_share_preemption)
+        return _tenants_out(request, session, [tenant])[0]
 
 
 @router.delete("/tenants/{name}", tags=["tenants"], status_code=204, responses=problems(*AUTH_ERRORS, 404, 409))
-def delete_tenant(name: str, session: SessionDep, _: AdminDep):
-    tenancy.delete_tenant(session, name)
-    session.commit()
+def delete_tenant(name: str, database: DatabaseDep, _: AdminDep):
+    with database.write() as session:
+        tenancy.delete_tenant(session, name)
     return Response(status_code=204)
 
 
@@ -113,11 +113,11 @@ def list_queues(request: Request, session: SessionDep, principal: PrincipalDep, 
 
 @router.post("/queues", tags=["queues"], status_code=201, response_model=schemas.QueueOut,
              responses=problems(*AUTH_ERRORS, 404, 409, 422))
-def create_queue(body: schemas.QueueIn, request: Request, session: SessionDep, _: AdminDep):
+def create_queue(body: schemas.QueueIn, request: Request, database: DatabaseDep, _: AdminDep):
     changes = tenancy.QueueChanges(**body.model_dump(exclude={"name", "tenant"}))
-    queue = tenancy.create_queue(session, body.name, body.tenant, changes)
-    session.commit()
-    return _queues_out(request, session, [queue])[0]
+    with database.write() as session:
+        queue = tenancy.create_queue(session, body.name, body.tenant, changes)
+        return _queues_out(request, session, [queue])[0]
 
 
 @router.get("/queues/{name}", tags=["queues"], response_model=schemas.QueueOut, responses=problems(401, 404))
@@ -128,18 +128,18 @@ def get_queue(name: str, request: Request, session: SessionDep, principal: Princ
 
 @router.patch("/queues/{name}", tags=["queues"], response_model=schemas.QueueOut,
               responses=problems(*AUTH_ERRORS, 404, 422))
-def update_queue(name: str, body: schemas.QueueSettings, request: Request, session: SessionDep, _: AdminDep):
+def update_queue(name: str, body: schemas.QueueSettings, request: Request, database: DatabaseDep, _: AdminDep):
     clear = "borrowing_limit" in body.model_fields_set and body.borrowing_limit is None
-    queue = tenancy.update_queue(session, name, tenancy.QueueChanges(**body.model_dump(),
-                                                                      clear_borrowing_limit=clear))
-    session.commit()
-    return _queues_out(request, session, [queue])[0]
+    with database.write() as session:
+        queue = tenancy.update_queue(session, name, tenancy.QueueChanges(**body.model_dump(),
+                                                                          clear_borrowing_limit=clear))
+        return _queues_out(request, session, [queue])[0]
 
 
 @router.delete("/queues/{name}", tags=["queues"], status_code=204, responses=problems(*AUTH_ERRORS, 404, 409))
-def delete_queue(name: str, session: SessionDep, _: AdminDep):
-    tenancy.delete_queue(session, name)
-    session.commit()
+def delete_queue(name: str, database: DatabaseDep, _: AdminDep):
+    with database.write() as session:
+        tenancy.delete_queue(session, name)
     return Response(status_code=204)
 
 
@@ -150,11 +150,11 @@ def _token_out(row, tenant_name: str | None, model=schemas.TokenOut, **extra):
 
 @router.post("/tokens", tags=["tokens"], status_code=201, response_model=schemas.TokenCreated,
              responses=problems(*AUTH_ERRORS, 404, 422))
-def create_token(body: schemas.TokenIn, session: SessionDep, _: AdminDep):
+def create_token(body: schemas.TokenIn, database: DatabaseDep, _: AdminDep):
     expires = timedelta(days=body.expires_in_days) if body.expires_in_days else None
-    token, secret = tenancy.create_token(session, body.role, body.tenant, body.description, expires)
-    session.commit()
-    return _token_out(token, body.tenant, schemas.TokenCreated, token=secret)
+    with database.write() as session:
+        token, secret = tenancy.create_token(session, body.role, body.tenant, body.description, expires)
+        return _token_out(token, body.tenant, schemas.TokenCreated, token=secret)
 
 
 @router.get("/tokens", tags=["tokens"], response_model=list[schemas.TokenOut], responses=problems(*AUTH_ERRORS))
@@ -164,8 +164,8 @@ def list_tokens(session: SessionDep, _: AdminDep):
 
 @router.delete("/tokens/{token_id}", tags=["tokens"], response_model=schemas.TokenOut,
                responses=problems(*AUTH_ERRORS, 404))
-def revoke_token(token_id: schemas.ObjectId, session: SessionDep, _: AdminDep):
-    token = tenancy.revoke_token(session, token_id)
-    tenant_name = token and session.scalar(select(Tenant.name).where(Tenant.id == token.tenant_id))
-    session.commit()
-    return _token_out(token, tenant_name)
+def revoke_token(token_id: schemas.ObjectId, database: DatabaseDep, _: AdminDep):
+    with database.write() as session:
+        token = tenancy.revoke_token(session, token_id)
+        tenant_name = token and session.scalar(select(Tenant.name).where(Tenant.id == token.tenant_id))
+        return _token_out(token, tenant_name)

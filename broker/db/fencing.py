@@ -1,5 +1,5 @@
-"""Fencing: the commits of a replica's loop services check, in their own transaction, that the replica still
-holds the lease they were started under, so that a paused ex-leader can never write after a takeover."""
+"""Fencing: the commits of a replica's loop services check, in their own transaction (`Database.write`), that the
+replica still holds the lease they were started under, so that a paused ex-leader can never write after a takeover."""
 
 from __future__ import annotations
 
@@ -7,12 +7,11 @@ import threading
 from dataclasses import replace
 from typing import Callable
 
-from sqlalchemy import event, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from broker.db.models import Lease
 from broker.db.runtime import Database
-from broker.db.session import make_sessionmaker
 
 
 class Fenced(Exception):
@@ -57,7 +56,5 @@ def _names(leases) -> str:
 
 
 def fenced(database: Database, fence: Fence) -> Database:
-    """The same database, whose sessions check `fence` before each commit; for one replica's loop services."""
-    sessions = make_sessionmaker(database.engine)
-    event.listen(sessions, "before_commit", fence.check)
-    return replace(database, sessions=sessions, fence=fence)
+    """The same database, whose writes check `fence` before they commit; for one replica's loop services."""
+    return replace(database, fence=fence)

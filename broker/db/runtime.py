@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import threading
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterator
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from broker.db import migrate
-from broker.db.session import check_connection, make_engine, make_sessionmaker
+from broker.db.session import WRITE_LOCK, check_connection, make_engine, make_sessionmaker
 from broker.settings import Settings
 
 if TYPE_CHECKING:
@@ -19,9 +21,38 @@ if TYPE_CHECKING:
 
 @dataclass
 class Database:
+    """Every transaction goes through `read` or `write`; `sessions` is for tests that set rows up."""
+
     engine: Engine
     sessions: sessionmaker[Session]
     fence: Fence | None = None  # set for the loop services of a replica that holds the leader lease
+    # SQLite takes one writer at a time: this process's writers queue here, where the next one starts the moment
+    # the last commits, instead of in SQLite's busy handler, which sleeps (up to 100 ms a try) between attempts
+    writers: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        postgresql = self.engine.dialect.name == "postgresql"
+        self._reading = self.engine.execution_options(isolation_level="REPEATABLE READ") if postgresql else self.engine
+        self._writing = self.engine.execution_options(**{WRITE_LOCK: True})
+        self._queue = nullcontext if postgresql else lambda: self.writers
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A session whose SELECTs all see one committed state: REPEATABLE READ on PostgreSQL, a deferred BEGIN on
+        SQLite (which never takes its write lock). Nothing is committed: it ends rolled back."""
+        with self.sessions(bind=self._reading) as session:
+            yield session
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """One unit of work: committed if the block returns, rolled back if it raises. On SQLite each of its
+        transactions holds the write lock from its BEGIN (broker.db.session); PostgreSQL locks rows as it goes.
+        With a fence, the commit checks the fencing tokens in the same transaction (broker.db.fencing)."""
+        with self._queue(), self.sessions(bind=self._writing) as session:
+            yield session
+            if self.fence is not None:
+                self.fence.check(session)
+            session.commit()
 
     def dispose(self) -> None:
         self.engine.dispose()

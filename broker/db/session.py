@@ -1,4 +1,5 @@
-"""Engines and sessions; SQLite is tuned for one writer and many readers."""
+"""Engines and sessions; SQLite is tuned for one writer and many readers, and begins its transactions as
+`Database.read` and `Database.write` ask (broker.db.runtime)."""
 
 from __future__ import annotations
 
@@ -23,16 +24,31 @@ def make_engine(database_url: str) -> Engine:
         return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10,
                              connect_args={"connect_timeout": 5})
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-    event.listen(engine, "connect", _sqlite_pragmas)
+    event.listen(engine, "connect", _sqlite_connect)
+    event.listen(engine, "begin", _sqlite_begin)
     return engine
 
 
-def _sqlite_pragmas(dbapi_connection, _record) -> None:
+# Execution option `Database.write` sets: begin with SQLite's write lock (BEGIN IMMEDIATE).
+WRITE_LOCK = "archipelago_write_lock"
+
+
+def _sqlite_connect(dbapi_connection, _record) -> None:
+    # the driver's own transaction handling off: it begins only before an INSERT, UPDATE or DELETE, so the
+    # SELECTs before it see whatever was committed last; `_sqlite_begin` begins every transaction instead
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
+
+
+def _sqlite_begin(connection) -> None:
+    """A deferred BEGIN (its first SELECT fixes what the transaction sees; readers never take the write lock), or
+    for a write BEGIN IMMEDIATE: a transaction that read first and then wants to write fails at once if another
+    writer committed in between, so a writer takes the lock before it reads, and a second one waits for it."""
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if connection.get_execution_options().get(WRITE_LOCK) else "BEGIN")
 
 
 def check_connection(engine: Engine) -> None:

@@ -27,23 +27,20 @@ import logging
 import os
 import signal
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from broker import events
 from broker.db.models import PLACEMENT_ACTIVE_STATES, Cluster, Job, Placement, utcnow
 from broker.db.runtime import Database
-from broker.db.session import transaction
-from broker.dispatch import (KEPT_STATES, Changes, StartupPolicy, Unready, Work, begin_write, due_work, evict_unready,
+from broker.dispatch import (KEPT_STATES, Changes, StartupPolicy, Unready, Work, due_work, evict_unready,
                              fail_apply, fail_over, finish_apply, finish_delete, kept_placements, lock_jobs,
                              overdue_startups, placement_owner, request_deletions, retry_later, start_apply)
 from broker.metrics import MEMBER_ERRORS
-from broker.services.inventory import WRITES, MemberClients, backoff
+from broker.services.inventory import MemberClients, backoff
 from broker.services.loop import LoopService, in_lane
 from broker.settings import Settings
 from clusters import jobsets
@@ -70,21 +67,6 @@ def crash_point(step: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-@contextmanager
-def writing(database: Database) -> Iterator[Session]:
-    """One write transaction; on SQLite also this process's writers' lock (see broker.services.inventory)."""
-    sqlite = database.engine.dialect.name == "sqlite"
-    if sqlite:
-        WRITES.acquire()
-    try:
-        with transaction(database.sessions) as session:
-            begin_write(session)
-            yield session
-    finally:
-        if sqlite:
-            WRITES.release()
-
-
 class DispatcherService(LoopService):
     name = "dispatcher"
 
@@ -105,11 +87,11 @@ class DispatcherService(LoopService):
         now = self.now()
         changes = Changes()
         if self.fails_over:
-            with writing(self.database) as session:
+            with self.database.write() as session:
                 changes.add(request_deletions(session, now)).add(
                     fail_over(session, now, self.settings.failover_toleration))
             changes.add(self._evict_on_pull_members(now))
-        with self.database.sessions() as session:
+        with self.database.read() as session:
             members = {row.id: row for row in session.execute(in_lane(
                 select(Cluster.id, Cluster.name, Cluster.state, Cluster.kubeconfig_encrypted, Cluster.context)
                 .where(Cluster.mode == "push"), self.lane))}
@@ -118,7 +100,7 @@ class DispatcherService(LoopService):
             overdue = overdue_startups(session, now, self.settings.startup_timeout, reachable)
         if overdue:
             changes.add(self._evict(overdue, reachable, now))
-        with self.database.sessions() as session:
+        with self.database.read() as session:
             work = due_work(session, now, reachable)
         self._swept &= set(reachable)  # a member that was away is swept again when it returns
 
@@ -145,7 +127,7 @@ class DispatcherService(LoopService):
             applies = [w for w in applies if w.refused is None]
         decided = [w for w in applies if w.state == "Decided"]
         if decided:
-            with writing(self.database) as session:  # committed before any member is touched
+            with self.database.write() as session:  # committed before any member is touched
                 started = start_apply(session, decided)
             crash_point("applying")
             applies = [w if w.state == "Applying" else replace(w, state="Applying") for w in applies
@@ -198,7 +180,7 @@ class DispatcherService(LoopService):
     def _evict_on_pull_members(self, now: datetime) -> Changes:
         """The same startup timeout on pull members, which the broker cannot ask why: their agents delete the
         evicted copies when they next ask for their work. A member that is away is fail-over's to decide."""
-        with self.database.sessions() as session:
+        with self.database.read() as session:
             pulled = set(session.scalars(select(Cluster.id).where(Cluster.mode == "pull",
                                                                   Cluster.state.not_in(UNAVAILABLE_STATES))))
             overdue = overdue_startups(session, now, self.settings.startup_timeout, pulled)
@@ -209,7 +191,7 @@ class DispatcherService(LoopService):
         policy = StartupPolicy(self.settings.startup_timeout, self.settings.startup_backoff,
                                self.settings.startup_avoid, self.settings.startup_eviction_limit)
         changes = Changes()
-        with writing(self.database) as session:
+        with self.database.write() as session:
             for unready, pods in zip(overdue, why):
                 changes.add(evict_unready(session, unready, pods, now, policy))
         return changes
@@ -263,7 +245,7 @@ class DispatcherService(LoopService):
         what = f"{work.namespace}/{work.name}"
         if owner is None or not owner.isdigit():
             return Outcome(work, "fail", f"a JobSet {what} that Archipelago did not create exists there")
-        with self.database.sessions() as session:
+        with self.database.read() as session:
             found = placement_owner(session, int(owner))
         if found is not None and found[1] in PLACEMENT_ACTIVE_STATES:
             return Outcome(work, "retry", f"{what} is still held by placement {owner} of job {found[0]}")
@@ -293,7 +275,7 @@ class DispatcherService(LoopService):
             log.info("dispatcher: sweep of %s failed: %s", row.name, exc)
             return False
         if stale:
-            with writing(self.database) as session:
+            with self.database.write() as session:
                 for obj in stale:
                     meta = obj["metadata"]
                     events.record(session, "cluster", row.name, "StaleCopyDeleted",
@@ -303,7 +285,7 @@ class DispatcherService(LoopService):
         return True
 
     def _kept(self, placement_ids: set[int]) -> set[int]:
-        with self.database.sessions() as session:
+        with self.database.read() as session:
             return kept_placements(session, placement_ids)
 
     # errors -------------------------------------------------------------------------------------
@@ -323,7 +305,7 @@ def record_outcomes(database: Database, outcomes: list[Outcome], now: datetime) 
     changes = Changes()
     if not outcomes:
         return changes
-    with writing(database) as session, session.no_autoflush:  # one flush at the commit
+    with database.write() as session, session.no_autoflush:  # one flush at the commit
         lock_jobs(session, (o.work.job_id for o in outcomes))  # their rows in two queries, not four each
         for o in outcomes:
             if o.kind == "done" and o.work.state == "Deleting":
@@ -343,19 +325,19 @@ def assigned_work(database: Database, cluster_id: int, now: datetime) -> tuple[l
     Decided moved to Applying and refusals failed (committed before the agent hears of them, so before its
     member is touched), and the placements whose copies it keeps there: any other copy of the broker's on
     that member is stale (a placement failed over, cancelled, re-placed), and the agent deletes it."""
-    with database.sessions() as session:
+    with database.read() as session:
         work = due_work(session, now, [cluster_id])
     refused = [w for w in work if w.refused is not None]
     changes = record_outcomes(database, [Outcome(w, "fail", w.refused) for w in refused], now)
     work = [w for w in work if w.refused is None]
     decided = [w for w in work if w.state == "Decided"]
     if decided:
-        with writing(database) as session:
+        with database.write() as session:
             started = start_apply(session, decided)
         crash_point("applying")
         work = [replace(w, state="Applying") if w.state == "Decided" else w for w in work
                 if w.state != "Decided" or w.placement_id in started]
-    with database.sessions() as session:
+    with database.read() as session:
         kept = list(session.scalars(select(Placement.id).where(Placement.cluster_id == cluster_id,
                                                                Placement.state.in_(KEPT_STATES))))
     return work, kept, changes
@@ -364,7 +346,7 @@ def assigned_work(database: Database, cluster_id: int, now: datetime) -> tuple[l
 def reported_outcomes(database: Database, cluster_id: int, reports: list[dict[str, Any]], now: datetime) -> Changes:
     """What a pull member's agent did with its work (`action` apply or delete; `kind` done, retry or fail),
     recorded as the dispatcher records its own calls. A report of another cluster's placement is ignored."""
-    with database.sessions() as session:
+    with database.read() as session:
         rows = {p.id: (p, namespace, name) for p, namespace, name in session.execute(
             select(Placement, Job.namespace, Job.name).join(Job, Job.id == Placement.job_id)
             .where(Placement.id.in_([r["placement_id"] for r in reports]), Placement.cluster_id == cluster_id))}

@@ -28,7 +28,6 @@ from sqlalchemy import select
 from broker.db.crypto import KubeconfigCipher
 from broker.db.models import Cluster, as_utc, utcnow
 from broker.db.runtime import Database
-from broker.db.session import transaction
 from broker.inventory import (PodHold, WriteResult, connect, member_inventory, node_row, pod_usage, record_probe,
                               record_sync_error, resolve_topology, write_inventory)
 from broker.services.loop import LoopService, WatchThread, in_lane
@@ -42,9 +41,6 @@ log = logging.getLogger("archipelago.inventory")
 
 MAX_BACKOFF = 300.0
 WATCH_SECONDS = 300
-# SQLite takes one writer at a time, and a transaction that read before writing fails at once
-# (not after the busy timeout) if another commits first: this process's inventory writers queue here.
-WRITES = threading.Lock()
 
 
 def backoff(failures: int, base: float, cap: float = MAX_BACKOFF) -> float:
@@ -226,7 +222,7 @@ def relist_all(client: MemberClient, mirror: MemberMirror) -> None:
 def flush(database: Database, settings: Settings, cluster_id: int, mirror: MemberMirror) -> WriteResult | None:
     """Write the mirror's rows for one cluster (None if it was removed meanwhile)."""
     inventory = mirror.inventory(settings.topology_tier_labels)
-    with WRITES, transaction(database.sessions) as session:
+    with database.write() as session:
         cluster = session.get(Cluster, cluster_id)
         if cluster is None:
             return None
@@ -280,7 +276,7 @@ class InventorySyncService(LoopService):
 
     def run_once(self) -> dict[str, WriteResult | str]:
         """Resync every member that is due; returns, per cluster synced, what changed or the error."""
-        with self.database.sessions() as session:
+        with self.database.read() as session:
             rows = session.execute(in_lane(select(Cluster.id, Cluster.name, Cluster.kubeconfig_encrypted,
                                                   Cluster.context).where(Cluster.mode == "push"), self.lane)).all()
         self._forget({row.id for row in rows})
@@ -299,7 +295,7 @@ class InventorySyncService(LoopService):
             member.failures += 1
             member.due = self.clock() + backoff(member.failures, max(self.settings.cluster_sync_interval, 1.0))
             log.warning("inventory sync of %s failed (%d in a row): %s", row.name, member.failures, exc)
-            with WRITES, transaction(self.database.sessions) as session:
+            with self.database.write() as session:
                 cluster = session.get(Cluster, row.id)
                 if cluster is not None:
                     record_sync_error(session, cluster, f"sync: {exc}")
@@ -431,13 +427,13 @@ class ClusterHealthService(LoopService):
 
     def run_once(self) -> dict[str, str]:
         """Probe all members at once, then record every outcome in one transaction; returns the states."""
-        with self.database.sessions() as session:
+        with self.database.read() as session:
             rows = session.execute(select(Cluster.id, Cluster.kubeconfig_encrypted, Cluster.context, Cluster.mode,
                                           Cluster.last_heartbeat, Cluster.created_at)).all()
         outcomes = {row.id: outcome for row, outcome in zip(rows, self._pool.map(self._probe, rows))
                     if outcome is not None}
         now = self.now()
-        with WRITES, transaction(self.database.sessions) as session:
+        with self.database.write() as session:
             states = {}
             for cluster in session.scalars(select(Cluster).where(Cluster.id.in_(list(outcomes)))):
                 version, error = outcomes[cluster.id]

@@ -24,7 +24,6 @@ from sqlalchemy.dialects import postgresql
 from broker.db.models import Cluster, Lease
 from broker.db.runtime import Database
 from broker.metrics import MEMBER_LANE_LAG, MEMBER_LANES_HELD
-from broker.services.dispatcher import writing
 from broker.services.lease import LeaseHolder, bound_waits, database_now
 from broker.services.loop import LoopService
 from broker.settings import Settings
@@ -49,7 +48,7 @@ class MemberLeases:
         """Heartbeat, count the live replicas, renew ours up to the share (the rest expire), take free ones up to it."""
         lease = Lease.__table__
         mine = (lease.c.holder == self.holder) & lease.c.name.startswith(MEMBER)
-        with writing(self.database) as session:
+        with self.database.write() as session:
             bound_waits(session, self.settings.lease_renew_period)
             now = database_now(session, self.now)
             expires = now + timedelta(seconds=self.settings.lease_duration)
@@ -86,7 +85,7 @@ class MemberLeases:
 
     def release(self) -> None:
         lease = Lease.__table__
-        with writing(self.database) as session:
+        with self.database.write() as session:
             session.execute(update(lease).where(lease.c.holder == self.holder, lease.c.name.startswith(MEMBER))
                             .values(holder=None, expires_at=database_now(session, self.now)))
             session.execute(delete(lease).where(lease.c.name == self.heartbeat))

@@ -33,7 +33,6 @@ from broker.db.fencing import Fence, fenced
 from broker.db.models import LEADER, Lease, as_utc, utcnow
 from broker.db.runtime import Database
 from broker.metrics import LEASE_HELD, LEASES_LOST
-from broker.services.dispatcher import writing
 from broker.services.loop import LoopService, ServiceRunner
 from broker.settings import Settings
 
@@ -76,7 +75,7 @@ class LeaseRecord:
     def hold(self) -> int | None:
         """Acquire or renew; the token held afterwards, or None (another replica holds it)."""
         lease = Lease.__table__
-        with writing(self.database) as session:
+        with self.database.write() as session:
             bound_waits(session, self.duration / 3)
             now = database_now(session, self.now)
             expires = now + timedelta(seconds=self.duration)
@@ -99,7 +98,7 @@ class LeaseRecord:
         if self.token is None:
             return
         lease = Lease.__table__
-        with writing(self.database) as session:
+        with self.database.write() as session:
             session.execute(update(lease).where(lease.c.name == self.name, lease.c.holder == self.holder,
                                                 lease.c.token == self.token)
                             .values(holder=None, expires_at=database_now(session, self.now)))

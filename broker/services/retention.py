@@ -9,7 +9,6 @@ from typing import Callable
 
 from broker.db.models import utcnow
 from broker.db.runtime import Database
-from broker.db.session import transaction
 from broker.retention import Pruned, history_from, prune_batch
 from broker.services.loop import LoopService
 from broker.settings import Settings
@@ -22,14 +21,14 @@ class RetentionService(LoopService):
 
     def __init__(self, database: Database, settings: Settings, *, now: Callable[[], datetime] = utcnow) -> None:
         super().__init__(settings.retention_interval)
-        self.sessions, self.now, self.retention_days = database.sessions, now, settings.retention_days
+        self.database, self.now, self.retention_days = database, now, settings.retention_days
 
     def run_once(self) -> Pruned:
         """Batches until one is not full; returns what this pass deleted."""
         total = Pruned()
         before = history_from(self.now(), self.retention_days)
         while before is not None:
-            with transaction(self.sessions) as session:
+            with self.database.write() as session:
                 pruned = prune_batch(session, before)
             total.jobs += pruned.jobs
             total.events += pruned.events

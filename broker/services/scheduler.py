@@ -18,7 +18,6 @@ from typing import Callable
 
 from broker.db.models import utcnow
 from broker.db.runtime import Database
-from broker.db.session import transaction
 from broker.metrics import CYCLES_DROPPED, PLACEMENTS_PER_CYCLE, PLACEMENTS_TOTAL, SCHEDULER_CYCLE_SECONDS
 from broker.placement import schedule
 from broker.scheduling import (CommitOutcome, Inventory, PendingJobs, commit_decisions, engine_config, has_pending,
@@ -34,25 +33,25 @@ class SchedulerService(LoopService):
 
     def __init__(self, database: Database, settings: Settings, *, now: Callable[[], datetime] = utcnow) -> None:
         super().__init__(settings.scheduler_interval)
-        self.sessions, self.now = database.sessions, now
+        self.database, self.now = database, now
         self.config = engine_config(settings)
         self.pending = PendingJobs(settings.scheduler_resync_interval)
 
     def read(self) -> Inventory:
         """This cycle's snapshot, with the pending rows kept since the last one brought up to date."""
-        with self.sessions() as session:
+        with self.database.read() as session:
             return read_inventory(session, now=self.now().timestamp(), pending=self.pending)
 
     def run_once(self) -> CommitOutcome:
         """1. read one snapshot, 2. decide, 3. commit every decision in one transaction."""
-        with self.sessions() as session:
+        with self.database.read() as session:
             if not has_pending(session):
                 return CommitOutcome()
         started = time.perf_counter()
         try:
             inventory = self.read()
             result = schedule(inventory.snapshot, inventory.pending, self.config, self.pending.still_parked(inventory))
-            with transaction(self.sessions) as session:
+            with self.database.write() as session:
                 outcome = commit_decisions(session, inventory, result)
         except BaseException:
             self.pending.forget()  # whatever was written or not, the next cycle reads it all

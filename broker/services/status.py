@@ -23,7 +23,7 @@ from broker.db.models import Cluster, utcnow
 from broker.db.runtime import Database
 from broker.dispatch import Changes, record_missing, record_status
 from broker.metrics import MEMBER_ERRORS, STATUS_LAG_SECONDS
-from broker.services.dispatcher import UNAVAILABLE_STATES, writing
+from broker.services.dispatcher import UNAVAILABLE_STATES
 from broker.services.inventory import MemberClients, backoff
 from broker.services.loop import LoopService, WatchThread, in_lane
 from broker.settings import Settings
@@ -39,7 +39,7 @@ CANNOT_WATCH = frozenset({400, 405, 406, 415, 501})  # the member's API does not
 def record_listed(database: Database, cluster_id: int, items: list[dict], version: str, now: Any) -> Changes:
     """A list of the broker's copies on a member (the status loop's, or a pull member's agent's): each one's
     status, and the copies gone since (those the list at `version` no longer shows)."""
-    with writing(database) as session:
+    with database.write() as session:
         changes = Changes()
         for obj in items:
             changes.add(record_status(session, cluster_id, obj, now))
@@ -62,7 +62,7 @@ class StatusService(LoopService):
     def run_once(self) -> dict[str, int | str]:
         """Start missing watches; list the members that are polled. Returns, per member listed, the
         number of copies seen or the error."""
-        with self.database.sessions() as session:
+        with self.database.read() as session:
             rows = session.execute(in_lane(select(Cluster.id, Cluster.name, Cluster.state, Cluster.kubeconfig_encrypted,
                                                   Cluster.context).where(Cluster.mode == "push"), self.lane)).all()
         registered = {row.id for row in rows}
@@ -96,7 +96,7 @@ class StatusService(LoopService):
         """One watch event, in its own transaction."""
         if event.get("type") not in ("ADDED", "MODIFIED", "DELETED"):
             return
-        with writing(self.database) as session:
+        with self.database.write() as session:
             changes = record_status(session, cluster_id, event["object"], self.now(),
                                     deleted=event["type"] == "DELETED")
         STATUS_LAG_SECONDS.observe(time.monotonic() - received)

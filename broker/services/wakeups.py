@@ -42,9 +42,8 @@ class Wakeups:
             self._deliver(name)
             return
         try:
-            with self.database.engine.connect() as connection:
-                connection.execute(text("SELECT pg_notify(:channel, :name)"), {"channel": CHANNEL, "name": name})
-                connection.commit()
+            with self.database.write() as session:
+                session.execute(text("SELECT pg_notify(:channel, :name)"), {"channel": CHANNEL, "name": name})
         except SQLAlchemyError as exc:  # what was committed is found by the loop's next interval instead
             log.warning("wake-up of %s not sent: %s", name, str(exc).splitlines()[0])
 

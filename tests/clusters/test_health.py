@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 
 from broker.cli import app as cli
 from broker.db.models import Cluster, Event, Job, Placement, Queue, Tenant
-from broker.db.session import transaction
 from tests.clusters.conftest import register
 from tests.servers import serving
 
@@ -75,7 +74,7 @@ def test_a_cordoned_member_stays_cordoned_through_an_outage(api, sim, db, health
 
 
 def _placement(db, cluster: str, state: str) -> None:
-    with transaction(db.sessions) as session:
+    with db.write() as session:
         tenant = session.scalar(select(Tenant)) or Tenant(name="research", namespaces=["research"])
         queue = session.scalar(select(Queue)) or Queue(name="training", tenant=tenant)
         job = Job(tenant=tenant, queue=queue, name=f"job-{state.lower()}", namespace="research", manifest={})

@@ -8,7 +8,6 @@ from sqlalchemy.exc import IntegrityError
 
 from broker.db.crypto import KubeconfigCipher
 from broker.db.models import Cluster, Event, HyperNode, Job, Node, Placement, Queue, Tenant
-from broker.db.session import transaction
 
 SECRET_TOKEN = "sha256~very-secret-bearer-token-0123456789"
 KUBECONFIG = f"""apiVersion: v1
@@ -26,7 +25,7 @@ def _cluster(cipher: KubeconfigCipher, name: str = "eu-west") -> Cluster:
 
 def test_kubeconfig_is_encrypted_at_rest(db, settings):
     cipher = KubeconfigCipher(settings.fernet_key())
-    with transaction(db.sessions) as session:
+    with db.write() as session:
         session.add(_cluster(cipher))
     with db.engine.connect() as connection:
         raw = connection.execute(text("SELECT * FROM clusters")).one()
@@ -46,17 +45,17 @@ def test_a_changed_secret_key_says_what_happened(settings):
 
 def test_names_are_unique(db, settings):
     cipher = KubeconfigCipher(settings.fernet_key())
-    with transaction(db.sessions) as session:
+    with db.write() as session:
         session.add(_cluster(cipher))
     with pytest.raises(IntegrityError):
-        with transaction(db.sessions) as session:
+        with db.write() as session:
             session.add(_cluster(cipher))
 
 
 def test_states_are_checked(db, settings):
     cipher = KubeconfigCipher(settings.fernet_key())
     with pytest.raises(IntegrityError):
-        with transaction(db.sessions) as session:
+        with db.write() as session:
             cluster = _cluster(cipher)
             cluster.state = "Sleeping"
             session.add(cluster)
@@ -64,7 +63,7 @@ def test_states_are_checked(db, settings):
 
 def test_removing_a_cluster_removes_its_topology_but_keeps_placement_history(db, settings):
     cipher = KubeconfigCipher(settings.fernet_key())
-    with transaction(db.sessions) as session:
+    with db.write() as session:
         cluster = _cluster(cipher)
         cluster.nodes = [Node(name="n1", allocatable={"nvidia.com/gpu": 8000})]
         cluster.hypernodes = [HyperNode(name="leaf-0", tier=1, nodes=["n1"])]
@@ -74,7 +73,7 @@ def test_removing_a_cluster_removes_its_topology_but_keeps_placement_history(db,
         session.add_all([cluster, job])
         session.flush()
         session.add(Placement(job_id=job.id, cluster_id=cluster.id, cluster_name=cluster.name, state="Succeeded"))
-    with transaction(db.sessions) as session:
+    with db.write() as session:
         session.delete(session.scalars(select(Cluster)).one())
     with db.sessions() as session:
         assert session.scalars(select(Node)).all() == []
@@ -84,7 +83,7 @@ def test_removing_a_cluster_removes_its_topology_but_keeps_placement_history(db,
 
 
 def test_a_tenant_with_queues_cannot_be_deleted(db):
-    with transaction(db.sessions) as session:
+    with db.write() as session:
         session.add(Queue(name="training", tenant=Tenant(name="research")))
     with pytest.raises(IntegrityError):
         with db.engine.begin() as connection:
@@ -92,7 +91,7 @@ def test_a_tenant_with_queues_cannot_be_deleted(db):
 
 
 def test_events_are_kept_in_order(db):
-    with transaction(db.sessions) as session:
+    with db.write() as session:
         session.add_all([Event(kind="cluster", object_id="eu-west", reason=f"R{i}", message=f"m{i}")
                          for i in range(3)])
     with db.sessions() as session:

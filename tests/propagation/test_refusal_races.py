@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from broker.dispatch import request_deletions
 from broker.services import dispatcher
-from broker.services.dispatcher import writing
 from tests.propagation.conftest import jobset
 
 
@@ -53,7 +52,7 @@ def test_a_refusal_for_a_placement_already_being_deleted_is_left_to_its_deletion
 
     def cancel_and_delete() -> None:
         federation.api.delete(f"/api/v1/jobs/{job}")
-        with writing(federation.db) as session:  # another pass, e.g. another replica's, asks for the deletion
+        with federation.db.write() as session:  # another pass, e.g. another replica's, asks for the deletion
             request_deletions(session, federation.now())
     _at_applying(federation, monkeypatch, cancel_and_delete)
     [placement] = federation.placements(job)

@@ -10,7 +10,6 @@ import pytest
 from sqlalchemy import event, func, select
 
 from broker.db.models import Cluster, Event, HyperNode, Job, Node, Placement, Queue, Tenant
-from broker.db.session import transaction
 from broker.jobset import parse_jobset
 from broker.services.scheduler import SchedulerService
 from tests.placement.fixtures import GPU, manifest
@@ -92,7 +91,7 @@ def placements_of(session, job_id: int) -> list[Placement]:
 @pytest.fixture
 def setup(db):
     """`with setup() as session:` one committed transaction that fills the inventory."""
-    return lambda: transaction(db.sessions)
+    return db.write
 
 
 @pytest.fixture

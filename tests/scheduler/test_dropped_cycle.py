@@ -3,10 +3,6 @@ dropped, and does not report `placements_last_cycle=0` as if it had run."""
 
 from __future__ import annotations
 
-from sqlalchemy import event
-
-from broker.db.runtime import Database
-from broker.db.session import make_sessionmaker
 from broker.metrics import REGISTRY
 from broker.services.scheduler import SchedulerService
 from tests.scheduler.conftest import add_cluster, add_queue, submit
@@ -20,18 +16,17 @@ def test_a_dropped_cycle_is_counted_and_keeps_the_last_cycles_placements(db, set
         queue = add_queue(session)
         submit(session, queue, "first", gpus=8)
         submit(session, queue, "second", gpus=8)
-    other = SchedulerService(db, settings)
-    sessions = make_sessionmaker(db.engine)
-    begun = []
+    other, late = SchedulerService(db, settings), SchedulerService(db, settings)
+    read = late.read
 
-    @event.listens_for(sessions, "after_begin")
-    def overtaken(*_) -> None:
-        begun.append(True)
-        if len(begun) == 3:  # the late cycle's commit (after "any pending?" and the read): the other commits first
-            assert other.run_once().placements == 1
+    def overtaken():  # after the late cycle's read, before its commit: the other commits first
+        inventory = read()
+        assert other.run_once().placements == 1
+        return inventory
 
+    late.read = overtaken
     dropped = REGISTRY.get_sample_value(DROPPED)
-    late = SchedulerService(Database(db.engine, sessions), settings).run_once()
+    late = late.run_once()
     assert late.stale
     assert REGISTRY.get_sample_value(DROPPED) == dropped + 1
     assert REGISTRY.get_sample_value(LAST_CYCLE) == 1  # the other's cycle, the last that ran

@@ -40,7 +40,7 @@ def assert_same_as_a_full_read(db, scheduler: SchedulerService, foreign_reasons_
     one's last full read (`foreign_reasons_at`: its count of full reads then). Returns how many jobs it did not
     decide."""
     incremental = scheduler.read()
-    with db.sessions() as session:
+    with db.read() as session:
         full = read_inventory(session, now=scheduler.now().timestamp())
     assert sorted(incremental.pending, key=lambda j: j.id) == sorted(full.pending, key=lambda j: j.id)
     assert (incremental.unplaceable, incremental.tenant_ids, incremental.generations) == (

@@ -10,7 +10,6 @@ import pytest
 
 from broker.db.fencing import Fence, Fenced, fenced
 from broker.db.models import Cluster
-from broker.db.session import transaction
 from broker.inventory import WriteResult
 from broker.metrics import REGISTRY
 from broker.services.lanes import MemberLeases, member_lease, member_lanes, members_of
@@ -28,7 +27,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def members(db) -> list[int]:
-    with transaction(db.sessions) as session:
+    with db.write() as session:
         clusters = [Cluster(name=f"member-{i}", api_server=f"https://member-{i}", kubeconfig_encrypted=b"x")
                     for i in range(MEMBERS)]
         session.add_all(clusters)
@@ -64,7 +63,7 @@ def test_a_lanes_commit_after_its_member_was_taken_is_refused(db, settings, cloc
     clock.advance(settings.lease_duration + 1)  # the first replica paused; the second takes every member
     assert members_of(MemberLeases(db, settings, holder="second", now=clock.now).claim()) == set(members)
     with pytest.raises(Fenced, match=member_lease(members[0])):
-        with transaction(lane.sessions) as session:
+        with lane.write() as session:
             session.get(Cluster, members[0]).last_error = "written by a lane that lost the member"
     with db.sessions() as session:
         assert session.get(Cluster, members[0]).last_error is None
@@ -77,7 +76,7 @@ def test_a_replica_runs_lane_services_on_its_members_only(db, settings, clock, m
                           lambda _database, lane: lanes_built.append(lane) or [], clock=clock.monotonic)
     try:
         assert holder.step() and lanes_built == [frozenset(members)]
-        with transaction(db.sessions) as session:
+        with db.write() as session:
             session.delete(session.get(Cluster, members[-1]))  # a member removed: the lanes start again without it
         clock.advance(settings.lease_renew_period)
         assert holder.step() and lanes_built[-1] == frozenset(members[:-1])
@@ -120,7 +119,7 @@ def test_the_lane_lag_is_exported_for_the_members_carried_and_dropped_with_them(
         clock.advance(2)
         services[-1].run_once()
         assert lane_lags() == {**dict.fromkeys(names, 0), "member-0": 7}
-        with transaction(db.sessions) as session:
+        with db.write() as session:
             session.delete(session.get(Cluster, members[-1]))  # a member removed: the lane starts again without it
         clock.advance(settings.lease_renew_period)
         assert holder.step() and services[-1].ran.wait(10)

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from broker.db.fencing import Fence, Fenced, fenced
 from broker.db.models import LEADER, Cluster, Lease
 from broker.db.runtime import Database, open_database
-from broker.db.session import make_engine, make_sessionmaker, transaction
+from broker.db.session import make_engine, make_sessionmaker
 from broker.metrics import REGISTRY
 from broker.services.lease import LeaseHolder, LeaseRecord, leader, replica_name
 from broker.services.loop import LoopService
@@ -70,7 +70,7 @@ def test_a_released_lease_is_taken_at_once(db, clock):
 
 
 def _write_cluster(database, name: str) -> None:
-    with transaction(database.sessions) as session:
+    with database.write() as session:
         session.add(Cluster(name=name, kubeconfig_encrypted=b"x", api_server="https://member.example"))
 
 
@@ -101,7 +101,7 @@ def test_a_takeover_in_the_middle_of_an_ex_leaders_transaction_fences_its_commit
     other = open_database(settings, upgrade=False)  # the other replica, on connections of its own
     try:
         with pytest.raises(Fenced):
-            with transaction(loops.sessions) as session:
+            with loops.write() as session:
                 session.add(Cluster(name="written-before-the-takeover", kubeconfig_encrypted=b"x", api_server="https://member.example"))
                 session.flush()
                 clock.advance(11)

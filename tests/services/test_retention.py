@@ -12,7 +12,6 @@ from sqlalchemy import func, select
 from api.app import create_app
 from broker import retention
 from broker.db.models import Event, Job, Placement, Queue, Tenant
-from broker.db.session import transaction
 from broker.services.retention import RetentionService
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
@@ -22,7 +21,7 @@ LONG_AGO, RECENTLY = NOW - timedelta(days=40), NOW - timedelta(days=3)
 def _history(db, *, old_finished: int = 1) -> None:
     """`old_finished` jobs that ended 40 days ago, one that ended 3 days ago, one submitted 40 days ago and still
     running; each with a placement and an event at its last change."""
-    with transaction(db.sessions) as session:
+    with db.write() as session:
         tenant = Tenant(name="research", namespaces=["research"])
         queue = Queue(name="training", tenant=tenant)
         jobs = [(f"old-{i}", "Succeeded", LONG_AGO) for i in range(old_finished)]

@@ -1,0 +1,104 @@
+"""`Database.read` and `Database.write`, the only two ways the broker opens a transaction: what each guarantees,
+on both databases."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone
+
+import pytest
+from sqlalchemy import event, select, update
+
+from broker.db.fencing import Fence, Fenced, fenced
+from broker.db.models import LEADER, Lease
+from broker.db.runtime import open_database
+
+NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def counter(db) -> str:
+    """A row whose integer column the tests count with (a lease's token)."""
+    with db.write() as session:
+        session.add(Lease(name="counter", holder=None, token=0, expires_at=NOW))
+    return "counter"
+
+
+def _count(session, name: str) -> int:
+    return session.scalar(select(Lease.token).where(Lease.name == name))
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_two_writers_on_sqlite_both_commit_one_after_the_other(db, settings, counter):
+    """Two processes' writes, each reading the count and then writing it plus one, overlap: the second waits for
+    the first's commit, then reads its count, instead of failing with "database is locked" when it upgrades a read
+    transaction the first has overtaken (and neither increment is lost)."""
+    other = open_database(settings, upgrade=False)  # another process: its own connections and writers' queue
+    began, read = threading.Event(), threading.Event()
+
+    def seen(connection, cursor, statement, *_):
+        (began if statement.startswith("BEGIN") else read).set()
+
+    event.listen(other.engine, "before_cursor_execute", seen)
+    failures: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            with other.write() as session:
+                count = _count(session, counter)
+                session.execute(update(Lease).where(Lease.name == counter).values(token=count + 1))
+        except BaseException as exc:  # noqa: BLE001 - the test asserts there was none
+            failures.append(exc)
+
+    try:
+        with db.write() as session:
+            count = _count(session, counter)
+            thread = threading.Thread(target=second)
+            thread.start()
+            assert began.wait(10)
+            # a deferred BEGIN lets the second read now (and fail later); an immediate one holds it before its read
+            read.wait(1)
+            session.execute(update(Lease).where(Lease.name == counter).values(token=count + 1))
+        thread.join(30)
+    finally:
+        other.dispose()
+    assert failures == []
+    with db.read() as session:
+        assert _count(session, counter) == 2
+
+
+def test_a_read_sees_one_committed_state_while_another_connection_commits(db, counter):
+    with db.read() as session:
+        before = _count(session, counter)
+        with db.write() as writer:  # another connection commits between the read's two SELECTs
+            writer.execute(update(Lease).where(Lease.name == counter).values(token=Lease.token + 1))
+        assert _count(session, counter) == before == 0
+    with db.read() as session:
+        assert _count(session, counter) == 1
+
+
+def test_a_write_that_raises_leaves_nothing(db, counter):
+    with pytest.raises(RuntimeError):
+        with db.write() as session:
+            session.execute(update(Lease).where(Lease.name == counter).values(token=7))
+            session.add(Lease(name="written-then-raised", token=1, expires_at=NOW))
+            session.flush()
+            raise RuntimeError("the unit of work fails half-way")
+    with db.read() as session:
+        assert session.scalars(select(Lease.name)).all() == [counter]
+        assert _count(session, counter) == 0
+
+
+def test_a_fenced_write_after_the_lease_is_revoked_raises_and_writes_nothing(db, counter):
+    with db.write() as session:
+        session.add(Lease(name=LEADER, holder="this-replica", token=1, expires_at=NOW))
+    fence = Fence({LEADER: 1})
+    loops = fenced(db, fence)
+    with loops.write() as session:  # while the lease is held, the fenced write commits
+        session.execute(update(Lease).where(Lease.name == counter).values(token=1))
+    fence.revoke()
+    with pytest.raises(Fenced):
+        with loops.write() as session:
+            session.execute(update(Lease).where(Lease.name == counter).values(token=2))
+    with db.read() as session:
+        assert _count(session, counter) == 1
