@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "mutants"
 DETECTED = ("killed", "timeout")
 ONLY_SQLITE = ["-m", "not postgres and not browser", "-p", "no:cacheprovider"]
+FASTEST_FIRST = "fastest_first"  # bench/fastest_first.py, a pytest plugin the views hold
 
 
 class Group:
@@ -48,8 +49,9 @@ class Group:
             "[tool.mutmut]",
             f"source_paths = {json.dumps(['broker/', 'clusters/', 'api/', 'migrations/'])}",  # all it imports
             f"only_mutate = {json.dumps(self.mutate)}",
-            f"also_copy = {json.dumps(['deploy/'])}",  # manifests the tests render and check
-            f"pytest_add_cli_args = {json.dumps(ONLY_SQLITE)}",
+            # manifests the tests render and check; the plugin that orders a mutant's tests
+            f"also_copy = {json.dumps(['deploy/', FASTEST_FIRST + '.py'])}",
+            f"pytest_add_cli_args = {json.dumps(ONLY_SQLITE + ['-p', FASTEST_FIRST])}",
             f"pytest_add_cli_args_test_selection = {json.dumps(self.tests)}", ""])
 
 
@@ -69,6 +71,7 @@ def prepare(group: Group) -> None:
     group.folder.mkdir(parents=True)
     for name in ("broker", "clusters", "api", "migrations", "tests", "deploy"):
         (group.folder / name).symlink_to(ROOT / name)
+    (group.folder / f"{FASTEST_FIRST}.py").symlink_to(ROOT / "bench" / f"{FASTEST_FIRST}.py")
     (group.folder / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + "\n" + group.settings())
 
 
