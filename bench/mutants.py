@@ -61,7 +61,7 @@ GROUPS = [
            "clusters/pods.py", "clusters/taints.py", "clusters/topology.py"],
           ["tests/placement", "tests/status", "tests/clusters/test_topology.py", "tests/clusters/test_topology_warnings.py",
            "tests/clusters/test_label_selectors.py", "tests/clusters/test_pin.py", "tests/clusters/test_pod_requests.py",
-           "tests/clusters/test_tolerations.py"]),
+           "tests/clusters/test_tolerations.py", "tests/clusters/test_rule_boundaries.py"]),
     Group("outbox", 0.80, ["broker/dispatch.py"], ["tests/propagation", "--ignore=tests/propagation/test_crash.py"]),
 ]
 
