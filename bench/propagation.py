@@ -42,7 +42,8 @@ from broker.db.runtime import open_database  # noqa: E402
 from broker.inventory import register_cluster  # noqa: E402
 from broker.jobs import federation_capacity, submit_jobs  # noqa: E402
 from broker.services.dispatcher import DispatcherService  # noqa: E402
-from broker.services.inventory import MemberClients, first_sync  # noqa: E402
+from broker.services.inventory import first_sync  # noqa: E402
+from broker.services.members import MemberClients  # noqa: E402
 from broker.services.scheduler import SchedulerService  # noqa: E402
 from broker.services.status import StatusService  # noqa: E402
 from broker.settings import Settings  # noqa: E402

@@ -35,7 +35,7 @@ from broker.db.models import Job, Queue, Tenant  # noqa: E402
 from broker.db.runtime import open_database  # noqa: E402
 from broker.inventory import register_cluster  # noqa: E402
 from broker.jobs import federation_capacity, submit_jobs  # noqa: E402
-from broker.services.inventory import MemberClients  # noqa: E402
+from broker.services.members import MemberClients  # noqa: E402
 from broker.services.stepper import Stepper  # noqa: E402
 from broker.settings import Settings  # noqa: E402
 from clusters.sim.resources import PODS  # noqa: E402

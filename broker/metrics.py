@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, ContextManager
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from broker.db.models import LEADER, Cluster, Job, Lease, Queue
 
@@ -39,7 +39,7 @@ class InventoryCollector:
     """Queue depth, jobs by state and clusters by state, counted in SQL when Prometheus scrapes."""
 
     def __init__(self) -> None:
-        self.sessions: sessionmaker[Session] | None = None
+        self.sessions: Callable[[], ContextManager[Session]] | None = None  # `Database.read`
         self.queue_names = False  # queues by id unless the names may be shown (they are tenants' words)
 
     def collect(self):
@@ -88,6 +88,6 @@ MEMBER_LANE_LAG = MemberLaneLag()
 REGISTRY.register(MEMBER_LANE_LAG)
 
 
-def exposition(sessions: sessionmaker[Session], *, queue_names: bool = False) -> bytes:
+def exposition(sessions: Callable[[], ContextManager[Session]], *, queue_names: bool = False) -> bytes:
     INVENTORY.sessions, INVENTORY.queue_names = sessions, queue_names
     return generate_latest(REGISTRY)

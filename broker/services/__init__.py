@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from broker.db.runtime import Database
 from broker.services.dispatcher import DispatcherService
-from broker.services.inventory import ClusterHealthService, InventorySyncService, MemberClients
+from broker.services.inventory import ClusterHealthService, InventorySyncService
 from broker.services.lanes import MemberLeases, member_lanes
 from broker.services.lease import LeaseRecord, leader, replica_name
 from broker.services.loop import LoopService
+from broker.services.members import MemberClients
 from broker.services.retention import RetentionService
 from broker.services.scheduler import SchedulerService
 from broker.services.status import StatusService

@@ -40,8 +40,8 @@ from broker.dispatch import (KEPT_STATES, Changes, StartupPolicy, Unready, Work,
                              fail_apply, fail_over, finish_apply, finish_delete, kept_placements, lock_jobs,
                              overdue_startups, placement_owner, request_deletions, retry_later, start_apply)
 from broker.metrics import MEMBER_ERRORS
-from broker.services.inventory import MemberClients, backoff
 from broker.services.loop import LoopService, in_lane
+from broker.services.members import UNAVAILABLE_STATES, MemberClients, backoff
 from broker.settings import Settings
 from clusters import jobsets
 from clusters.kubeconfig import KubeconfigError
@@ -57,7 +57,6 @@ log = logging.getLogger("archipelago.dispatcher")
 CRASH_AT_ENV = "ARCHIPELAGO_TEST_CRASH_AT"
 RETRY_BASE = 1.0
 RETRY_CAP = 60.0
-UNAVAILABLE_STATES = ("NotReady", "Pending")  # members the dispatcher does not call
 LANE_WIDTH = 4  # calls in flight to one member at once (its MemberClient pool keeps more connections)
 
 

@@ -25,12 +25,12 @@ from typing import Any, Callable
 
 from sqlalchemy import select
 
-from broker.db.crypto import KubeconfigCipher
 from broker.db.models import Cluster, as_utc, utcnow
 from broker.db.runtime import Database
-from broker.inventory import (PodHold, WriteResult, connect, member_inventory, node_row, pod_usage, record_probe,
+from broker.inventory import (PodHold, WriteResult, member_inventory, node_row, pod_usage, record_probe,
                               record_sync_error, resolve_topology, write_inventory)
 from broker.services.loop import LoopService, WatchThread, in_lane
+from broker.services.members import MemberClients, backoff
 from broker.settings import Settings
 from clusters.kubeconfig import KubeconfigError
 from clusters.member import (ACTIVE_PODS, HYPERNODE_GROUP, HYPERNODE_VERSION, HYPERNODES, NODES, PODS, MemberClient,
@@ -39,55 +39,7 @@ from clusters.topology import Topology
 
 log = logging.getLogger("archipelago.inventory")
 
-MAX_BACKOFF = 300.0
 WATCH_SECONDS = 300
-
-
-def backoff(failures: int, base: float, cap: float = MAX_BACKOFF) -> float:
-    """Seconds to wait after `failures` failures in a row: doubling from `base`, capped, ±20% jitter
-    so that members that failed together do not retry together."""
-    return min(base * 2 ** max(failures - 1, 0), cap) * random.uniform(0.8, 1.2)
-
-
-class MemberClients:
-    """One MemberClient per registered cluster, built from its stored (encrypted) kubeconfig and
-    shared by the loops; rebuilt when the stored kubeconfig changes."""
-
-    def __init__(self, settings: Settings, guard: Callable[[], None] = lambda: None) -> None:
-        """`guard` runs before every request to a member (`Database.ensure_leading` of the loops' replica)."""
-        self.settings, self.guard = settings, guard
-        self._cipher = KubeconfigCipher(settings.fernet_key())
-        self._clients: dict[int, tuple[bytes, MemberClient]] = {}
-        self._lock = threading.Lock()
-
-    def get(self, cluster_id: int, blob: bytes, context: str | None) -> MemberClient:
-        """Raises KubeconfigError (or ValueError if the secret key changed)."""
-        blob = bytes(blob)
-        with self._lock:
-            known = self._clients.get(cluster_id)
-            if known is not None and known[0] == blob:
-                return known[1]
-        client = connect(self.settings, self._cipher.decrypt(blob), context)
-        client.guard = self.guard
-        with self._lock:
-            known = self._clients.get(cluster_id)
-            if known is not None and known[0] == blob:  # another thread got there first
-                client.close()
-                return known[1]
-            self._clients[cluster_id] = (blob, client)
-        if known is not None:
-            known[1].close()
-        return client
-
-    def retain(self, cluster_ids: set[int]) -> None:
-        """Close the clients of clusters no longer registered."""
-        with self._lock:
-            gone = [self._clients.pop(i)[1] for i in list(self._clients) if i not in cluster_ids]
-        for client in gone:
-            client.close()
-
-    def close(self) -> None:
-        self.retain(set())
 
 
 class MemberMirror:

@@ -115,7 +115,7 @@ class LaneProgress:
     def follow(self, services: list[LoopService], lane: frozenset[int]) -> list[LoopService]:
         """The lane begins on these members: counts start now, and every pass of `services` that completes is
         recorded (the services run unchanged; only their `run_once` is wrapped)."""
-        with self.database.sessions() as session:
+        with self.database.read() as session:
             names = dict(session.execute(select(Cluster.id, Cluster.name)
                                          .where(Cluster.id.in_(sorted(lane)), Cluster.mode == "push")).all())
         with self._lock:

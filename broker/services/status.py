@@ -23,9 +23,8 @@ from broker.db.models import Cluster, utcnow
 from broker.db.runtime import Database
 from broker.dispatch import Changes, record_missing, record_status
 from broker.metrics import MEMBER_ERRORS, STATUS_LAG_SECONDS
-from broker.services.dispatcher import UNAVAILABLE_STATES
-from broker.services.inventory import MemberClients, backoff
 from broker.services.loop import LoopService, WatchThread, in_lane
+from broker.services.members import UNAVAILABLE_STATES, MemberClients, backoff
 from broker.settings import Settings
 from clusters import jobsets
 from clusters.kubeconfig import KubeconfigError

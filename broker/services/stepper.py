@@ -11,7 +11,8 @@ from typing import Protocol
 from broker.db.models import utcnow
 from broker.db.runtime import Database
 from broker.services.dispatcher import DispatcherService
-from broker.services.inventory import ClusterHealthService, InventorySyncService, MemberClients
+from broker.services.inventory import ClusterHealthService, InventorySyncService
+from broker.services.members import MemberClients
 from broker.services.scheduler import SchedulerService
 from broker.services.status import StatusService
 from broker.settings import Settings

@@ -17,8 +17,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from broker.db.runtime import Database
-from broker.services.inventory import backoff
 from broker.services.lease import LeaseHolder
+from broker.services.members import backoff
 
 log = logging.getLogger("archipelago.wakeups")
 

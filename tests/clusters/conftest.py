@@ -8,7 +8,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from broker.services.inventory import ClusterHealthService, InventorySyncService, MemberClients
+from broker.services.inventory import ClusterHealthService, InventorySyncService
+from broker.services.members import MemberClients
 from clusters.sim.scenario import LEAF, SPINE, ZONE
 from clusters.sim.testing import SimHandle, running_simulator
 

@@ -21,7 +21,8 @@ from cryptography.fernet import Fernet
 from api.app import create_app
 from broker.db.runtime import Database, open_database
 from broker.services.dispatcher import DispatcherService
-from broker.services.inventory import ClusterHealthService, InventorySyncService, MemberClients
+from broker.services.inventory import ClusterHealthService, InventorySyncService
+from broker.services.members import MemberClients
 from broker.services.status import StatusService
 from broker.services.scheduler import SchedulerService
 from broker.settings import Settings

@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from api.app import create_app
 from broker.db.models import Event, Placement
-from broker.services.inventory import MemberClients
+from broker.services.members import MemberClients
 from broker.services.stepper import Stepper
 from clusters.jobsets import JOB_ID_LABEL
 from clusters.sim.resources import JOBSETS

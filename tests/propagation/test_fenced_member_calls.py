@@ -8,7 +8,7 @@ from sqlalchemy import select
 
 from broker.db.fencing import Fence, Fenced, fenced
 from broker.db.models import Cluster
-from broker.services.inventory import MemberClients
+from broker.services.members import MemberClients
 from clusters.member import NODES
 
 
