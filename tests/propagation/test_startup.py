@@ -67,6 +67,9 @@ def test_a_job_evicted_as_often_as_the_limit_allows_fails_and_says_why(federatio
     federation.until_state(job, "Starting")
     federation.run_until(lambda: len(_events(federation, job, "Evicted")) == 2, seconds=10, steps=30)
     assert federation.state(job) == "Queued"
+    # the back-off doubles with each eviction
+    assert [m.split(", not on")[0] for m in _events(federation, job, "Requeued")] == [
+        "evicted (1 of 3): placed again after 30s", "evicted (2 of 3): placed again after 60s"]
     # both members avoided for a while: the job waits and says so per member
     federation.step(60)
     waiting = federation.job(job)
