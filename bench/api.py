@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from cryptography.fernet import Fernet
-from sqlalchemy import create_engine, insert, text
+from sqlalchemy import create_engine, insert, select, text
 from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,15 +83,25 @@ def prepare(url: str, backlog: int) -> None:
     engine = create_engine(url)
     migrate.upgrade(engine)
     now = datetime.now(timezone.utc)
-    manifest = jobset("backlog")
     with engine.begin() as connection:
         tenant_id = connection.execute(insert(Tenant).values(name="research", namespaces=["research"], created_at=now)
                                        .returning(Tenant.id)).scalar_one()
-        queue_id = connection.execute(insert(Queue).values(
+        connection.execute(insert(Queue).values(
             name="training", tenant_id=tenant_id, weight=1.0, priority=0, nominal_quota={}, preemption_policy="Never",
-            is_default=True, created_at=now).returning(Queue.id)).scalar_one()
+            is_default=True, created_at=now))
         connection.execute(insert(Token).values(token_hash=hash_token(TENANT_TOKEN), role="tenant",
                                                 tenant_id=tenant_id, created_at=now))
+    engine.dispose()
+    queue_backlog(url, backlog)
+
+
+def queue_backlog(url: str, backlog: int) -> None:
+    """`backlog` Queued jobs of the prepared tenant inserted in bulk, as submissions would store them."""
+    engine = create_engine(url)
+    now = datetime.now(timezone.utc)
+    manifest = jobset("backlog")
+    with engine.begin() as connection:
+        tenant_id, queue_id = connection.execute(select(Queue.tenant_id, Queue.id).where(Queue.name == "training")).one()
         rows = [{"tenant_id": tenant_id, "queue_id": queue_id, "name": f"backlog-{i}", "namespace": "research",
                  "manifest": manifest, "priority_class": "normal", "priority": 1000, "placement_mode": "whole",
                  "demand": {"nvidia.com/gpu": 32000}, "state": "Queued", "waiting_reasons": {}, "status": {},

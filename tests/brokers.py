@@ -15,6 +15,7 @@ import httpx
 from sqlalchemy import select
 
 from broker.db.models import LEADER, Lease
+from broker.settings import Settings
 from clusters.jobsets import JOB_ID_LABEL
 from clusters.sim.resources import JOBSETS
 from clusters.sim.testing import SimHandle
@@ -24,6 +25,8 @@ DEADLINE = 30.0
 FAST_LOOPS = {"ARCHIPELAGO_SCHEDULER_INTERVAL": "0.2", "ARCHIPELAGO_DISPATCH_INTERVAL": "0.2",
               "ARCHIPELAGO_STATUS_POLL_INTERVAL": "0.5", "ARCHIPELAGO_HEALTH_PROBE_INTERVAL": "1",
               "ARCHIPELAGO_MEMBER_TIMEOUT": "2"}
+DEFAULT_LOOPS = {key: str(Settings.model_fields[key.removeprefix("ARCHIPELAGO_").lower()].default)
+                 for key in FAST_LOOPS}  # what a deployment runs, for the benchmarks
 
 
 def free_port() -> int:

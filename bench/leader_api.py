@@ -1,0 +1,158 @@
+"""The API of the leader process while it schedules a backlog: listing and single-POST latency.
+
+A figure of bench/placement.py's (#14), in a file of its own: it runs a broker and a simulator as processes.
+
+    python bench/leader_api.py [--members 40] [--nodes 200] [--backlog 100000] [--rate 10] [--steady 60]
+
+`archipelago serve` on SQLite (the API and every loop service in one process, loop intervals at their defaults)
+against members served by `python -m clusters.sim` (speed 0: what runs keeps running), each registered through the
+API. The broker is stopped, a backlog of Queued JobSets (4 nodes each) inserted in bulk, and the broker started
+again: a leader taking over a backlog. While it schedules it (its first full cycle, then the incremental cycles
+after it), this process sends `GET /api/v1/jobs?limit=50` and single POSTs, each at --rate a second, one at a time,
+and prints their latency during the first cycle and over --steady seconds after it (cycles counted from the
+broker's /metrics, asked once a second). Prints a table, then one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+from urllib.parse import urlsplit
+
+from cryptography.fernet import Fernet
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from table import print_table  # noqa: E402
+
+from bench.api import HEADERS, jobset, prepare, queue_backlog  # noqa: E402
+from bench.placement import percentile  # noqa: E402
+from bench.propagation import start_simulator  # noqa: E402
+from tests.brokers import DEFAULT_LOOPS, Broker  # noqa: E402
+
+TARGET_MS = 100
+
+
+def paced(base: str, method: str, path: str, body: Callable[[int], bytes | None], rate: float,
+          stop: threading.Event) -> list[tuple[float, float]]:
+    """(sent at, seconds) of one request every 1/rate seconds, one at a time on one keep-alive connection, until
+    `stop`: a slow answer delays the next one, it does not pile them up."""
+    address = urlsplit(base)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=120)
+    headers = {**HEADERS, "Content-Type": "application/json"}
+    samples: list[tuple[float, float]] = []
+    due = time.monotonic()
+    while not stop.wait(max(0.0, due - time.monotonic())):
+        sent = time.monotonic()
+        connection.request(method, path, body=body(len(samples)), headers=headers)
+        answer = connection.getresponse()
+        text = answer.read()
+        samples.append((sent, time.monotonic() - sent))
+        if answer.status not in (200, 201):
+            raise SystemExit(f"{method} {path}: {answer.status} {text[:300]!r}")
+        due = max(due + 1 / rate, time.monotonic())
+    connection.close()
+    return samples
+
+
+def metric(broker: Broker, family_name: str) -> list:
+    """The samples of one metric family on the broker's /metrics."""
+    text = broker.api.get("/metrics", timeout=60).text
+    return [sample for family in text_string_to_metric_families(text) if family.name == family_name
+            for sample in family.samples]
+
+
+def cycles_done(broker: Broker) -> int:
+    return int(sum(s.value for s in metric(broker, "archipelago_scheduler_cycle_seconds") if s.name.endswith("_count")))
+
+
+def measure(members: int, nodes: int, backlog: int, rate: float, steady: float) -> dict:
+    with tempfile.TemporaryDirectory() as directory:
+        work = Path(directory)
+        names = [f"m{i:03d}" for i in range(members)]
+        simulator = start_simulator(work, names, nodes)
+        url = f"sqlite:///{work / 'archipelago.db'}"
+        prepare(url, backlog=0)
+        broker = Broker(work, database_url=url, secret_key=Fernet.generate_key().decode(),
+                        env={**DEFAULT_LOOPS, "ARCHIPELAGO_LOG_LEVEL": "WARNING"})
+        try:
+            broker.start()
+            for name in names:
+                answer = broker.api.post("/api/v1/clusters", json={
+                    "name": name, "kubeconfig": (work / f"{name}.kubeconfig").read_text()}, timeout=120)
+                assert answer.status_code == 201, f"registering {name}: {answer.text}\n{broker.log()}"
+            broker.process.terminate()  # stopped as a deployment stops it; the api client stays open
+            broker.process.wait(60)
+            queue_backlog(url, backlog)
+            broker.start()
+            started = time.monotonic()
+            stop, samples = threading.Event(), {}
+            loads = {"list": ("GET", "/api/v1/jobs?limit=50", lambda i: None),
+                     "post": ("POST", "/api/v1/jobs", lambda i: json.dumps(jobset(f"probe-{i}")).encode())}
+
+            def load(kind: str) -> None:
+                samples[kind] = paced(broker.url, *loads[kind], rate, stop)
+
+            threads = [threading.Thread(target=load, args=(kind,)) for kind in loads]
+            for thread in threads:
+                thread.start()
+            while not cycles_done(broker):
+                assert time.monotonic() - started < 900, f"no cycle ended in 900 s\n{broker.log()}"
+                time.sleep(1)
+            first_cycle_end = time.monotonic()
+            time.sleep(steady)
+            cycles = cycles_done(broker)
+            stop.set()
+            for thread in threads:
+                thread.join()
+            admitted = sum(s.value for s in metric(broker, "archipelago_jobs") if s.labels["state"] != "Queued")
+        finally:
+            broker.stop()
+            simulator.terminate()
+            simulator.wait(30)
+
+    figures = {"members": members, "nodes_per_member": nodes, "backlog": backlog, "rate_per_s": rate,
+               "first_cycle_s": round(first_cycle_end - started, 1), "steady_s": steady, "cycles": cycles,
+               "jobs_not_queued": int(admitted)}
+    for kind in loads:
+        for phase, during in (("first_cycle", lambda sent: sent < first_cycle_end),
+                              ("steady", lambda sent: sent >= first_cycle_end)):
+            latencies = [seconds * 1000 for sent, seconds in samples[kind] if during(sent)]
+            figures.update({f"{kind}_{phase}_requests": len(latencies),
+                            **{f"{kind}_{phase}_{name}_ms": round(percentile(latencies, q), 1)
+                               for name, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}})
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", type=int, default=40)
+    parser.add_argument("--nodes", type=int, default=200, help="nodes per member")
+    parser.add_argument("--backlog", type=int, default=100_000)
+    parser.add_argument("--rate", type=float, default=10.0, help="listings a second, and POSTs a second")
+    parser.add_argument("--steady", type=float, default=60.0, help="seconds measured after the first full cycle")
+    args = parser.parse_args()
+    f = measure(args.members, args.nodes, args.backlog, args.rate, args.steady)
+    rows = [("members × nodes each", f"{f['members']} × {f['nodes_per_member']}", ""),
+            ("backlog of 4-node JobSets; jobs not Queued at the end", f"{f['backlog']}; {f['jobs_not_queued']}", ""),
+            ("first full cycle, from the broker's start", f"{f['first_cycle_s']} s", ""),
+            (f"cycles run: the first, then over {f['steady_s']:g} s", str(f["cycles"]), "")]
+    for kind, label in (("list", "GET /jobs?limit=50"), ("post", "one POST")):
+        for phase in ("first_cycle", "steady"):
+            rows.append((f"{label}, {phase.replace('_', ' ')}: p50 / p99 / max ({f[f'{kind}_{phase}_requests']})",
+                         " / ".join(f"{f[f'{kind}_{phase}_{name}_ms']:.0f}" for name in ("p50", "p99", "max")) + " ms",
+                         f"p99 ≤ {TARGET_MS} ms"))
+    print_table(rows, f)
+
+
+if __name__ == "__main__":
+    main()
