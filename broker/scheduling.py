@@ -17,6 +17,7 @@ placement, so the next cycle places it once.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from types import MappingProxyType
@@ -32,7 +33,7 @@ from broker.db.session import in_chunks
 from broker.jobset import ON_PREEMPTION_ANNOTATION, JobSetError, parse_jobset
 from broker.placement import (DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Cluster, Config, CycleResult, DryRun, HyperNode,
                               Node, Parked, PendingJob, Placement, Queue, RunningPlacement, Snapshot, Tenant, Waiting,
-                              dry_run)
+                              dry_run, shape_of)
 from broker.settings import ConfigError, Settings
 from clusters.quantity import add_into
 
@@ -314,11 +315,15 @@ def _pending_row(row: Any, kept: _PendingRow | None, manifest: dict | None) -> _
     requeue_at = row.requeue_at and as_utc(row.requeue_at)
     if kept is not None and kept.unplaceable is not None:
         return replace(kept, record=record, requeue_at=requeue_at)
-    try:
-        spec = kept.job.spec if kept is not None else parse_jobset(manifest)
-    except JobSetError as exc:
-        return _PendingRow(None, Waiting(job_id, f"its manifest cannot be placed: {exc}"), record, requeue_at, None)
-    job = PendingJob(job_id, row[7], row[6], row.priority, as_utc(row.submitted_at).timestamp(), spec)
+    if kept is not None:
+        spec, shape = kept.job.spec, kept.job.shape
+    else:
+        try:
+            spec = parse_jobset(manifest)
+        except JobSetError as exc:
+            return _PendingRow(None, Waiting(job_id, f"its manifest cannot be placed: {exc}"), record, requeue_at, None)
+        shape = sys.intern(shape_of(spec))  # one string per shape, however many jobs have it
+    job = PendingJob(job_id, row[7], row[6], row.priority, as_utc(row.submitted_at).timestamp(), spec, shape=shape)
     return _PendingRow(job, None, record, requeue_at, row.avoid or None)
 
 

@@ -10,7 +10,7 @@ from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, Hol
                                         Preemption, Waiting)
 from broker.placement.model import (CLUSTER_STATES, FAIR_SHARE_PREEMPTION_POLICIES, GPU, PREEMPTION_POLICIES,
                                     RECLAIM_POLICIES, Cluster, HyperNode, Node, PendingJob, Queue, Resources,
-                                    RunningPlacement, Tenant)
+                                    RunningPlacement, Tenant, shape_of)
 from broker.placement.plugins import FILTERS, SCORES
 from broker.placement.snapshot import Snapshot
 
@@ -19,5 +19,5 @@ __all__ = [
     "PREEMPTION_POLICIES", "RECLAIM_POLICIES", "SCORES",
     "Cluster", "ClusterVerdict", "Config", "CycleResult", "DryRun", "Hold", "HyperNode", "Node", "NodeAssignment",
     "Parked", "PendingJob", "Placement", "Preemption", "Queue", "Resources", "RunningPlacement", "Snapshot", "Tenant",
-    "Waiting", "dry_run", "schedule",
+    "Waiting", "dry_run", "schedule", "shape_of",
 ]

@@ -87,6 +87,7 @@ class _Cycle:
         self.evicted: set[str] = set()
         self.reason_maps: dict[tuple, Mapping[str, str]] = {}  # `_shared`
         self.released: set[str] = set()  # `_released`, as of `released_at` holds
+        self.answers: dict[tuple, bool] = {}  # `_may_fit`, `_may_fit_preempting`: since the last change
         self.released_at = -1
         self.inadmissible: set[str] = set()
         # tenants with work, running or pending: those the federation is shared among (`fair`)
@@ -175,20 +176,33 @@ class _Cycle:
         if not clusters:
             return True
         preempts = self.config.preemption and self.snapshot.queues[job.queue].queue.preemption == "LowerPriority"
-        request, cap = self._whole(job), self.config.max_candidates_per_tier
-        requests = [request, *self._split(job)] if job.spec.placement == "split" else [request]
         for name in clusters:
             cluster = self.snapshot.clusters.get(name)
-            if cluster is None:
-                continue
-            if any(self._filter(r, cluster, self.filters) is None and cluster.search(
-                    r.parts, r.demand, r.bound, cap, bind=False) is not None for r in requests):
-                return False
-            victims = self._lower_priority_work(job, name) if preempts else []
-            if victims and self._filter(request, cluster, self.static_filters) is None and self._fits_without(
-                    request, cluster, victims):
+            if cluster is not None and (self._may_fit(job, cluster) or preempts and self._may_fit_preempting(
+                    job, cluster)):
                 return False
         return True
+
+    def _may_fit(self, job: PendingJob, cluster: ClusterIndex) -> bool:
+        """Does it pass the filters and the search on HyperNode totals there, whole or (split) a part of it?
+        One answer per job shape (`PendingJob.shape`) until the next decision that changes anything."""
+        key = ("fit", cluster.name, job.shape)
+        if job.shape is None or key not in self.answers:
+            cap = self.config.max_candidates_per_tier
+            requests = [self._whole(job), *self._split(job)] if job.spec.placement == "split" else [self._whole(job)]
+            self.answers[key] = any(self._filter(r, cluster, self.filters) is None and cluster.search(
+                r.parts, r.demand, r.bound, cap, bind=False) is not None for r in requests)
+        return self.answers[key]
+
+    def _may_fit_preempting(self, job: PendingJob, cluster: ClusterIndex) -> bool:
+        """Would it fit there, whole, with all the lower-priority work of its queue there gone (`LowerPriority`)?
+        One answer per job shape, queue and priority until the next decision that changes anything."""
+        key = ("preempting", cluster.name, job.shape, job.queue, job.priority)
+        if job.shape is None or key not in self.answers:
+            request, victims = self._whole(job), self._lower_priority_work(job, cluster.name)
+            self.answers[key] = bool(victims) and self._filter(request, cluster, self.static_filters) is None and \
+                self._fits_without(request, cluster, victims)
+        return self.answers[key]
 
     def _released(self) -> set[str]:
         """Clusters where a node held at the end of the parked jobs' cycle is not held now: capacity back for them."""
@@ -261,6 +275,7 @@ class _Cycle:
             order.append(job.id)
             if outcome.placements or outcome.preemptions or job.id in self.holds:
                 changes += 1
+                self.answers.clear()
             elif stays and outcome.waiting:
                 self.inadmissible.add(job.id)
             placements += outcome.placements

@@ -124,3 +124,11 @@ class PendingJob:
     previous_clusters: tuple[str, ...] = ()  # where it ran before (restarts, data locality)
     # clusters it was evicted from because its pods did not become ready in time -> until when (for people)
     avoided: Mapping[str, str] = field(default_factory=_empty)
+    # `shape_of(spec)`, when the caller computed it: jobs of one shape fit or not alike (a cycle's memo)
+    shape: str | None = None
+
+
+def shape_of(spec: JobSpec) -> str:
+    """Everything of a JobSet that the filters and the search read, and nothing else (not its name, labels or
+    annotations): equal for two JobSets only if they fit or not alike, on any cluster."""
+    return repr((spec.parts, spec.cluster_selector, spec.placement, spec.tier_bound))

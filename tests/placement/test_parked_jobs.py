@@ -11,10 +11,11 @@ named case per reason to decide a parked job again.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
-from broker.placement import Config, Parked, PendingJob, RunningPlacement, Snapshot, Tenant, schedule
+from broker.placement import Config, Parked, PendingJob, RunningPlacement, Snapshot, Tenant, schedule, shape_of
 from tests.placement.fixtures import GPU, cluster, fabric, job, queue
 
 QUEUES = [queue("plain", tenant="t1"),  # no quota, preempts nothing
@@ -26,10 +27,11 @@ STARVING = Config(max_holds=2)  # at 2,000 s everyone has: the two oldest that d
 # their fair share) hold nodes, the others wait as if they had not waited long
 
 
-def federation(running: list[RunningPlacement], now: float = NOW) -> Snapshot:
+def federation(running: list[RunningPlacement], now: float = NOW, queues=QUEUES,
+               tenants=(Tenant("t1"), Tenant("t2"))) -> Snapshot:
     clusters = [cluster("a", fabric("a-", leaves=2, nodes_per_leaf=2)), cluster("b", fabric("b-", leaves=1,
                                                                                             nodes_per_leaf=4))]
-    return Snapshot(clusters, QUEUES, [Tenant("t1"), Tenant("t2")], running, now)
+    return Snapshot(clusters, queues, tenants, running, now)
 
 
 def arrivals(rnd: random.Random, count: int, start: float) -> list[PendingJob]:
@@ -38,10 +40,10 @@ def arrivals(rnd: random.Random, count: int, start: float) -> list[PendingJob]:
         name = rnd.choice(QUEUES).name
         split = rnd.random() < 0.25
         parts = (("workers", 1, rnd.choice([1, 2]), rnd.choice([4, 8])), ("eval", 1, 1, rnd.choice([2, 4])))
-        jobs.append(job(name, gpus=rnd.choice([2, 4, 8]), pods=rnd.choice([1, 2, 4]), tenant=TENANT_OF[name],
-                        priority=rnd.choice([0, 1, 2]), submitted_at=start + i,
-                        parts=parts if split else None,
-                        annotations={"archipelago.io/placement": "split"} if split else None))
+        arrival = job(name, gpus=rnd.choice([2, 4, 8]), pods=rnd.choice([1, 2, 4]), tenant=TENANT_OF[name],
+                      priority=rnd.choice([0, 1, 2]), submitted_at=start + i, parts=parts if split else None,
+                      annotations={"archipelago.io/placement": "split"} if split else None)
+        jobs.append(replace(arrival, shape=shape_of(arrival.spec)))  # as the scheduler reads them: shapes shared
     return jobs
 
 
@@ -103,10 +105,11 @@ def test_the_cases_skip_parked_jobs_and_decide_some_again():
     assert skipped >= 60 and again >= 20
 
 
-def running_job(job_id: str, queue_name: str, cluster_name: str, nodes: list[str], priority: int = 0):
+def running_job(job_id: str, queue_name: str, cluster_name: str, nodes: list[str], priority: int = 0,
+                tenant: str | None = None):
     """A job running on whole 8-GPU nodes."""
     return RunningPlacement(job_id, None, cluster_name, None, {n: {GPU: 8000} for n in nodes}, {n: 1 for n in nodes},
-                            TENANT_OF[queue_name], queue_name, priority, 0.0)
+                            tenant or TENANT_OF[queue_name], queue_name, priority, 0.0)
 
 
 A_NODES, B_NODES = [f"a-leaf-{l}-n{i}" for l in range(2) for i in range(2)], [f"b-leaf-0-n{i}" for i in range(4)]
@@ -150,3 +153,53 @@ def test_room_back_for_one_part_decides_again_a_split_job_whose_whole_does_not_f
                                   running_job("second", "plain", "a", A_NODES[2:]),
                                   running_job("third", "preempts", "b", B_NODES[:2])], ["first"])
     assert sorted(p.cluster for p in result.placements) == ["a", "b"]
+
+
+# Jobs of one shape get one answer per cluster until a decision changes something (`PendingJob.shape`). Tenant
+# weights set the order their queues' jobs are decided in: first's, then middle's, then last's.
+ORDERED = [queue("first", tenant="heavy"), queue("middle", tenant="one", preemption="LowerPriority"),
+           queue("last", tenant="light", preemption="LowerPriority")]
+ORDERED_TENANTS = (Tenant("heavy", 100.0), Tenant("one"), Tenant("light", 0.01))
+
+
+def shaped(**kwargs) -> PendingJob:
+    pending = job(**kwargs)
+    return replace(pending, shape=shape_of(pending.spec))
+
+
+def cycles_in_order(pending: list[PendingJob], before: list[RunningPlacement], after: list[RunningPlacement],
+                    arrivals: list[PendingJob]):
+    """The first cycle parks `pending`; a's inventory changes (no room back) and `before` becomes `after`; then the
+    second cycle, skipping parked jobs, and the same deciding them all."""
+    first = schedule(federation(before, queues=ORDERED, tenants=ORDERED_TENANTS), pending)
+    assert first.placements == () and first.inadmissible == {j.id for j in pending}
+    parked = Parked(first.inadmissible, frozenset({"a"}), frozenset())
+    return [schedule(federation(after, queues=ORDERED, tenants=ORDERED_TENANTS), pending + arrivals, parked=p)
+            for p in (parked, Parked())]
+
+
+def test_a_shape_is_answered_again_after_a_preemption_gives_room_back():
+    """Two parked jobs of 8 GPUs, of one shape, either side of a new job that preempts 16 GPUs on a for its 8: the
+    first finds no room there, the second finds the 8 the preemption left."""
+    low = running_job("low", "middle", "a", A_NODES[:2], tenant="one")
+    rest = [running_job("rest", "first", "a", A_NODES[2:], tenant="heavy"),
+            running_job("full", "first", "b", B_NODES, tenant="heavy")]
+    early = shaped(queue_name="first", tenant="heavy", gpus=8, submitted_at=1.0)
+    late = shaped(queue_name="last", tenant="light", gpus=8, submitted_at=2.0)
+    urgent = job("middle", tenant="one", gpus=8, priority=2, submitted_at=3.0)
+    incremental, full = cycles_in_order([early, late], [low, *rest], [low, *rest], [urgent])
+    assert [(p.job_id, p.cluster) for p in full.placements] == [(urgent.id, "a"), (late.id, "a")]
+    assert decided(incremental) == decided(full)
+
+
+def test_a_shape_is_answered_per_queue_and_priority_where_preempting_would_make_room():
+    """Two parked jobs of 24 GPUs, of one shape: on a, with 16 GPUs free, the first's queue has nothing it may
+    preempt, the second's has 16 GPUs of lower priority."""
+    low = running_job("low", "last", "a", A_NODES[:2], tenant="light")
+    ended = running_job("ended", "first", "a", A_NODES[2:], tenant="heavy")
+    full_b = running_job("full", "first", "b", B_NODES, tenant="heavy")
+    first_in_line = shaped(queue_name="middle", tenant="one", gpus=8, pods=3, priority=2, submitted_at=1.0)
+    second = shaped(queue_name="last", tenant="light", gpus=8, pods=3, priority=2, submitted_at=2.0)
+    incremental, full = cycles_in_order([first_in_line, second], [low, ended, full_b], [low, full_b], [])
+    assert [(p.job_id, p.cluster) for p in full.placements] == [(second.id, "a")]
+    assert decided(incremental) == decided(full)
