@@ -60,3 +60,5 @@ def test_a_refusal_for_a_placement_already_being_deleted_is_left_to_its_deletion
     assert "ApplyFailed" not in federation.reasons(job)
     cancelled = federation.until_state(job, "Cancelled")
     assert [p["state"] for p in cancelled["placements"]] == ["Deleted"]
+    assert cancelled["finished_at"] is not None  # when its last copy was gone
+    assert cancelled["finished_at"] == cancelled["placements"][0]["finished_at"]
