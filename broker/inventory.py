@@ -611,3 +611,29 @@ def list_views(session: Session) -> list[dict[str, Any]]:
         if entry.kind == "node":
             by_cluster.setdefault(entry.cluster_id, []).append(entry)
     return [cluster_view(session, c, tree=False, capacity=by_cluster.get(c.id, [])) for c in clusters]
+
+
+def topology_view(session: Session, cluster: str) -> dict[str, Any]:
+    """A cluster's nodes and HyperNodes with allocatable, used and free capacity (the dashboard's topology)."""
+    row = get_cluster(session, cluster)
+    capacity = cluster_capacity(session, row.id)
+    members = dict(session.execute(select(HyperNode.name, HyperNode.nodes).where(HyperNode.cluster_id == row.id)))
+    tiers = {entry.name: entry.tier for entry in capacity if entry.kind == "hypernode"}
+    leaf_of: dict[str, str] = {}
+    for name in sorted(tiers, key=lambda n: (-tiers[n], n)):  # the lowest tier holding a node wins
+        for node in members.get(name) or []:
+            leaf_of[node] = name
+    health = {name: (ready, unschedulable) for name, ready, unschedulable in session.execute(
+        select(Node.name, Node.ready, Node.unschedulable).where(Node.cluster_id == row.id))}
+
+    def amounts(entry: Capacity) -> dict:
+        return {"allocatable_milli": entry.allocatable, "used_milli": entry.used, "free_milli": entry.free}
+
+    return {
+        "cluster": row.name,
+        "hypernodes": [{"name": e.name, "tier": e.tier, "parent": e.parent, "nodes": e.nodes, **amounts(e)}
+                       for e in sorted(capacity, key=lambda e: (-(e.tier or 0), e.name)) if e.kind == "hypernode"],
+        "nodes": [{"name": e.name, "hypernode": leaf_of.get(e.name), "ready": health.get(e.name, (True, False))[0],
+                   "unschedulable": health.get(e.name, (True, False))[1], **amounts(e)}
+                  for e in sorted(capacity, key=lambda e: e.name) if e.kind == "node"],
+    }

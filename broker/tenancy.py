@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
-from sqlalchemy import func, select
+from sqlalchemy import exists, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -18,6 +18,7 @@ from broker import events
 from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PREEMPTION_POLICIES, RECLAIM_POLICIES,
                               FAIR_SHARE_PREEMPTION_POLICIES, Job, Placement, Queue, Tenant, Token, as_utc, utcnow)
 from broker.errors import Conflict, Invalid, NotFound
+from broker.placement.fairness import fair_shares
 from clusters.quantity import add_into, to_milli
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -60,6 +61,26 @@ def list_tenants(session: Session, only_id: int | None = None) -> list[Tenant]:
     if only_id is not None:
         query = query.where(Tenant.id == only_id)
     return list(session.scalars(query))
+
+
+def list_queues(session: Session, only_tenant_id: int | None = None, tenant: str | None = None) -> list[Queue]:
+    """Queues by tenant name, then name; a tenant's only, or a named tenant's."""
+    query = select(Queue).join(Tenant).order_by(Tenant.name, Queue.name)
+    if only_tenant_id is not None:
+        query = query.where(Queue.tenant_id == only_tenant_id)
+    if tenant:
+        query = query.where(Tenant.name == tenant)
+    return list(session.scalars(query))
+
+
+def queue_fair_shares(session: Session) -> dict[int, float]:
+    """Each queue's fair share (by id): its tenant's weight among the tenants with work, then its own weight
+    among its tenant's queues with work."""
+    rows = session.execute(select(Queue.id, Queue.weight, Tenant.id, Tenant.weight).join(Tenant)).all()
+    active = session.scalars(select(Queue.id).where(
+        exists().where(Job.queue_id == Queue.id, Job.state.not_in(JOB_FINISHED_STATES)))).all()
+    return fair_shares({tenant: weight for _, _, tenant, weight in rows},
+                       {queue: (tenant, weight) for queue, weight, tenant, _ in rows}, active)
 
 
 def _check_namespaces(session: Session, namespaces: list[str], tenant_id: int | None) -> list[str]:
@@ -310,9 +331,10 @@ def list_tokens(session: Session) -> list[tuple[Token, str | None]]:
                                 .order_by(Token.id)))
 
 
-def revoke_token(session: Session, token_id: int) -> Token:
+def revoke_token(session: Session, token_id: int) -> tuple[Token, str | None]:
+    """The revoked token, and the name of the tenant it spoke for."""
     token = session.get(Token, token_id)
     if token is None:
         raise NotFound(f"token {token_id} does not exist")
     token.revoked_at = token.revoked_at or utcnow()
-    return token
+    return token, session.scalar(select(Tenant.name).where(Tenant.id == token.tenant_id))

@@ -13,13 +13,12 @@ from pathlib import Path
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.templating import Jinja2Templates
-from sqlalchemy import select
 
 from api.deps import PrincipalDep, SessionDep
 from api.problems import Problem
 from api.schemas import problems
-from broker import inventory
-from broker.db.models import HyperNode, Node, Queue, Tenant, utcnow
+from broker import inventory, tenancy
+from broker.db.models import utcnow
 from broker.queue_history import queue_history, sample_times
 
 HERE = Path(__file__).resolve().parent.parent
@@ -84,10 +83,8 @@ def whoami(principal: PrincipalDep) -> dict[str, str | None]:
             summary="Pending, running and dominant share of each visible queue over a recent window")
 def queue_history_route(request: Request, session: SessionDep, principal: PrincipalDep,
                         minutes: int = Query(60, ge=1, le=24 * 60), points: int = Query(60, ge=2, le=240)):
-    query = select(Queue.id, Queue.name, Tenant.name).join(Tenant).order_by(Tenant.name, Queue.name)
-    if not principal.is_admin:
-        query = query.where(Queue.tenant_id == principal.tenant_id)
-    queues = session.execute(query).all()
+    queues = [(q.id, q.name, q.tenant.name)
+              for q in tenancy.list_queues(session, None if principal.is_admin else principal.tenant_id)]
     totals = request.app.state.capacity.get(session).totals
     window = timedelta(minutes=minutes)
     times = sample_times(utcnow(), window, window / points)
@@ -101,25 +98,4 @@ def queue_history_route(request: Request, session: SessionDep, principal: Princi
 @router.get("/api/v1/topology/{cluster}", tags=["dashboard"], responses=problems(401, 404),
             summary="A cluster's nodes and HyperNodes with allocatable, used and free capacity (milli-units)")
 def topology(cluster: str, session: SessionDep, _: PrincipalDep):
-    row = inventory.get_cluster(session, cluster)
-    capacity = inventory.cluster_capacity(session, row.id)
-    members = dict(session.execute(select(HyperNode.name, HyperNode.nodes).where(HyperNode.cluster_id == row.id)).all())
-    tiers = {entry.name: entry.tier for entry in capacity if entry.kind == "hypernode"}
-    leaf_of: dict[str, str] = {}
-    for name in sorted(tiers, key=lambda n: (-tiers[n], n)):  # the lowest tier holding a node wins
-        for node in members.get(name) or []:
-            leaf_of[node] = name
-    health = {name: (ready, unschedulable) for name, ready, unschedulable in session.execute(
-        select(Node.name, Node.ready, Node.unschedulable).where(Node.cluster_id == row.id))}
-
-    def amounts(entry: inventory.Capacity) -> dict:
-        return {"allocatable_milli": entry.allocatable, "used_milli": entry.used, "free_milli": entry.free}
-
-    return {
-        "cluster": row.name,
-        "hypernodes": [{"name": e.name, "tier": e.tier, "parent": e.parent, "nodes": e.nodes, **amounts(e)}
-                       for e in sorted(capacity, key=lambda e: (-(e.tier or 0), e.name)) if e.kind == "hypernode"],
-        "nodes": [{"name": e.name, "hypernode": leaf_of.get(e.name), "ready": health.get(e.name, (True, False))[0],
-                   "unschedulable": health.get(e.name, (True, False))[1], **amounts(e)}
-                  for e in sorted(capacity, key=lambda e: e.name) if e.kind == "node"],
-    }
+    return inventory.topology_view(session, cluster)

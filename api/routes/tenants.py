@@ -5,36 +5,25 @@ from __future__ import annotations
 from datetime import timedelta
 
 from fastapi import APIRouter, Request, Response
-from sqlalchemy import exists, select
 
 from api import schemas
 from api.deps import AdminDep, DatabaseDep, PrincipalDep, SessionDep
 from api.schemas import problems
 from api.views import queue_out
 from broker import tenancy
-from broker.db.models import JOB_FINISHED_STATES, Job, Queue, Tenant
+from broker.db.models import Queue, Tenant
 from broker.errors import NotFound
-from broker.placement.fairness import dominant_share, fair_shares, lent
+from broker.placement.fairness import dominant_share, lent
 from clusters.quantity import add_into
 
 router = APIRouter(prefix="/api/v1")
 AUTH_ERRORS = (401, 403)
 
 
-def _fair_shares(session) -> dict[int, float]:
-    """Each queue's fair share (by id): its tenant's weight among the tenants with work, then its own weight
-    among its tenant's queues with work."""
-    rows = session.execute(select(Queue.id, Queue.weight, Tenant.id, Tenant.weight).join(Tenant)).all()
-    active = session.scalars(select(Queue.id).where(
-        exists().where(Job.queue_id == Queue.id, Job.state.not_in(JOB_FINISHED_STATES)))).all()
-    return fair_shares({tenant: weight for _, _, tenant, weight in rows},
-                       {queue: (tenant, weight) for queue, weight, tenant, _ in rows}, active)
-
-
 def _tenants_out(request: Request, session, tenants: list[Tenant]) -> list[schemas.TenantOut]:
     """Each tenant with its fair share (the sum of its queues') and its dominant share of the federation."""
     totals = request.app.state.capacity.get(session).totals
-    shares = _fair_shares(session)
+    shares = tenancy.queue_fair_shares(session)
     stats = tenancy.queue_stats(session, [q.id for t in tenants for q in t.queues])
     out = []
     for tenant in tenants:
@@ -88,10 +77,10 @@ def delete_tenant(name: str, database: DatabaseDep, _: AdminDep):
 
 
 def _queues_out(request: Request, session, queues: list[Queue]) -> list[schemas.QueueOut]:
-    """Each queue with its usage and depth, its fair share (`_fair_shares`), and its dominant share of the
-    federation."""
+    """Each queue with its usage and depth, its fair share (`tenancy.queue_fair_shares`), and its dominant share
+    of the federation."""
     totals = request.app.state.capacity.get(session).totals
-    shares = _fair_shares(session)
+    shares = tenancy.queue_fair_shares(session)
     cohorts = {q.tenant_id: q.tenant.queues for q in queues}  # what a queue lends depends on its siblings
     stats = tenancy.queue_stats(session, [q.id for siblings in cohorts.values() for q in siblings])
     lending = {}
@@ -103,12 +92,8 @@ def _queues_out(request: Request, session, queues: list[Queue]) -> list[schemas.
 
 @router.get("/queues", tags=["queues"], response_model=list[schemas.QueueOut], responses=problems(401))
 def list_queues(request: Request, session: SessionDep, principal: PrincipalDep, tenant: str | None = None):
-    query = select(Queue).join(Tenant).order_by(Tenant.name, Queue.name)
-    if not principal.is_admin:
-        query = query.where(Queue.tenant_id == principal.tenant_id)
-    if tenant:
-        query = query.where(Tenant.name == tenant)
-    return _queues_out(request, session, list(session.scalars(query)))
+    queues = tenancy.list_queues(session, None if principal.is_admin else principal.tenant_id, tenant)
+    return _queues_out(request, session, queues)
 
 
 @router.post("/queues", tags=["queues"], status_code=201, response_model=schemas.QueueOut,
@@ -166,6 +151,4 @@ def list_tokens(session: SessionDep, _: AdminDep):
                responses=problems(*AUTH_ERRORS, 404))
 def revoke_token(token_id: schemas.ObjectId, database: DatabaseDep, _: AdminDep):
     with database.write() as session:
-        token = tenancy.revoke_token(session, token_id)
-        tenant_name = token and session.scalar(select(Tenant.name).where(Tenant.id == token.tenant_id))
-        return _token_out(token, tenant_name)
+        return _token_out(*tenancy.revoke_token(session, token_id))
