@@ -38,8 +38,15 @@ _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <token>`")
 
 
-def get_principal(session: SessionDep, settings: SettingsDep,
-                  credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Principal:
+CredentialsDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+
+def get_principal(session: SessionDep, settings: SettingsDep, credentials: CredentialsDep) -> Principal:
+    return principal_of(session, settings, credentials)
+
+
+def principal_of(session: Session, settings: Settings, credentials: HTTPAuthorizationCredentials | None) -> Principal:
+    """Who is asking, or a 401; for a route that opens its session itself (one trip through the thread pool)."""
     if credentials is None:
         raise Problem(401, "send a bearer token: `Authorization: Bearer <token>`", headers=_CHALLENGE)
     principal = authenticate(session, settings.admin_token, credentials.credentials)

@@ -6,10 +6,10 @@ import re
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from api import schemas
-from api.deps import DatabaseDep, PrincipalDep, SessionDep, SettingsDep
+from api.deps import CredentialsDep, DatabaseDep, PrincipalDep, SessionDep, SettingsDep, principal_of
 from api.problems import Problem
 from api.schemas import problems
 from api.views import event_out, humanised, job_out, jobs_out, placement_out
@@ -93,17 +93,23 @@ def _submitting_tenant(session, principal: Principal, tenant: str | None) -> Ten
 @router.post("/jobs", tags=["jobs"], status_code=201, response_model=schemas.SubmitResult,
              openapi_extra=JOBSET_BODY, responses=problems(400, 401, 404, 409, 413, 415, 422),
              summary="Submit one JobSet or a batch")
-def submit(request: Request, session: SessionDep, principal: PrincipalDep, body: BodyDep, settings: SettingsDep,
+def submit(request: Request, database: DatabaseDep, credentials: CredentialsDep, body: BodyDep, settings: SettingsDep,
            tenant: str | None = Query(None, description="the tenant to submit for (admins only)"),
            queue: str | None = Query(None, description="overrides the kueue.x-k8s.io/queue-name label")):
-    manifests, batch = decode_jobsets(request.headers.get("content-type", ""), body)
-    owner = _submitting_tenant(session, principal, tenant)
-    accepted = job_service.accept_jobs(session, owner, manifests, settings, request.app.state.capacity.get(session),
-                                       queue_override=queue, batch=batch)
-    with request.app.state.db.write() as written:  # the write only: validation runs beside other requests
+    # One trip through the thread pool (a session and a principal as dependencies would be three more): who is
+    # asking and the validation in a read, beside other requests; then the write; the answer serialized here, as
+    # FastAPI would (validated when built), not in a second trip.
+    with database.read() as session:
+        principal = principal_of(session, settings, credentials)
+        manifests, batch = decode_jobsets(request.headers.get("content-type", ""), body)
+        owner = _submitting_tenant(session, principal, tenant)
+        accepted = job_service.accept_jobs(session, owner, manifests, settings,
+                                           request.app.state.capacity.get(session), queue_override=queue, batch=batch)
+    with database.write() as written:
         submitted = job_service.store_jobs(written, owner, accepted, settings)
     request.app.state.services.wake("scheduler")
-    return schemas.SubmitResult(items=[job_out(job, owner.name, queue_name, []) for job, queue_name in submitted])
+    answer = schemas.SubmitResult(items=[job_out(job, owner.name, queue_name, []) for job, queue_name in submitted])
+    return Response(answer.model_dump_json(by_alias=True), status_code=201, media_type="application/json")
 
 
 @router.post("/jobs:dry-run", tags=["jobs"], response_model=schemas.DryRunOut, openapi_extra=JOBSET_BODY,
