@@ -92,7 +92,7 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
                               "where they run best.")
     app.add_middleware(SecurityHeaders)
     app.state.settings = settings
-    app.state.capacity = CapacityCache()
+    app.state.capacity = CapacityCache(lambda: app.state.db.read())
     install_problem_handlers(app)
 
     app.mount("/docs/static", StaticFiles(directory=swagger_ui_path), name="swagger-ui")

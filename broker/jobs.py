@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -72,23 +73,40 @@ def federation_capacity(session: Session) -> FederationCapacity:
 
 
 class CapacityCache:
-    """Submissions arrive by the hundred per second; the inventory's shape changes slowly."""
+    """Submissions arrive by the hundred per second; the inventory's shape changes slowly. Past the TTL a submission
+    still gets the cached capacity while a thread reads it again (`read`: a session): reading thousands of nodes
+    costs a submission's time many times over, in the process that also schedules."""
 
-    def __init__(self, ttl: float = 5.0) -> None:
-        self._ttl, self._value, self._at = ttl, None, 0.0
+    def __init__(self, read: Callable[[], AbstractContextManager[Session]], ttl: float = 5.0) -> None:
+        self._read, self._ttl, self._value, self._at = read, ttl, None, 0.0
+        self._generation, self._refreshing = 0, False
         self._lock = threading.Lock()
 
     def get(self, session: Session) -> FederationCapacity:
         with self._lock:
-            if self._value is None or time.monotonic() - self._at > self._ttl:
+            if self._value is None:
                 self._value, self._at = federation_capacity(session), time.monotonic()
+            elif time.monotonic() - self._at > self._ttl and not self._refreshing:
+                self._refreshing = True
+                threading.Thread(target=self._refresh, args=(self._generation,), name="capacity", daemon=True).start()
             return self._value
+
+    def _refresh(self, generation: int) -> None:
+        started, value = time.monotonic(), None
+        try:
+            with self._read() as session:
+                value = federation_capacity(session)
+        finally:
+            with self._lock:
+                self._refreshing = False
+                if value is not None and generation == self._generation:  # not if forgotten since: maybe older
+                    self._value, self._at = value, started
 
     def forget(self) -> None:
         """Read again at the next submission: a cluster was added, removed or relabelled (what it may
         refuse for); node changes from the inventory loop wait out the TTL."""
         with self._lock:
-            self._value = None
+            self._value, self._generation = None, self._generation + 1
 
 
 # Submission ------------------------------------------------------------------------------------

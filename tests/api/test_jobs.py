@@ -175,7 +175,7 @@ def test_a_job_no_cluster_could_ever_hold_is_refused_at_once(research, db, setti
                                                              "memory": to_milli("512Gi")})
                              for i in range(gpus // 8)]
             session.add(cluster)
-    research.app.state.capacity = type(research.app.state.capacity)()  # forget the cached empty inventory
+    research.app.state.capacity.forget()  # the cached empty inventory
     assert submit(research, jobset("fits", replicas=8, gpus=8)).status_code == 201
     answer = submit(research, jobset("too-big", replicas=9, gpus=8))
     assert answer.status_code == 422
@@ -185,7 +185,7 @@ def test_a_job_no_cluster_could_ever_hold_is_refused_at_once(research, db, setti
     with db.sessions() as session, session.begin():  # nodes that report their pod slots: 110 each
         for node in session.query(Node):
             node.allocatable = {**node.allocatable, "pods": 110_000}
-    research.app.state.capacity = type(research.app.state.capacity)()
+    research.app.state.capacity.forget()
     swarm = with_change(jobset("swarm", replicas=881, gpus=0),
                         "spec.replicatedJobs.0.template.spec.template.spec.containers.0.resources",
                         {"requests": {"cpu": "10m"}})
@@ -305,7 +305,7 @@ def test_dry_run_says_where_a_job_would_go_and_writes_nothing(research, db, sett
     with db.sessions() as session, session.begin():
         add_cluster_with_leaves(session, cipher, "eu-west", 2, {"region": "eu"})
         add_cluster_with_leaves(session, cipher, "us-east", 1, {"region": "us"})
-    research.app.state.capacity = type(research.app.state.capacity)()
+    research.app.state.capacity.forget()
     hard = {"archipelago.io/network-topology-mode": "hard", "archipelago.io/highest-tier-allowed": "1"}
     answer = research.post("/api/v1/jobs:dry-run", json=jobset("train", replicas=4, gpus=8, annotations=hard))
     assert answer.status_code == 200, answer.text

@@ -1,0 +1,62 @@
+"""The federation's capacity a submission is checked against: read again past its TTL by a thread, not by the
+submission that finds it stale (in the leader process, reading thousands of nodes took seconds)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import nullcontext
+
+import pytest
+
+from broker import jobs
+from broker.jobs import CapacityCache
+
+
+@pytest.fixture
+def reads(monkeypatch) -> tuple[list[str], threading.Event]:
+    """Each read's session ("request": the submission's own; "refresh": the cache's thread), and an event that
+    lets the thread's reads end."""
+    done, may_end = [], threading.Event()
+
+    def read_capacity(session: str) -> str:
+        done.append(session)
+        if session == "refresh":
+            assert may_end.wait(10)
+        return f"capacity {len(done)}"
+
+    monkeypatch.setattr(jobs, "federation_capacity", read_capacity)
+    return done, may_end
+
+
+def refreshed() -> None:
+    for thread in threading.enumerate():
+        if thread.name == "capacity":
+            thread.join(10)
+
+
+def test_past_its_ttl_a_submission_gets_the_last_capacity_while_a_thread_reads_it_again(reads):
+    done, may_end = reads
+    cache = CapacityCache(lambda: nullcontext("refresh"), ttl=0)
+    assert cache.get("request") == "capacity 1"  # nothing cached yet: the submission reads it
+    assert cache.get("request") == "capacity 1"  # stale: answered at once, a thread reads
+    assert cache.get("request") == "capacity 1"  # and only one thread at a time
+    assert done == ["request", "refresh"]
+    may_end.set()
+    refreshed()
+    deadline = time.monotonic() + 10
+    while cache.get("request") != "capacity 2":
+        assert time.monotonic() < deadline
+        refreshed()
+
+
+def test_a_capacity_forgotten_while_a_thread_read_it_is_read_again_by_the_next_submission(reads):
+    done, may_end = reads
+    cache = CapacityCache(lambda: nullcontext("refresh"), ttl=0)
+    cache.get("request")
+    cache.get("request")  # the thread reads
+    cache.forget()  # a cluster was added meanwhile: what the thread reads may be older
+    may_end.set()
+    refreshed()
+    assert cache.get("request") == "capacity 3"
+    assert done == ["request", "refresh", "request"]
