@@ -88,6 +88,7 @@ class _Cycle:
         self.reason_maps: dict[tuple, Mapping[str, str]] = {}  # `_shared`
         self.released: set[str] = set()  # `_released`, as of `released_at` holds
         self.answers: dict[tuple, bool] = {}  # `_may_fit`, `_may_fit_preempting`: since the last change
+        self.unplaced: dict[tuple, Waiting] = {}  # `_decide_or_recall`: since the last change
         self.released_at = -1
         self.inadmissible: set[str] = set()
         # tenants with work, running or pending: those the federation is shared among (`fair`)
@@ -271,11 +272,12 @@ class _Cycle:
                     heapq.heappush(heap, (self._queue_key(state, jobs[-1]), name, changes))
                 continue
             stays = self._stays_inadmissible(job)
-            outcome = self.decide(job)
+            outcome = self._decide_or_recall(job)
             order.append(job.id)
             if outcome.placements or outcome.preemptions or job.id in self.holds:
                 changes += 1
                 self.answers.clear()
+                self.unplaced.clear()
             elif stays and outcome.waiting:
                 self.inadmissible.add(job.id)
             placements += outcome.placements
@@ -292,6 +294,21 @@ class _Cycle:
                            MappingProxyType(dict(self.holds)), tuple(order), frozenset(self.inadmissible))
 
     # -- phase 3: one job -----------------------------------------------------------------------
+    def _decide_or_recall(self, job: PendingJob) -> _Outcome:
+        """`decide`, unless a job of the same shape, queue and priority was decided since the last decision that
+        changed anything and could be placed nowhere: then it waits for the same reasons (a new leader's first cycle
+        over a saturated federation decides each kind of job once, not each job). Not for a job that may take a
+        hold, nor one with clusters to avoid or prefer (they read more than its shape)."""
+        if job.shape is None or job.avoided or job.previous_clusters or self._may_hold(job):
+            return self.decide(job)
+        key = (job.shape, job.queue, job.priority)
+        if key in self.unplaced:
+            return _Outcome(waiting=replace(self.unplaced[key], job_id=job.id))
+        outcome = self.decide(job)
+        if outcome.waiting and not outcome.placements and not outcome.preemptions and job.id not in self.holds:
+            self.unplaced[key] = outcome.waiting
+        return outcome
+
     def _whole(self, job: PendingJob) -> Request:
         spec = job.spec
         return Request(job, None, spec.parts, spec.requests, spec.tier_bound, self.held)

@@ -4,8 +4,8 @@ cycle that skips the others decides exactly as one that decides every job (`sche
 Each case is two cycles over a small federation: the first finds which jobs do not fit; between the two,
 running jobs end (capacity and quota come back: `Parked.clusters`, `Parked.tenants`) and new work is placed
 (no reason to decide anyone again, though a `LowerPriority` queue's higher-priority jobs may preempt it); the
-second cycle runs twice on equal snapshots, once skipping parked jobs and once deciding them all. Then one
-named case per reason to decide a parked job again.
+second cycle runs twice on equal snapshots, once skipping parked jobs and once deciding them all (and without
+the answers shared by jobs of one shape). Then one named case per reason to decide a parked job again.
 """
 
 from __future__ import annotations
@@ -83,7 +83,12 @@ def second_cycle(seed: int):
         held[hold.cluster] = held.get(hold.cluster, frozenset()) | frozenset(hold.nodes)
     parked = Parked(first.inadmissible, frozenset(r.cluster for r in gone), frozenset(r.tenant for r in gone), held)
     return (schedule(federation(running, now), waiting + later, config, parked),
-            schedule(federation(running, now), waiting + later, config), first.inadmissible)
+            schedule(federation(running, now), unshaped(waiting + later), config), first.inadmissible)
+
+
+def unshaped(jobs: list[PendingJob]) -> list[PendingJob]:
+    """Without shapes, a cycle decides every job from scratch: the reference for the answers it shares per shape."""
+    return [replace(j, shape=None) for j in jobs]
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -174,8 +179,8 @@ def cycles_in_order(pending: list[PendingJob], before: list[RunningPlacement], a
     first = schedule(federation(before, queues=ORDERED, tenants=ORDERED_TENANTS), pending)
     assert first.placements == () and first.inadmissible == {j.id for j in pending}
     parked = Parked(first.inadmissible, frozenset({"a"}), frozenset())
-    return [schedule(federation(after, queues=ORDERED, tenants=ORDERED_TENANTS), pending + arrivals, parked=p)
-            for p in (parked, Parked())]
+    return [schedule(federation(after, queues=ORDERED, tenants=ORDERED_TENANTS), jobs, parked=p)
+            for jobs, p in ((pending + arrivals, parked), (unshaped(pending + arrivals), Parked()))]
 
 
 def test_a_shape_is_answered_again_after_a_preemption_gives_room_back():
