@@ -1,0 +1,132 @@
+"""The errors a tenant sees for a bad JobSet, word for word (broker/jobset.py): each names the field and says what
+to do. `test_jobset.py` checks that a key word is there; these pin the whole message, so a changed word shows."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.jobset import JobSetError, parse_jobset
+
+from .fixtures import manifest
+
+DNS = ("must be a DNS-1123 label: at most 63 lowercase letters, digits or '-', starting and ending with a letter "
+       "or digit")
+POD = "spec.replicatedJobs[0].template.spec.template.spec"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+TERMS = f"{POD}.affinity.nodeAffinity.{REQUIRED}.nodeSelectorTerms"
+INT32 = "must be a whole number ≥ 0 and ≤ 2147483647 (an int32), got"
+
+
+def rj(m, i):
+    return m["spec"]["replicatedJobs"][i]
+
+
+def pod(m, i):
+    return rj(m, i)["template"]["spec"]["template"]["spec"]
+
+
+def ann(m, **annotations):
+    m["metadata"]["annotations"].update(annotations)
+
+
+def affinity(m, *terms):
+    pod(m, 0)["affinity"] = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": list(terms)}}}
+
+
+CASES = {  # what is broken: (how, the field named, the message)
+    "wrong apiVersion": (lambda m: m.update(apiVersion="jobset.x-k8s.io/v1alpha1"),
+                         "apiVersion", "must be 'jobset.x-k8s.io/v1alpha2', got 'jobset.x-k8s.io/v1alpha1'"),
+    "wrong kind": (lambda m: m.update(kind="Job"), "kind", "must be 'JobSet', got 'Job'"),
+    "no name": (lambda m: m["metadata"].pop("name"), "metadata.name", "the JobSet name is required"),
+    "name not DNS-1123": (lambda m: m["metadata"].update(name="Big_Name"),
+                          "metadata.name", f"the JobSet name 'Big_Name' {DNS}"),
+    "name of 64 characters": (lambda m: m["metadata"].update(name="a" * 64),
+                              "metadata.name", f"the JobSet name {'a' * 64!r} {DNS}"),
+    "namespace not DNS-1123": (lambda m: m["metadata"].update(namespace="Team A"),
+                               "metadata.namespace", f"the namespace 'Team A' {DNS}"),
+    "label value not a string": (lambda m: m["metadata"]["labels"].update(tier=3),
+                                 "metadata.labels['tier']", "must be a string (quote it in YAML), got 3"),
+    "bad label key": (lambda m: m["metadata"]["labels"].update({"bad key!": "x"}),
+                      "metadata.labels['bad key!']", "invalid label key 'bad key!'"),
+    "replicas a string": (lambda m: rj(m, 1).update(replicas="2"),
+                          "spec.replicatedJobs[1].replicas", "must be a whole number, got '2'"),
+    "replicas true": (lambda m: rj(m, 1).update(replicas=True),
+                      "spec.replicatedJobs[1].replicas", "must be a whole number, got True"),
+    "zero replicas": (lambda m: rj(m, 1).update(replicas=0),
+                      "spec.replicatedJobs[1].replicas", "must be at least 1, got 0"),
+    "replicas beyond int32": (lambda m: rj(m, 1).update(replicas=2**31), "spec.replicatedJobs[1].replicas",
+                              "must be at most 2147483647 (Kubernetes counts in int32), got 2147483648"),
+    "no pod spec": (lambda m: rj(m, 0)["template"]["spec"]["template"].pop("spec"),
+                    POD, "the Job template needs a pod spec with containers"),
+    "container without name": (lambda m: pod(m, 0)["containers"][0].pop("name"),
+                                f"{POD}.containers[0].name", "the container name is required"),
+    "container name twice": (lambda m: pod(m, 0)["containers"].append(dict(pod(m, 0)["containers"][0])),
+                             f"{POD}.containers[1].name", "'c' is used twice; container names must be unique in a pod"),
+    "init container named as a container": (
+        lambda m: pod(m, 1).update(initContainers=[{"name": "c", "image": "x"}]),
+        "spec.replicatedJobs[1].template.spec.template.spec.containers[0].name",
+        "'c' is used twice; container names must be unique in a pod"),
+    "no containers": (lambda m: pod(m, 0).update(containers=[]),
+                      f"{POD}.containers", "a pod needs at least one container"),
+    "tolerations not a list": (lambda m: pod(m, 0).update(tolerations={"key": "x"}),
+                               f"{POD}.tolerations", "must be a list, got dict"),
+    "node selector value not a string": (lambda m: pod(m, 0).update(nodeSelector={"gpu": 1}),
+                                         f"{POD}.nodeSelector['gpu']", "must be a string (quote it in YAML), got 1"),
+    "no required affinity terms": (lambda m: affinity(m), TERMS,
+                                   "needs at least one term; remove the required node affinity if any node will do"),
+    "bad required affinity term": (
+        lambda m: affinity(m, {"matchExpressions": [{"key": "gpu", "operator": "Exists", "values": ["x"]}]}),
+        f"{TERMS}[0].matchExpressions[0]", "Exists takes no values"),
+    "bad exclusive key on a part": (
+        lambda m: rj(m, 1)["template"].update(metadata={"annotations": {
+            "alpha.jobset.sigs.k8s.io/exclusive-topology": "rack in (a)"}}),
+        "spec.replicatedJobs[1].template.metadata.annotations['alpha.jobset.sigs.k8s.io/exclusive-topology']",
+        "'rack in (a)' is not a node label key (e.g. topology.kubernetes.io/zone)"),
+    "bad placement": (lambda m: ann(m, **{"archipelago.io/placement": "spread"}),
+                      "metadata.annotations['archipelago.io/placement']", "'spread' is not one of whole, split"),
+    "bad topology mode": (lambda m: ann(m, **{"archipelago.io/network-topology-mode": "strict"}),
+                          "metadata.annotations['archipelago.io/network-topology-mode']",
+                          "'strict' is not one of hard, soft"),
+    "tier zero": (lambda m: ann(m, **{"archipelago.io/network-topology-mode": "hard",
+                                      "archipelago.io/highest-tier-allowed": "0"}),
+                  "metadata.annotations['archipelago.io/highest-tier-allowed']",
+                  "'0' must be a tier number of 1 or more, e.g. \"2\""),
+    "tier without hard": (lambda m: ann(m, **{"archipelago.io/highest-tier-allowed": "2"}),
+                          "metadata.annotations['archipelago.io/highest-tier-allowed']",
+                          "only applies with archipelago.io/network-topology-mode: hard; add it or remove the tier"),
+    "split names too long": (lambda m: (m["metadata"].update(name="n" * 62),
+                                        ann(m, **{"archipelago.io/placement": "split"})),
+                             "spec.replicatedJobs[0].name",
+                             f"in split mode this part runs as the JobSet {'n' * 62}-a, 64 characters; shorten the "
+                             "names to 63 in all"),
+    "duplicate part": (lambda m: rj(m, 1).update(name="a"),
+                       "spec.replicatedJobs[1].name", "'a' is used twice; ReplicatedJob names must be unique"),
+    "unknown success operator": (lambda m: m["spec"].update(successPolicy={"operator": "Most"}),
+                                 "spec.successPolicy.operator", "'Most' is not one of All, Any"),
+    "success target not a part": (lambda m: m["spec"].update(successPolicy={"targetReplicatedJobs": ["a", "c"]}),
+                                  "spec.successPolicy.targetReplicatedJobs[1]",
+                                  "'c' is not a ReplicatedJob of this JobSet; name one of a, b"),
+    "maxRestarts a string": (lambda m: m["spec"].update(failurePolicy={"maxRestarts": "3"}),
+                             "spec.failurePolicy.maxRestarts", f"{INT32} '3'"),
+    "maxRestarts beyond int32": (lambda m: m["spec"].update(failurePolicy={"maxRestarts": 2**31}),
+                                 "spec.failurePolicy.maxRestarts", f"{INT32} 2147483648"),
+    "max-restarts annotation negative": (lambda m: ann(m, **{"archipelago.io/max-restarts": "-1"}),
+                                         "metadata.annotations['archipelago.io/max-restarts']",
+                                         "'-1' must be a whole number ≥ 0, e.g. \"3\""),
+    "startup timeout not a duration": (lambda m: ann(m, **{"archipelago.io/startup-timeout": "soon"}),
+                                       "metadata.annotations['archipelago.io/startup-timeout']",
+                                       "'soon' must be a duration such as \"600s\", \"10m\" or \"1h\""),
+    "on-preemption unknown": (lambda m: ann(m, **{"archipelago.io/on-preemption": "retry"}),
+                              "metadata.annotations['archipelago.io/on-preemption']",
+                              "'retry' must be requeue (back in its queue when preempted, the default) or fail"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_bad_jobset_is_refused_naming_the_field_in_these_words(case):
+    breaks, path, message = CASES[case]
+    m = manifest(parts=(("a", 1, 1, 8), ("b", 1, 1, 8)))
+    breaks(m)
+    with pytest.raises(JobSetError) as refused:
+        parse_jobset(m)
+    assert (refused.value.path, refused.value.message) == (path, message)
