@@ -107,7 +107,7 @@ def submit(request: Request, database: DatabaseDep, credentials: CredentialsDep,
                                            request.app.state.capacity.get(session), queue_override=queue, batch=batch)
     with database.write() as written:
         submitted = job_service.store_jobs(written, owner, accepted, settings)
-    request.app.state.services.wake("scheduler")
+        request.app.state.services.wake_on_commit(written, "scheduler")
     answer = schemas.SubmitResult(items=[job_out(job, owner.name, queue_name, []) for job, queue_name in submitted])
     return Response(answer.model_dump_json(by_alias=True), status_code=201, media_type="application/json")
 

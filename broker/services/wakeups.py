@@ -13,8 +13,9 @@ import logging
 import threading
 
 import psycopg
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from broker.db.runtime import Database
 from broker.services.lease import LeaseHolder
@@ -23,6 +24,7 @@ from broker.services.members import backoff
 log = logging.getLogger("archipelago.wakeups")
 
 CHANNEL = "archipelago_wake"
+NOTIFY = text("SELECT pg_notify(:channel, :name)")
 POLL_SECONDS = 1.0  # how often the listener looks up from its connection to see whether it should stop
 
 
@@ -43,9 +45,18 @@ class Wakeups:
             return
         try:
             with self.database.write() as session:
-                session.execute(text("SELECT pg_notify(:channel, :name)"), {"channel": CHANNEL, "name": name})
+                session.execute(NOTIFY, {"channel": CHANNEL, "name": name})
         except SQLAlchemyError as exc:  # what was committed is found by the loop's next interval instead
             log.warning("wake-up of %s not sent: %s", name, str(exc).splitlines()[0])
+
+    def wake_on_commit(self, session: Session, name: str) -> None:
+        """`wake(name)` for a `Database.write` session whose commit is what the loop must see: on PostgreSQL the
+        NOTIFY is part of that transaction (PostgreSQL sends it at the commit, and not at all if it rolls back),
+        one statement instead of a transaction of its own; on SQLite the loop is woken once the session commits."""
+        if self.across_processes:
+            session.execute(NOTIFY, {"channel": CHANNEL, "name": name})
+        else:
+            event.listen(session, "after_commit", lambda _: self._deliver(name), once=True)
 
     def _deliver(self, name: str) -> None:
         for loops in self.loops:

@@ -29,3 +29,19 @@ def test_a_submission_on_an_api_only_replica_wakes_the_leaders_scheduler(federat
             while federation.state(job_id) == "Queued":
                 assert time.monotonic() < deadline, f"job {name} was not admitted: no wake-up reached the leader"
                 time.sleep(0.05)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_submission_wakes_the_scheduler_of_its_own_process(federation, settings, db):
+    # SQLite: one process runs everything; the submission hands the wake-up to its loops once it has committed.
+    leader_settings = settings.model_copy(update={"scheduler_interval": 3600.0})
+    with TestClient(create_app(leader_settings, db, run_loops=True), headers=ADMIN) as leader:
+        assert leader.app.state.services.loops[0].running
+        for name in ("first", "second"):  # the first may ride the cycle the loops run when they start
+            answer = leader.post("/api/v1/jobs", json=jobset(f"woken-{name}"), params={"tenant": "team-a"})
+            assert answer.status_code == 201, answer.text
+            job_id = answer.json()["items"][0]["id"]
+            deadline = time.monotonic() + DEADLINE
+            while federation.state(job_id) == "Queued":
+                assert time.monotonic() < deadline, f"job {name} was not admitted: the wake-up was lost"
+                time.sleep(0.05)
