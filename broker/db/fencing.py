@@ -39,8 +39,12 @@ class Fence:
     def check(self, session: Session) -> None:
         """In the transaction about to commit: the lease rows still carry our tokens. On PostgreSQL the rows are
         share-locked until the commit, so a takeover (an UPDATE of a row) waits for it or comes first and makes
-        this check fail; on SQLite the transaction already holds the database's only write lock."""
-        self.ensure_valid()
+        this check fail; on SQLite the transaction already holds the database's only write lock. The token decides,
+        not the renewals' clock: a transaction that outlasts the renewals (the scheduler's first commit over a large
+        backlog; on SQLite this process's own renewal waits for that commit's write lock) is not refused for a lease
+        that no one could take while it ran."""
+        if self._revoked.is_set():
+            raise Fenced(f"this replica lost {_names(self.tokens)}")
         # in name order, as the renewals lock them (broker.services.lanes): two orders could deadlock
         current = dict(session.execute(select(Lease.name, Lease.token).where(Lease.name.in_(list(self.tokens)))
                                        .order_by(Lease.name).with_for_update(read=True)).all())

@@ -92,6 +92,22 @@ def test_a_fenced_ex_leaders_commit_is_refused_and_changes_nothing(db, clock):
     assert _clusters(db) == ["while-leading"]
 
 
+def test_a_commit_that_outlasted_the_renewals_goes_through_while_the_lease_row_carries_its_token(db, clock):
+    """A long write (the scheduler's first commit over a 100,000 backlog) holds SQLite's write lock, for which this
+    process's own renewal waits: no one could take the lease meanwhile, and the token in the transaction says so.
+    Refusing it lost every such cycle, again and again. Member calls, which no token guards, stay refused."""
+    a = record(db, clock, "a")
+    surely_until = clock.monotonic() + 8
+    loops = fenced(db, Fence({LEADER: a.hold()}, lambda: clock.monotonic() < surely_until))
+    with loops.write() as session:
+        session.add(Cluster(name="long-write", kubeconfig_encrypted=b"x", api_server="https://member.example"))
+        session.flush()
+        clock.advance(30)  # no renewal while it wrote
+    assert _clusters(db) == ["long-write"]
+    with pytest.raises(Fenced):
+        loops.ensure_leading()
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 def test_a_takeover_in_the_middle_of_an_ex_leaders_transaction_fences_its_commit(db, clock, settings):
