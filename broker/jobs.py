@@ -221,6 +221,10 @@ def accept_jobs(session: Session, tenant: Tenant, manifests: list[Any], settings
     return accepted
 
 
+_INSERT_JOBS = insert(Job.__table__).returning(Job.id, sort_by_parameter_order=True)  # built once, as for queries
+_INSERT_EVENTS = insert(Event.__table__)
+
+
 def store_jobs(session: Session, tenant: Tenant, accepted: list, settings: Settings) -> list[tuple[Job, str]]:
     """Insert accepted jobs as Queued, with their events; the caller commits."""
     names = [(w, ns, spec.name) for w, spec, _, ns, _, _ in accepted]
@@ -234,13 +238,12 @@ def store_jobs(session: Session, tenant: Tenant, accepted: list, settings: Setti
     # A live job of the same namespace/name trips the unique index; only then do we look for it, to name it.
     connection = session.connection()
     try:
-        ids = connection.execute(insert(Job.__table__).returning(Job.id, sort_by_parameter_order=True),
-                                 rows).scalars().all()
+        ids = connection.execute(_INSERT_JOBS, rows).scalars().all()
     except IntegrityError:
         session.rollback()  # nothing was written before the jobs
         _refuse_live_names(session, names)
         raise Conflict("a job of the same namespace/name was submitted at the same moment; retry") from None
-    connection.execute(insert(Event.__table__), [
+    connection.execute(_INSERT_EVENTS, [
         {"time": now, "kind": "job", "object_id": str(job_id), "tenant_id": tenant.id, "type": "Normal",
          "reason": "Queued", "message": f"{row['namespace']}/{row['name']} queued in {queue.name}"}
         for job_id, row, (_, _, queue, _, _, _) in zip(ids, rows, accepted)])

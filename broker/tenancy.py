@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
-from sqlalchemy import exists, func, select
+from sqlalchemy import bindparam, exists, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -164,9 +164,16 @@ class QueueChanges:
     clear_borrowing_limit: bool = False  # back to no limit (None above means "unchanged")
 
 
+# Statements a submission runs, built once: building one costs more than the SELECT on SQLite.
+_QUEUE_NAMED = select(Queue).where(Queue.name == bindparam("name"))
+_DEFAULT_QUEUE = select(Queue).where(Queue.tenant_id == bindparam("tenant_id"), Queue.is_default.is_(True))
+_TOKEN_AND_TENANT = (select(Token, Tenant).outerjoin(Tenant, Token.tenant_id == Tenant.id)
+                     .where(Token.token_hash == bindparam("token_hash")))
+
+
 def get_queue(session: Session, name: str, tenant_id: int | None = None) -> Queue:
     """A queue by name; with `tenant_id`, only if that tenant owns it (else it does not exist)."""
-    queue = session.scalar(select(Queue).where(Queue.name == name))
+    queue = session.scalar(_QUEUE_NAMED, {"name": name})
     if queue is None or (tenant_id is not None and queue.tenant_id != tenant_id):
         raise NotFound(f"queue {name!r} does not exist")
     return queue
@@ -238,7 +245,7 @@ def delete_queue(session: Session, name: str) -> None:
 
 
 def default_queue(session: Session, tenant_id: int) -> Queue | None:
-    return session.scalar(select(Queue).where(Queue.tenant_id == tenant_id, Queue.is_default.is_(True)))
+    return session.scalar(_DEFAULT_QUEUE, {"tenant_id": tenant_id})
 
 
 @dataclass(frozen=True)
@@ -297,8 +304,7 @@ def authenticate(session: Session, admin_token: str | None, token: str) -> Princ
     if admin_token and hmac.compare_digest(token.encode(), admin_token.encode()):
         return Principal("admin")
     # The Tenant rides along: it lands in the session's identity map, where the request finds it again.
-    row = session.execute(select(Token, Tenant).outerjoin(Tenant, Token.tenant_id == Tenant.id)
-                          .where(Token.token_hash == hash_token(token))).first()
+    row = session.execute(_TOKEN_AND_TENANT, {"token_hash": hash_token(token)}).first()
     if row is None:
         return None
     stored, tenant = row
