@@ -14,6 +14,10 @@ DNS = ("must be a DNS-1123 label: at most 63 lowercase letters, digits or '-', s
 POD = "spec.replicatedJobs[0].template.spec.template.spec"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 TERMS = f"{POD}.affinity.nodeAffinity.{REQUIRED}.nodeSelectorTerms"
+PART1 = "spec.replicatedJobs[1]"
+POD1 = f"{PART1}.template.spec.template.spec"
+BAD_KEY = ("invalid annotation key 'bad key!': an optional DNS prefix and '/', then at most 63 alphanumerics, '-', '_' "
+           "or '.', starting and ending with an alphanumeric")
 INT32 = "must be a whole number ≥ 0 and ≤ 2147483647 (an int32), got"
 
 
@@ -119,6 +123,79 @@ CASES = {  # what is broken: (how, the field named, the message)
     "on-preemption unknown": (lambda m: ann(m, **{"archipelago.io/on-preemption": "retry"}),
                               "metadata.annotations['archipelago.io/on-preemption']",
                               "'retry' must be requeue (back in its queue when preempted, the default) or fail"),
+    # objects and lists of the wrong type, names and keys, defaults read as wrong values
+    "metadata a list": (lambda m: m.update(metadata=[]),
+                        "metadata", "must be an object, got list"),
+    "spec a string": (lambda m: m.update(spec="x"),
+                      "spec", "must be an object, got str"),
+    "part a list": (lambda m: m["spec"]["replicatedJobs"].__setitem__(1, []),
+                    PART1, "must be an object, got list"),
+    "part without name": (lambda m: rj(m, 1).pop("name"),
+                          f"{PART1}.name", "the ReplicatedJob name is required"),
+    "template a list": (lambda m: rj(m, 1).update(template=[]),
+                        f"{PART1}.template", "must be an object, got list"),
+    "template metadata a list": (lambda m: rj(m, 1)["template"].update(metadata=[]),
+                                 f"{PART1}.template.metadata", "must be an object, got list"),
+    "template label not a string": (
+        lambda m: rj(m, 1)["template"].update(metadata={"labels": {"a": 1}}),
+        f"{PART1}.template.metadata.labels['a']",
+        "must be a string (quote it in YAML), got 1"),
+    "template annotation key bad": (lambda m: rj(m, 1)["template"].update(metadata={"annotations": {"bad key!": "x"}}),
+                                    f"{PART1}.template.metadata.annotations", BAD_KEY),
+    "job spec a list": (lambda m: rj(m, 1)["template"].update(spec=[]),
+                        f"{PART1}.template.spec", "must be an object, got list"),
+    "completions a string": (lambda m: rj(m, 1)["template"]["spec"].update(completions="2"),
+                             f"{PART1}.template.spec.completions", "must be a whole number, got '2'"),
+    "pod template a list": (lambda m: rj(m, 1)["template"]["spec"].update(template=[]),
+                            f"{PART1}.template.spec.template", "must be an object, got list"),
+    "pod template label not a string": (
+        lambda m: rj(m, 1)["template"]["spec"]["template"].update(metadata={"labels": {"a": 1}}),
+        f"{PART1}.template.spec.template.metadata.labels['a']",
+        "must be a string (quote it in YAML), got 1"),
+    "pod template annotation not a string": (
+        lambda m: rj(m, 1)["template"]["spec"]["template"].update(metadata={"annotations": {"a": 1}}),
+        f"{PART1}.template.spec.template.metadata.annotations['a']",
+        "must be a string (quote it in YAML), got 1"),
+    "pod spec a list": (lambda m: rj(m, 1)["template"]["spec"]["template"].update(spec=["x"]),
+                        POD1, "must be an object, got list"),
+    "containers a dict": (lambda m: pod(m, 1).update(containers={"name": "c"}),
+                          f"{POD1}.containers", "must be a list, got dict"),
+    "container a string": (lambda m: pod(m, 1)["containers"].__setitem__(0, "c"),
+                           f"{POD1}.containers[0]", "must be an object, got str"),
+    "toleration a string": (lambda m: pod(m, 1).update(tolerations=["x"]),
+                            f"{POD1}.tolerations[0]", "must be an object, got str"),
+    "affinity a list": (lambda m: pod(m, 1).update(affinity=[]),
+                        f"{POD1}.affinity", "must be an object, got list"),
+    "node affinity a list": (lambda m: pod(m, 1).update(affinity={"nodeAffinity": []}),
+                             f"{POD1}.affinity.nodeAffinity", "must be an object, got list"),
+    "job annotation key bad": (lambda m: ann(m, **{"bad key!": "x"}),
+                               "metadata.annotations", BAD_KEY),
+    "job annotations a list": (lambda m: m["metadata"].update(annotations=["x"]),
+                               "metadata.annotations", "must be an object, got list"),
+    "exclusive key with an operator": (
+        lambda m: ann(m, **{"alpha.jobset.sigs.k8s.io/exclusive-topology": "!rack"}),
+        "metadata.annotations['alpha.jobset.sigs.k8s.io/exclusive-topology']",
+        "'!rack' is not a node label key (e.g. topology.kubernetes.io/zone)"),
+    "success policy a list": (lambda m: m["spec"].update(successPolicy=["All"]),
+                              "spec.successPolicy", "must be an object, got list"),
+    "success targets a string": (lambda m: m["spec"].update(successPolicy={"targetReplicatedJobs": "a"}),
+                                 "spec.successPolicy.targetReplicatedJobs", "must be a list, got str"),
+    "failure policy a list": (lambda m: m["spec"].update(failurePolicy=[]),
+                              "spec.failurePolicy", "must be an object, got list"),
+    "maxRestarts true": (
+        lambda m: m["spec"].update(failurePolicy={"maxRestarts": True}),
+        "spec.failurePolicy.maxRestarts",
+        "must be a whole number ≥ 0 and ≤ 2147483647 (an int32), got True"),
+    "bad selector": (
+        lambda m: ann(m, **{"archipelago.io/cluster-selector": "region in (eu"}),
+        "metadata.annotations['archipelago.io/cluster-selector']",
+        "unbalanced '(' in selector 'region in (eu'"),
+    "no replicatedJobs": (lambda m: m["spec"].update(replicatedJobs=[]),
+                          "spec.replicatedJobs", "a JobSet needs at least one ReplicatedJob"),
+    "replicatedJobs a dict": (lambda m: m["spec"].update(replicatedJobs={}),
+                              "spec.replicatedJobs", "must be a list, got dict"),
+    "name empty": (lambda m: m["metadata"].update(name=""),
+                   "metadata.name", "the JobSet name is required"),
 }
 
 
