@@ -45,9 +45,10 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[Session]:
-        """One unit of work: committed if the block returns, rolled back if it raises. On SQLite each of its
-        transactions holds the write lock from its BEGIN (broker.db.session); PostgreSQL locks rows as it goes.
-        With a fence, the commit checks the fencing tokens in the same transaction (broker.db.fencing)."""
+        """One unit of work: committed if the block returns (the block never commits itself), rolled back if it
+        raises. On SQLite each of its transactions holds the write lock from its BEGIN (broker.db.session);
+        PostgreSQL locks rows as it goes. With a fence, the commit checks the fencing tokens in the same
+        transaction (broker.db.fencing)."""
         with self._queue(), self.sessions(bind=self._writing) as session:
             yield session
             if self.fence is not None:
