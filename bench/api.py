@@ -96,16 +96,16 @@ def prepare(url: str, backlog: int) -> None:
 
 
 def queue_backlog(url: str, backlog: int) -> None:
-    """`backlog` Queued jobs of the prepared tenant inserted in bulk, as submissions would store them."""
+    """`backlog` Queued jobs of the prepared tenant inserted in bulk, as submissions would store them (each JobSet
+    named as its job: the dispatcher applies it under that name)."""
     engine = create_engine(url)
     now = datetime.now(timezone.utc)
-    manifest = jobset("backlog")
     with engine.begin() as connection:
         tenant_id, queue_id = connection.execute(select(Queue.tenant_id, Queue.id).where(Queue.name == "training")).one()
         rows = [{"tenant_id": tenant_id, "queue_id": queue_id, "name": f"backlog-{i}", "namespace": "research",
-                 "manifest": manifest, "priority_class": "normal", "priority": 1000, "placement_mode": "whole",
-                 "demand": {"nvidia.com/gpu": 32000}, "state": "Queued", "waiting_reasons": {}, "status": {},
-                 "restart_count": 0, "submitted_at": now} for i in range(backlog)]
+                 "manifest": jobset(f"backlog-{i}"), "priority_class": "normal", "priority": 1000,
+                 "placement_mode": "whole", "demand": {"nvidia.com/gpu": 32000}, "state": "Queued",
+                 "waiting_reasons": {}, "status": {}, "restart_count": 0, "submitted_at": now} for i in range(backlog)]
         for start in range(0, len(rows), 10_000):
             connection.execute(insert(Job), rows[start:start + 10_000])
     engine.dispose()

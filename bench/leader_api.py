@@ -116,7 +116,7 @@ def measure(members: int, nodes: int, backlog: int, rate: float, steady: float, 
             stop.set()
             for thread in threads:
                 thread.join()
-            admitted = sum(s.value for s in metric(broker, "archipelago_jobs") if s.labels["state"] != "Queued")
+            states = {s.labels["state"]: int(s.value) for s in metric(broker, "archipelago_jobs") if s.value}
             failed = (work / "broker.log").read_text().count("scheduler: pass failed")
         finally:
             broker.stop()
@@ -125,7 +125,7 @@ def measure(members: int, nodes: int, backlog: int, rate: float, steady: float, 
 
     figures = {"members": members, "nodes_per_member": nodes, "backlog": backlog, "rate_per_s": rate,
                "first_cycle_s": round(first_cycle_end - started, 1) if cycles else None, "steady_s": steady,
-               "cycles": cycles, "scheduler_passes_failed": failed, "jobs_not_queued": int(admitted)}
+               "cycles": cycles, "scheduler_passes_failed": failed, "jobs_by_state": states}
     for kind in loads:
         for phase, during in (("first_cycle", lambda sent: not cycles or sent < first_cycle_end),
                               ("steady", lambda sent: cycles and sent >= first_cycle_end)):
@@ -150,7 +150,8 @@ def main() -> None:
     args = parser.parse_args()
     f = measure(args.members, args.nodes, args.backlog, args.rate, args.steady, args.first_cycle_within)
     rows = [("members × nodes each", f"{f['members']} × {f['nodes_per_member']}", ""),
-            ("backlog of 4-node JobSets; jobs not Queued at the end", f"{f['backlog']}; {f['jobs_not_queued']}", ""),
+            ("backlog of 4-node JobSets", str(f["backlog"]), ""),
+            ("jobs by state at the end", ", ".join(f"{n} {state}" for state, n in f["jobs_by_state"].items()), ""),
             ("first full cycle, from the broker's start",
              f"{f['first_cycle_s']} s" if f["cycles"] else f"none in {args.first_cycle_within:g} s", ""),
             (f"cycles run: the first, then over {f['steady_s']:g} s", str(f["cycles"]), ""),
