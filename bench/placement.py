@@ -41,7 +41,7 @@ from sqlalchemy.orm import Session  # noqa: E402
 
 from broker.db import models  # noqa: E402
 from broker.db.runtime import Database  # noqa: E402
-from broker.db.session import make_engine, make_sessionmaker, transaction  # noqa: E402
+from broker.db.session import make_engine, make_sessionmaker  # noqa: E402
 from broker.jobset import parse_jobset  # noqa: E402
 from broker.placement import (GPU, Cluster, HyperNode, Node, PendingJob, Queue, Snapshot, Tenant,  # noqa: E402
                               schedule)
@@ -167,14 +167,14 @@ def database(path: str, clusters: int, hypernodes: int, jobs: int, seed: int):
 
 def scheduler_cycle(engine) -> tuple[float, float, float, int]:
     """One scheduler service cycle: (read seconds, schedule seconds, commit seconds, placements committed)."""
-    sessions = make_sessionmaker(engine)
+    db = Database(engine, make_sessionmaker(engine))
     started = time.perf_counter()
-    with sessions() as session:
+    with db.read() as session:
         inventory = read_inventory(session, now=time.time())
     read = time.perf_counter()
     result = schedule(inventory.snapshot, inventory.pending)
     decided = time.perf_counter()
-    with transaction(sessions) as session:
+    with db.write() as session:
         outcome = commit_decisions(session, inventory, result)
     committed = time.perf_counter()
     return read - started, decided - read, committed - decided, outcome.placements

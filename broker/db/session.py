@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from typing import Iterator, Sequence, TypeVar
 
 from sqlalchemy import create_engine, event, text
@@ -73,10 +72,3 @@ def in_chunks(values: Sequence[T]) -> Iterator[Sequence[T]]:
     """Long id lists in slices an IN (...) clause takes on SQLite and PostgreSQL alike."""
     for start in range(0, len(values), IN_CHUNK):
         yield values[start:start + IN_CHUNK]
-
-
-@contextmanager
-def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
-    """One unit of work: committed if the block returns, rolled back if it raises."""
-    with factory() as session, session.begin():
-        yield session
