@@ -101,7 +101,8 @@ def queue_backlog(url: str, backlog: int) -> None:
     engine = create_engine(url)
     now = datetime.now(timezone.utc)
     with engine.begin() as connection:
-        tenant_id, queue_id = connection.execute(select(Queue.tenant_id, Queue.id).where(Queue.name == "training")).one()
+        tenant_id, queue_id = connection.execute(select(Queue.tenant_id, Queue.id)
+                                                 .where(Queue.name == "training")).one()
         rows = [{"tenant_id": tenant_id, "queue_id": queue_id, "name": f"backlog-{i}", "namespace": "research",
                  "manifest": jobset(f"backlog-{i}"), "priority_class": "normal", "priority": 1000,
                  "placement_mode": "whole", "demand": {"nvidia.com/gpu": 32000}, "state": "Queued",
