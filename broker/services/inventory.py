@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from sqlalchemy import select
 
+from broker.db.fencing import Fenced
 from broker.db.models import Cluster, as_utc, utcnow
 from broker.db.runtime import Database
 from broker.inventory import (PodHold, WriteResult, member_inventory, node_row, pod_usage, record_probe,
@@ -254,7 +255,11 @@ class InventorySyncService(LoopService):
             return str(exc)
         member.failures = 0
         member.due = self.clock() + self.settings.cluster_sync_interval * random.uniform(0.9, 1.1)
-        if self.watch and member.watches is None and result is not None:
+        if self.watch and result is not None and (member.watches is None
+                                                  or not all(watch.is_alive() for watch in member.watches)):
+            # none yet, or one ended (refused while this replica's renewals lapsed): the mirror was just relisted
+            for watch in member.watches or ():
+                watch.stop()
             member.watches = [_Watch(self, row.id, row.name, client, member.mirror, kind)
                               for kind in MemberMirror.KINDS if kind != "hypernodes" or member.mirror.has_hypernodes]
             self._start_flusher()
@@ -295,6 +300,8 @@ class InventorySyncService(LoopService):
                     continue
                 try:
                     flush(self.database, self.settings, cluster_id, member.mirror)
+                except Fenced as exc:  # the lease holder stops this service and says why, once
+                    log.debug("inventory write of cluster %s refused: %s", cluster_id, exc)
                 except Exception:  # the next change or resync writes it again
                     log.exception("inventory write of cluster %s failed", cluster_id)
 
@@ -320,7 +327,7 @@ class _Watch(WatchThread):
         self.mirror, self.kind = mirror, kind
         self.open = False  # a stream is being read (not between a failure and the next watch)
 
-    def run(self) -> None:
+    def follow(self) -> None:
         failures = 0
         resource, field_selector = _LISTS[self.kind]
         while not self._stop_event.is_set():

@@ -14,6 +14,7 @@ from typing import Callable
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Select
 
+from broker.db.fencing import Fenced
 from broker.db.models import Cluster
 
 log = logging.getLogger("archipelago.services")
@@ -53,6 +54,9 @@ class LoopService(ABC):
                 self.woken = False
                 try:
                     self.run_once()
+                except Fenced as exc:  # the lease holder stops this service and says why, once
+                    log.debug("%s: pass refused: %s", self.name, exc)
+                    return
                 except Exception:
                     log.exception("%s: pass failed; retrying on the next interval", self.name)
                     return
@@ -97,12 +101,24 @@ class ServiceRunner:
 
 class WatchThread(threading.Thread):
     """A daemon thread that follows watch streams of a member until stopped; stopping also breaks
-    the stream it is reading, so shutdown never waits for a watch to time out."""
+    the stream it is reading, so shutdown never waits for a watch to time out. A watch whose replica no longer
+    holds its lease (`Fenced`: a commit or a member call refused) ends quietly: that is how a lane given up or a
+    lease lost reaches it, and the lease holder says so once for the whole lane."""
 
     def __init__(self, name: str) -> None:
         super().__init__(name=name, daemon=True)
         self._stop_event = threading.Event()
         self._stream = None  # the clusters.member.WatchStream being read
+
+    def run(self) -> None:
+        try:
+            self.follow()
+        except Fenced as exc:
+            log.debug("%s: ended: %s", self.name, exc)
+
+    def follow(self) -> None:
+        """List and watch until stopped (each kind of watch says how)."""
+        raise NotImplementedError
 
     def stop(self) -> None:
         self._stop_event.set()

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from sqlalchemy import select
 
+from broker.db.fencing import Fenced
 from broker.db.models import Cluster, utcnow
 from broker.db.runtime import Database
 from broker.dispatch import Changes, record_missing, record_status
@@ -117,7 +118,7 @@ class _StatusWatch(WatchThread):
         super().__init__(f"status-{row.name}")
         self.service, self.row = service, row
 
-    def run(self) -> None:
+    def follow(self) -> None:
         failures, version = 0, None
         while not self._stop_event.is_set():
             try:
@@ -148,6 +149,8 @@ class _StatusWatch(WatchThread):
                 failures += 1
                 log.warning("status watch of %s: %s", self.row.name, exc)
                 self._stop_event.wait(backoff(failures, 1.0, 60.0))
+            except Fenced:  # not a hiccup: this replica no longer carries the member (WatchThread ends quietly)
+                raise
             except Exception:  # a database hiccup: relist and go on rather than lose the member's watch
                 log.exception("status watch of %s failed; relisting", self.row.name)
                 failures, version = failures + 1, None

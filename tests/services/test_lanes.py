@@ -4,16 +4,21 @@ taken is refused; each member's lane lag is exported by the replica that carries
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 
 import pytest
 
+from broker.db.crypto import KubeconfigCipher
 from broker.db.fencing import Fence, Fenced, fenced
 from broker.db.models import Cluster
 from broker.inventory import WriteResult
 from broker.metrics import REGISTRY
+from broker.services import lane_services
 from broker.services.lanes import MemberLeases, member_lease, member_lanes, members_of
 from broker.services.loop import LoopService
+from clusters.sim.testing import running_simulator
 from tests.services.test_lease import Clock
 
 pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("backend", ["postgres"], indirect=True)]
@@ -130,3 +135,100 @@ def test_the_lane_lag_is_exported_for_the_members_carried_and_dropped_with_them(
     finally:
         holder.stop()
     assert lane_lags() == {}
+
+
+SIMULATED = {"defaults": {"node": {"cpu": "8", "memory": "32Gi"}, "topology": {"leaf": 2, "spine": 1}},
+             "clusters": [{"name": "lane-a"}, {"name": "lane-b"}]}
+
+
+@pytest.fixture
+def sim():
+    with running_simulator(SIMULATED, speed=0) as handle:
+        yield handle
+
+
+@pytest.fixture
+def simulated_members(db, settings, sim) -> list[int]:
+    """The simulator's clusters registered as Ready push members (no first sync: the lane's services do it)."""
+    cipher = KubeconfigCipher(settings.fernet_key())
+    with db.write() as session:
+        clusters = [Cluster(name=name, api_server=sim.cluster_url(name), state="Ready",
+                            kubeconfig_encrypted=cipher.encrypt(sim.kubeconfig(name))) for name in sim.cluster_names]
+        session.add_all(clusters)
+    return sorted(c.id for c in clusters)
+
+
+def until(condition, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not reached in time"
+        time.sleep(0.05)
+
+
+def watching(holder, sim) -> list[threading.Thread]:
+    """Once the lane's watches are all open: per member JobSets (status), nodes, pods and HyperNodes (inventory)."""
+    until(lambda: all(len(sim.app.streams[name]) == 4 for name in sim.cluster_names))
+    watches = [t for t in threading.enumerate() if t.name.startswith(("status-lane-", "watch-lane-"))]
+    assert len(watches) == 4 * len(sim.cluster_names)
+    return watches
+
+
+def ended(watches: list[threading.Thread]) -> list[str]:
+    for watch in watches:
+        watch.join(10)
+    return [watch.name for watch in watches if watch.is_alive()]
+
+
+@pytest.fixture
+def quiet(caplog, monkeypatch) -> list:
+    """The uncaught thread exceptions; and INFO records and above kept by caplog."""
+    uncaught: list = []
+    monkeypatch.setattr(threading, "excepthook", uncaught.append)
+    caplog.set_level(logging.INFO)
+    return uncaught
+
+
+def test_a_lane_given_up_while_its_watches_run_ends_them_quietly(db, settings, clock, sim, simulated_members,
+                                                                 caplog, quiet):
+    """The fence refuses at once (the lease holder revokes it first), then waits for the passes under way before it
+    stops the services: a watch whose stream breaks meanwhile meets `Fenced` on its next call. It ends, with no
+    traceback and no uncaught thread exception; the lane's loss is said once, by the lease holder."""
+    holder = member_lanes(MemberLeases(db, settings, holder="replica", now=clock.now),
+                          lambda database, lane: lane_services(database, settings, lane), clock=clock.monotonic)
+    try:
+        assert holder.step()
+        watches = watching(holder, sim)
+        caplog.clear()
+        holder.fence.revoke()  # as the lease holder's stop does first
+        sim.app.close_streams()  # every watch calls its member again, or records what it has
+        assert ended(watches) == []
+        clock.advance(settings.lease_duration + 1)  # another replica takes every member
+        MemberLeases(db, settings, holder="other", now=clock.now).claim()
+        assert not holder.step()
+    finally:
+        holder.stop()
+    assert quiet == []
+    assert [(r.levelname, r.name) for r in caplog.records if r.levelno >= logging.INFO] == [
+        ("WARNING", "archipelago.lease")]
+
+
+def test_watches_ended_while_renewals_lapsed_start_again_once_renewed(db, settings, clock, sim, simulated_members,
+                                                                      caplog, quiet):
+    """Renewals that lapse (the database slow to answer) refuse the lane's member calls without stopping its
+    services: the watches that meet the refusal end, and the next passes once renewed start them again."""
+    settings = settings.model_copy(update={"cluster_sync_interval": 0.5, "status_poll_interval": 0.2})
+    holder = member_lanes(MemberLeases(db, settings, holder="replica", now=clock.now),
+                          lambda database, lane: lane_services(database, settings, lane), clock=clock.monotonic)
+    try:
+        assert holder.step()
+        watches, runner = watching(holder, sim), holder.runner
+        # unrenewed for this long, this replica no longer surely holds them (though no one else has taken them yet)
+        clock.advance(settings.lease_duration - settings.lease_renew_period)
+        sim.app.close_streams()
+        assert ended(watches) == []
+        assert holder.step() and holder.runner is runner  # renewed, the same leases: the services ran on
+        watching(holder, sim)
+    finally:
+        holder.stop()
+    assert quiet == []
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
