@@ -29,7 +29,7 @@ from broker.placement.feasibility import empty, never_fits
 from broker.placement.snapshot import ClusterIndex
 from broker.scheduling import engine_config, read_clusters
 from broker.settings import Settings
-from broker.tenancy import Principal, default_queue, get_queue
+from broker.tenancy import Principal
 from clusters.labels import parse_selector
 from clusters.quantity import add_into
 
@@ -139,7 +139,7 @@ def _bounded(manifest: Any, where: str, settings: Settings) -> None:
                                                      "ARCHIPELAGO_MAX_REPLICATED_JOBS)")
 
 
-def validate_submission(session: Session, tenant: Tenant, manifest: Any, where: str, queue_override: str | None,
+def validate_submission(tenant: Tenant, manifest: Any, where: str, queue_override: str | None,
                         settings: Settings, capacity: FederationCapacity,
                         config: Config) -> tuple[JobSpec, Queue, str, int]:
     """Everything a submission must pass; returns its spec, queue, namespace and priority. `config` is
@@ -159,7 +159,7 @@ def validate_submission(session: Session, tenant: Tenant, manifest: Any, where: 
         raise Invalid(f"{where}metadata.namespace",
                       f"tenant {tenant.name} may use namespaces {', '.join(tenant.namespaces) or '(none)'}, "
                       f"not {namespace!r}")
-    queue = _queue_for(session, tenant, queue_override or spec.queue, where)
+    queue = _queue_for(tenant, queue_override or spec.queue, where)
     priority_class = spec.priority_class or settings.default_priority_class
     if priority_class not in settings.priority_classes:
         raise Invalid(f"{where}metadata.labels[{PRIORITY_CLASS_LABEL!r}]",
@@ -171,23 +171,19 @@ def validate_submission(session: Session, tenant: Tenant, manifest: Any, where: 
     return spec, queue, namespace, settings.priority_classes[priority_class]
 
 
-def _queue_for(session: Session, tenant: Tenant, name: str | None, where: str) -> Queue:
-    """The named queue if the tenant may use it, else its default; looked up once per name and session."""
-    known = session.info.setdefault("queues_by_name", {})
-    if (tenant.id, name) in known:
-        return known[(tenant.id, name)]
+def _queue_for(tenant: Tenant, name: str | None, where: str) -> Queue:
+    """The named queue if the tenant owns it, else its default; from `tenant.queues`, which the token's query loaded
+    with the tenant (broker.tenancy.authenticate), or one query for the whole batch."""
     if name is None:
-        queue = default_queue(session, tenant.id)
+        queue = next((q for q in tenant.queues if q.is_default), None)
         if queue is None:
             raise Invalid(f"{where}metadata.labels[{QUEUE_LABEL!r}]",
                           f"name a queue with this label; tenant {tenant.name} has no default queue")
-    else:
-        try:
-            queue = get_queue(session, name, tenant.id)
-        except NotFound:
-            raise Invalid(f"{where}metadata.labels[{QUEUE_LABEL!r}]",
-                          f"queue {name!r} does not exist or is not open to tenant {tenant.name}") from None
-    known[(tenant.id, name)] = queue
+        return queue
+    queue = next((q for q in tenant.queues if q.name == name), None)
+    if queue is None:
+        raise Invalid(f"{where}metadata.labels[{QUEUE_LABEL!r}]",
+                      f"queue {name!r} does not exist or is not open to tenant {tenant.name}")
     return queue
 
 
@@ -204,17 +200,17 @@ def submit_jobs(session: Session, tenant: Tenant, manifests: list[Any], settings
     """Validate every manifest, then store them all as Queued (a batch is all or nothing).
 
     Returns each job with the name of the queue it went to."""
-    return store_jobs(session, tenant, accept_jobs(session, tenant, manifests, settings, capacity,
+    return store_jobs(session, tenant, accept_jobs(tenant, manifests, settings, capacity,
                                                    queue_override=queue_override, batch=batch), settings)
 
 
-def accept_jobs(session: Session, tenant: Tenant, manifests: list[Any], settings: Settings,
+def accept_jobs(tenant: Tenant, manifests: list[Any], settings: Settings,
                 capacity: FederationCapacity, *, queue_override: str | None = None, batch: bool = False) -> list:
-    """Every manifest validated (reads only), ready for `store_jobs`."""
+    """Every manifest validated (nothing read but the tenant's queues), ready for `store_jobs`."""
     accepted, config = [], engine_config(settings)
     for index, manifest in enumerate(manifests):
         where = f"[{index}]." if batch else ""
-        spec, queue, namespace, priority = validate_submission(session, tenant, manifest, where, queue_override,
+        spec, queue, namespace, priority = validate_submission(tenant, manifest, where, queue_override,
                                                                settings, capacity, config)
         accepted.append((where, spec, queue, namespace, priority, manifest))
     _refuse_names_twice_in_batch([(w, ns, spec.name) for w, spec, _, ns, _, _ in accepted])

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from sqlalchemy import bindparam, exists, func, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, contains_eager
 
 from broker import events
 from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PREEMPTION_POLICIES, RECLAIM_POLICIES,
@@ -164,16 +164,16 @@ class QueueChanges:
     clear_borrowing_limit: bool = False  # back to no limit (None above means "unchanged")
 
 
-# Statements a submission runs, built once: building one costs more than the SELECT on SQLite.
-_QUEUE_NAMED = select(Queue).where(Queue.name == bindparam("name"))
-_DEFAULT_QUEUE = select(Queue).where(Queue.tenant_id == bindparam("tenant_id"), Queue.is_default.is_(True))
+# Every request's query, built once (building it cost more than running it on SQLite): a token with its tenant and
+# the tenant's queues, which a submission picks from.
 _TOKEN_AND_TENANT = (select(Token, Tenant).outerjoin(Tenant, Token.tenant_id == Tenant.id)
+                     .outerjoin(Queue, Queue.tenant_id == Tenant.id).options(contains_eager(Tenant.queues))
                      .where(Token.token_hash == bindparam("token_hash")))
 
 
 def get_queue(session: Session, name: str, tenant_id: int | None = None) -> Queue:
     """A queue by name; with `tenant_id`, only if that tenant owns it (else it does not exist)."""
-    queue = session.scalar(_QUEUE_NAMED, {"name": name})
+    queue = session.scalar(select(Queue).where(Queue.name == name))
     if queue is None or (tenant_id is not None and queue.tenant_id != tenant_id):
         raise NotFound(f"queue {name!r} does not exist")
     return queue
@@ -244,10 +244,6 @@ def delete_queue(session: Session, name: str) -> None:
     session.delete(queue)
 
 
-def default_queue(session: Session, tenant_id: int) -> Queue | None:
-    return session.scalar(_DEFAULT_QUEUE, {"tenant_id": tenant_id})
-
-
 @dataclass(frozen=True)
 class QueueStats:
     usage: dict[str, int]
@@ -303,8 +299,8 @@ def authenticate(session: Session, admin_token: str | None, token: str) -> Princ
     """The principal of a live token; None for an unknown, revoked or expired one."""
     if admin_token and hmac.compare_digest(token.encode(), admin_token.encode()):
         return Principal("admin")
-    # The Tenant rides along: it lands in the session's identity map, where the request finds it again.
-    row = session.execute(_TOKEN_AND_TENANT, {"token_hash": hash_token(token)}).first()
+    # The Tenant and its queues ride along: they land in the session's identity map, where the request finds them.
+    row = session.execute(_TOKEN_AND_TENANT, {"token_hash": hash_token(token)}).unique().one_or_none()
     if row is None:
         return None
     stored, tenant = row

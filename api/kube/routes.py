@@ -404,8 +404,7 @@ def _create(request: Request, session: Session, caller: Caller, namespace: str, 
         raise KubeError(409, f'{PLURAL}.{GROUP} "{name}" already exists', reason="AlreadyExists", name=name)
     settings = request.app.state.settings
     try:
-        accepted = job_service.accept_jobs(session, owner, [manifest], settings,
-                                           request.app.state.capacity.get(session))
+        accepted = job_service.accept_jobs(owner, [manifest], settings, request.app.state.capacity.get(session))
         if _dry_run(request):  # validated as a submission is; nothing stored
             return JSONResponse({**manifest, "apiVersion": API_VERSION, "kind": KIND, "status": {}}, status_code=201)
         with request.app.state.db.write() as written:

@@ -103,8 +103,8 @@ def submit(request: Request, database: DatabaseDep, credentials: CredentialsDep,
         principal = principal_of(session, settings, credentials)
         manifests, batch = decode_jobsets(request.headers.get("content-type", ""), body)
         owner = _submitting_tenant(session, principal, tenant)
-        accepted = job_service.accept_jobs(session, owner, manifests, settings,
-                                           request.app.state.capacity.get(session), queue_override=queue, batch=batch)
+        accepted = job_service.accept_jobs(owner, manifests, settings, request.app.state.capacity.get(session),
+                                           queue_override=queue, batch=batch)
     with database.write() as written:
         submitted = job_service.store_jobs(written, owner, accepted, settings)
         request.app.state.services.wake_on_commit(written, "scheduler")
@@ -121,8 +121,8 @@ def dry_run(request: Request, session: SessionDep, principal: PrincipalDep, body
     if batch:
         raise Invalid("", "a dry run takes one JobSet")
     owner = _submitting_tenant(session, principal, tenant)
-    _, chosen, namespace, _ = job_service.validate_submission(session, owner, manifests[0], "", queue, settings,
-                                                      request.app.state.capacity.get(session), engine_config(settings))
+    _, chosen, namespace, _ = job_service.validate_submission(owner, manifests[0], "", queue, settings,
+                                                              request.app.state.capacity.get(session), engine_config(settings))
     manifest = job_service.with_queue_label(manifests[0], chosen.name)
     try:
         with request.app.state.db.read() as snapshot_session:  # its own consistent read
