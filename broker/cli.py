@@ -88,6 +88,7 @@ def serve(host: str = typer.Option(None, help="Address to listen on [default: AR
     from api.app import create_app
     from broker.db.runtime import open_database
     from broker.logs import configure_logging
+    from broker.metrics_server import serve_loop_metrics
     from broker.scheduling import engine_config
     from broker.services import replica
 
@@ -104,17 +105,30 @@ def serve(host: str = typer.Option(None, help="Address to listen on [default: AR
     typer.echo(f"Archipelago {broker.__version__} on {'https' if tls else 'http'}://{host}:{port} "
                f"(database {database.engine.url.render_as_string(hide_password=True)}"
                f"{f', {workers} API workers' if workers > 1 else ''})", err=True)
-    if workers == 1:
-        uvicorn.run(create_app(settings, database), host=host, port=port, log_config=None, **tls)
-        return
-    loops = replica(database, settings, run_loops=settings.run_loops)
-    loops.start()
-    try:  # uvicorn's supervisor: it returns once SIGTERM or Ctrl-C has stopped the workers
-        uvicorn.run("api.app:api_worker_app", factory=True, host=host, port=port, workers=workers, log_config=None,
-                    **tls)
+    loop_metrics = None
+    if settings.loops_metrics_port is not None:
+        try:
+            loop_metrics = serve_loop_metrics(database, settings, host, settings.loops_metrics_port)
+        except OSError as exc:
+            raise ConfigError(f"ARCHIPELAGO_LOOPS_METRICS_PORT: cannot listen on {host}:{settings.loops_metrics_port}:"
+                              f" {exc.strerror}") from None
+    try:
+        if workers == 1:
+            uvicorn.run(create_app(settings, database), host=host, port=port, log_config=None, **tls)
+            return
+        loops = replica(database, settings, run_loops=settings.run_loops)
+        loops.start()
+        try:  # uvicorn's supervisor: it returns once SIGTERM or Ctrl-C has stopped the workers
+            uvicorn.run("api.app:api_worker_app", factory=True, host=host, port=port, workers=workers,
+                        log_config=None, **tls)
+        finally:
+            loops.stop()
     finally:
-        loops.stop()
-        database.dispose()
+        if loop_metrics is not None:
+            loop_metrics.shutdown()
+            loop_metrics.server_close()
+        if workers > 1:
+            database.dispose()
 
 
 @app.command()

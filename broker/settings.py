@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     # /metrics answers this bearer token (or an admin's); queues are labelled by id unless names may show.
     metrics_token: str | None = None
     metrics_queue_names: bool = False
+    # Where the process that runs the loops serves their figures on its own (under `serve --workers N` the API's
+    # /metrics is the workers', which run no loops); unset: nowhere but the API's.
+    loops_metrics_port: int | None = Field(None, ge=1, le=65535)
 
     # Loop intervals, in seconds.
     scheduler_interval: float = Field(2.0, gt=0)
