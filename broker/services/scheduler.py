@@ -11,6 +11,7 @@ and all of them every ARCHIPELAGO_SCHEDULER_RESYNC_INTERVAL seconds and after an
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from datetime import datetime
@@ -27,6 +28,21 @@ from broker.settings import Settings
 
 log = logging.getLogger("archipelago.scheduler")
 
+# From this many pending jobs on, the rows a full read left are kept out of the garbage collector's full
+# collections (`freeze_long_lived`).
+LONG_LIVED_ROWS = 10_000
+
+
+def freeze_long_lived() -> None:
+    """Keep what is alive now out of the collector's full collections, until the next call.
+
+    A scheduler over 100,000 pending jobs holds millions of long-lived objects; every full collection walked them
+    all, holding the GIL 1.2–1.6 s while the API in the same process waited (bench/leader_api.py). One full
+    collection here instead, once per full read, also frees whatever cyclic garbage the last call froze."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
 
 class SchedulerService(LoopService):
     name = "scheduler"
@@ -39,8 +55,12 @@ class SchedulerService(LoopService):
 
     def read(self) -> Inventory:
         """This cycle's snapshot, with the pending rows kept since the last one brought up to date."""
+        full_reads = self.pending.full_reads
         with self.database.read() as session:
-            return read_inventory(session, now=self.now().timestamp(), pending=self.pending)
+            inventory = read_inventory(session, now=self.now().timestamp(), pending=self.pending)
+        if self.pending.full_reads != full_reads and len(self.pending.rows) >= LONG_LIVED_ROWS:
+            freeze_long_lived()
+        return inventory
 
     def run_once(self) -> CommitOutcome:
         """1. read one snapshot, 2. decide, 3. commit every decision in one transaction."""

@@ -221,3 +221,30 @@ def test_a_split_job_parked_for_want_of_room_is_decided_again_when_any_cluster_f
     with db.sessions() as session:
         clusters = sorted(session.scalars(select(Placement.cluster_name).where(Placement.job_id == pair.id)))
     assert clusters == ["a", "b"]
+
+
+def test_a_large_backlog_read_in_full_is_frozen_out_of_full_garbage_collections(db, setup, settings, monkeypatch):
+    """Past LONG_LIVED_ROWS pending jobs, a full read leaves its rows frozen (gc.freeze), and the next full read
+    unfreezes them first; a smaller backlog freezes nothing."""
+    import gc
+
+    from broker.services import scheduler as scheduler_module
+    gc.unfreeze()
+    try:
+        scheduler = SchedulerService(db, settings.model_copy(update={"scheduler_resync_interval": 1e9}), now=Clock())
+        with setup() as session:
+            add_cluster(session, "eu-west", leaves=1)
+            queue = add_queue(session)
+            for name in ("big-a", "big-b", "big-c", "big-d", "big-e", "big-f"):
+                submit(session, queue, name, gpus=8, pods=8)  # 64 GPUs: none fits the 32
+        scheduler.read()
+        assert gc.get_freeze_count() == 0
+        monkeypatch.setattr(scheduler_module, "LONG_LIVED_ROWS", 6)
+        scheduler.pending.forget()
+        scheduler.read()
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        scheduler.read()  # not a full read: nothing more is frozen
+        assert gc.get_freeze_count() <= frozen  # (frozen objects freed since are no longer counted)
+    finally:
+        gc.unfreeze()
