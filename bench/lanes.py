@@ -41,12 +41,10 @@ from table import print_table  # noqa: E402
 from bench.api import database, prepare  # noqa: E402
 from bench.inventory import start_simulator  # noqa: E402
 from broker.settings import Settings  # noqa: E402
-from tests.brokers import Broker, leader_pid, wait_for  # noqa: E402
+from tests.brokers import DEFAULT_LOOPS, Broker, leader_pid, wait_for  # noqa: E402
 
 POLL = 0.25
 LAG = "archipelago_member_lane_lag_seconds"
-DEFAULT_LOOPS = {f"ARCHIPELAGO_{name.upper()}": str(Settings.model_fields[name].default) for name in (
-    "scheduler_interval", "dispatch_interval", "status_poll_interval", "health_probe_interval", "member_timeout")}
 SETTLE = Settings.model_fields["lease_duration"].default + Settings.model_fields["lease_renew_period"].default
 CAUGHT_UP = 2 * Settings.model_fields["status_poll_interval"].default  # the longest lane interval, twice
 
