@@ -207,3 +207,25 @@ def test_a_bad_jobset_is_refused_naming_the_field_in_these_words(case):
     with pytest.raises(JobSetError) as refused:
         parse_jobset(m)
     assert (refused.value.path, refused.value.message) == (path, message)
+
+
+def test_the_limits_themselves_are_accepted_and_the_defaults_read_as_kubernetes_reads_them():
+    m = manifest(name="n" * 61, parts=(("a", 2**31 - 1, 1, 8), ("b", 1, 1, 8)))  # split names of 63 exactly
+    m["metadata"]["namespace"] = "team-a"
+    ann(m, **{"archipelago.io/placement": "split", "archipelago.io/network-topology-mode": "hard",
+              "archipelago.io/highest-tier-allowed": "1", "archipelago.io/max-restarts": "3"})
+    m["spec"].update(successPolicy={"operator": "Any", "targetReplicatedJobs": ["b"]},
+                     failurePolicy={"maxRestarts": 2**31 - 1})
+    rj(m, 0)["template"]["spec"]["completions"] = 5
+    rj(m, 1).pop("replicas")
+    rj(m, 1)["template"]["spec"].pop("parallelism")
+    spec = parse_jobset(m)
+    assert (spec.namespace, spec.placement, spec.tier_bound, spec.max_restarts) == ("team-a", "split", 1, 3)
+    assert dict(spec.labels) == {"kueue.x-k8s.io/queue-name": "q"}
+    assert dict(spec.annotations) == m["metadata"]["annotations"]
+    assert [(p.name, p.replicas, p.parallelism, p.completions) for p in spec.parts] == [
+        ("a", 2**31 - 1, 1, 5), ("b", 1, 1, None)]
+    assert parse_jobset(manifest(name="a" * 63)).name == "a" * 63
+    whole = parse_jobset(manifest(annotations={"archipelago.io/network-topology-mode": "hard"}))
+    assert (whole.placement, whole.tier_bound, whole.max_restarts) == ("whole", 1, 0)  # Volcano's default tier
+    assert not whole.cluster_selector.requirements  # no selector: any cluster
