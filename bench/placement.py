@@ -6,8 +6,8 @@ H counts HyperNodes across the whole federation (a tree per cluster: leaves of 8
 4 leaves, one root). The throughput cycle is the scheduler service's: the inventory and the pending
 jobs (with their manifests) sit in an SQLite file of the project's models; the cycle reads the
 snapshot (`broker.scheduling.read_inventory`, manifests parsed), decides, and commits every decision
-in one transaction (`broker.scheduling.commit_decisions`). The jobs arrive as one burst a minute before
-the cycle (none has waited past starvation_after); the engine's cycle is timed again with every job
+in one transaction, then the waiting reasons (`broker.scheduling.commit_cycle`). The jobs arrive as
+one burst a minute before the cycle (none has waited past starvation_after); the engine's cycle is timed again with every job
 starving, where each that does not fit may look for nodes to hold.
 The incremental cycles run the scheduler service (`SchedulerService.run_once`) over each backlog until
 its cycles settle (the federation full, the jobs that do not fit known inadmissible), then time the
@@ -46,7 +46,7 @@ from broker.jobset import parse_jobset  # noqa: E402
 from broker.placement import (GPU, Cluster, HyperNode, Node, PendingJob, Queue, Snapshot, Tenant,  # noqa: E402
                               schedule)
 from broker.placement.quality import first_fit, replay  # noqa: E402
-from broker.scheduling import commit_decisions, read_inventory  # noqa: E402
+from broker.scheduling import commit_cycle, read_inventory  # noqa: E402
 from broker.services.scheduler import SchedulerService  # noqa: E402
 from broker.settings import Settings  # noqa: E402
 
@@ -174,8 +174,7 @@ def scheduler_cycle(engine) -> tuple[float, float, float, int]:
     read = time.perf_counter()
     result = schedule(inventory.snapshot, inventory.pending)
     decided = time.perf_counter()
-    with db.write() as session:
-        outcome = commit_decisions(session, inventory, result)
+    outcome = commit_cycle(db, inventory, result)
     committed = time.perf_counter()
     return read - started, decided - read, committed - decided, outcome.placements
 

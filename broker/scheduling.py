@@ -5,7 +5,8 @@ A cycle, after Kueue's scheduler:
    consistent read transaction (`Database.read`: REPEATABLE READ on PostgreSQL, a BEGIN on SQLite); the
    pending rows kept since the last cycle (`PendingJobs`) are brought up to date, not read again.
 2. `broker.placement.schedule`: decisions over that snapshot, no I/O.
-3. `commit_decisions`: every decision in one transaction (`Database.write`), or none of them.
+3. `commit_decisions`: every decision in one transaction (`Database.write`), or none of them; then the
+   waiting jobs' reasons that changed (`write_reasons`), a slice per transaction.
 
 Two guards make a cycle safe to crash or to race. The commit holds the scheduler's write lock and
 checks a fence (the newest placement id it read): if another scheduler committed placements since
@@ -29,6 +30,7 @@ from sqlalchemy.orm import Session
 from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES,
                               Cluster as ClusterRow, Event, HyperNode as HyperNodeRow, Job, Node as NodeRow,
                               Placement as PlacementRow, Queue as QueueRow, Tenant as TenantRow, as_utc)
+from broker.db.runtime import Database
 from broker.db.session import in_chunks
 from broker.jobset import ON_PREEMPTION_ANNOTATION, JobSetError, parse_jobset
 from broker.placement import (DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Cluster, Config, CycleResult, DryRun, HyperNode,
@@ -387,8 +389,8 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     2. Admit each placed job with a conditional UPDATE; only admitted jobs get placements.
     3. Insert their placements (state Decided, next generation per job and part).
     4. Mark the live placements their admission preempts Deleting.
-    5. Write waiting reasons that changed, and nothing for those that did not.
-    6. One event per admitted job, per preempted job and per job whose waiting reason changed.
+    5. One event per admitted job and per preempted job.
+    The waiting jobs' reasons follow in transactions of their own (`write_reasons`).
     """
     outcome = CommitOutcome()
     _lock_for_commit(session)
@@ -439,24 +441,50 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
         events.append(_event(job_id, "Preempted", message, inventory.tenant_ids.get(job_id), now, warning=True))
     events += _fail_on_preemption(session, preempted, inventory, now)
 
-    changed = []
-    for waiting in [*result.waiting.values(), *inventory.unplaceable.values()]:
-        record = inventory.records[waiting.job_id]
-        if waiting.message == record.reason and reasons_digest(waiting.clusters) == record.reasons_digest:
-            continue
-        changed.append({"job_id": int(waiting.job_id), "new_reason": waiting.message,
-                        "new_reasons": dict(waiting.clusters)})
-        if waiting.message != record.reason:
-            events.append(_event(waiting.job_id, "Waiting", waiting.message, record.tenant_id, now))
-    if changed:
-        jobs = Job.__table__
-        session.execute(update(jobs).where(jobs.c.id == bindparam("job_id"), jobs.c.state == "Queued")
-                        .values(reason=bindparam("new_reason"), waiting_reasons=bindparam("new_reasons")), changed)
-    outcome.reasons_written = len(changed)
-
     if events:
         session.execute(insert(Event), events)
     return outcome
+
+
+# Waiting reasons written per transaction: a new leader's first cycle over 100,000 pending jobs rewrites nearly all
+# of them, and one transaction would hold SQLite's write lock from every submission for seconds.
+REASONS_PER_TRANSACTION = 1_000
+
+
+def commit_cycle(database: Database, inventory: Inventory, result: CycleResult) -> CommitOutcome:
+    """The decisions in one transaction (`commit_decisions`), then the reasons that changed, a slice per transaction."""
+    with database.write() as session:
+        outcome = commit_decisions(session, inventory, result)
+    if not outcome.stale:
+        changed = changed_reasons(inventory, result)
+        for start in range(0, len(changed), REASONS_PER_TRANSACTION):
+            with database.write() as session:
+                write_reasons(session, inventory, changed[start:start + REASONS_PER_TRANSACTION])
+        outcome.reasons_written = len(changed)
+    return outcome
+
+
+def changed_reasons(inventory: Inventory, result: CycleResult) -> list[Waiting]:
+    """The waiting jobs whose reasons differ from those stored: the only ones written."""
+    return [waiting for waiting in [*result.waiting.values(), *inventory.unplaceable.values()]
+            if waiting.message != inventory.records[waiting.job_id].reason
+            or reasons_digest(waiting.clusters) != inventory.records[waiting.job_id].reasons_digest]
+
+
+def write_reasons(session: Session, inventory: Inventory, changed: Sequence[Waiting]) -> None:
+    """Store these jobs' reasons (those still Queued), with a Waiting event for each whose summary changed.
+    After the decisions' commit, in slices of `REASONS_PER_TRANSACTION`: a reason is what one cycle saw, and the
+    next one writes it again if it was lost."""
+    now = datetime.now(timezone.utc)
+    jobs = Job.__table__
+    session.execute(update(jobs).where(jobs.c.id == bindparam("job_id"), jobs.c.state == "Queued")
+                    .values(reason=bindparam("new_reason"), waiting_reasons=bindparam("new_reasons")),
+                    [{"job_id": int(w.job_id), "new_reason": w.message, "new_reasons": dict(w.clusters)}
+                     for w in changed])
+    events = [_event(w.job_id, "Waiting", w.message, inventory.records[w.job_id].tenant_id, now)
+              for w in changed if w.message != inventory.records[w.job_id].reason]
+    if events:
+        session.execute(insert(Event), events)
 
 
 def _fail_on_preemption(session: Session, preempted: Mapping[str, str], inventory: Inventory,

@@ -21,7 +21,7 @@ from broker.db.models import utcnow
 from broker.db.runtime import Database
 from broker.metrics import CYCLES_DROPPED, PLACEMENTS_PER_CYCLE, PLACEMENTS_TOTAL, SCHEDULER_CYCLE_SECONDS
 from broker.placement import schedule
-from broker.scheduling import (CommitOutcome, Inventory, PendingJobs, commit_decisions, engine_config, has_pending,
+from broker.scheduling import (CommitOutcome, Inventory, PendingJobs, commit_cycle, engine_config, has_pending,
                                read_inventory)
 from broker.services.loop import LoopService
 from broker.settings import Settings
@@ -63,7 +63,8 @@ class SchedulerService(LoopService):
         return inventory
 
     def run_once(self) -> CommitOutcome:
-        """1. read one snapshot, 2. decide, 3. commit every decision in one transaction."""
+        """1. read one snapshot, 2. decide, 3. commit every decision in one transaction, 4. write the reasons that
+        changed, a slice per transaction."""
         with self.database.read() as session:
             if not has_pending(session):
                 return CommitOutcome()
@@ -71,8 +72,7 @@ class SchedulerService(LoopService):
         try:
             inventory = self.read()
             result = schedule(inventory.snapshot, inventory.pending, self.config, self.pending.still_parked(inventory))
-            with self.database.write() as session:
-                outcome = commit_decisions(session, inventory, result)
+            outcome = commit_cycle(self.database, inventory, result)
         except BaseException:
             self.pending.forget()  # whatever was written or not, the next cycle reads it all
             raise

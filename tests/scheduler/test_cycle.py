@@ -340,3 +340,36 @@ def test_a_cycle_is_counted_in_the_metrics(db, setup, scheduler):
     assert REGISTRY.get_sample_value("archipelago_scheduler_cycle_seconds_count") == cycles_before + 1
     assert REGISTRY.get_sample_value("archipelago_scheduler_placements_last_cycle") == 2
     assert REGISTRY.get_sample_value("archipelago_scheduler_placements_total") == placed_before + 2
+
+
+def test_reasons_are_written_a_slice_per_transaction_after_the_decisions(db, setup, scheduler, monkeypatch):
+    """Five jobs wait, two reasons a transaction: three commits after the decisions' own, and every reason and
+    Waiting event is there; a slice that fails leaves the next cycle to write what is missing."""
+    from broker import scheduling as scheduler_module
+    monkeypatch.setattr(scheduler_module, "REASONS_PER_TRANSACTION", 2)
+    with setup() as session:
+        add_cluster(session, "eu-west")
+        queue = add_queue(session)
+        jobs = [submit(session, queue, f"huge-{i}", gpus=8, pods=16) for i in range(5)]
+    commits = []
+    event.listen(db.engine, "commit", lambda connection: commits.append(1))
+    real_write, writes = scheduler_module.write_reasons, []
+
+    def failing_third(session, inventory, changed):
+        writes.append(len(changed))
+        if len(writes) == 3:
+            raise RuntimeError("the database went away")
+        real_write(session, inventory, changed)
+
+    monkeypatch.setattr(scheduler_module, "write_reasons", failing_third)
+    with pytest.raises(RuntimeError):
+        scheduler.run_once()
+    assert writes == [2, 2, 1] and len(commits) == 3  # the decisions, then two slices
+    with db.sessions() as session:
+        stored = [session.get(Job, j.id).reason for j in jobs]
+    assert stored.count("no cluster can take it now") == 4 and stored.count(None) == 1
+    monkeypatch.setattr(scheduler_module, "write_reasons", real_write)
+    assert scheduler.run_once().reasons_written == 1  # read again in full: only the one not written
+    with db.sessions() as session:
+        assert all(session.get(Job, j.id).reason == "no cluster can take it now" for j in jobs)
+        assert all(len(job_events(session, j.id, "Waiting")) == 1 for j in jobs)
