@@ -3,9 +3,11 @@
 A figure of bench/placement.py's (#14), in a file of its own: it runs a broker and a simulator as processes.
 
     python bench/leader_api.py [--members 40] [--nodes 200] [--backlog 100000] [--rate 10] [--steady 60]
+                               [--backend sqlite|postgres] [--workers N]
 
-`archipelago serve` on SQLite (the API and every loop service in one process, loop intervals at their defaults)
-against members served by `python -m clusters.sim` (speed 0: what runs keeps running), each registered through the
+`archipelago serve` on SQLite (the API and every loop service in one process, loop intervals at their defaults;
+with `--backend postgres --workers N`, the loops in the replica's parent process and the API in N workers of
+its own, as the deploy files run it) against members served by `python -m clusters.sim` (speed 0: what runs keeps running), each registered through the
 API. The broker is stopped, a backlog of Queued JobSets (4 nodes each) inserted in bulk, and the broker started
 again: a leader taking over a backlog. While it schedules it (its first full cycle, then the incremental cycles
 after it), this process sends `GET /api/v1/jobs?limit=50` and single POSTs, each at --rate a second, one at a time,
@@ -34,10 +36,10 @@ sys.path.insert(0, str(ROOT))
 
 from table import print_table  # noqa: E402
 
-from bench.api import HEADERS, jobset, prepare, queue_backlog  # noqa: E402
+from bench.api import HEADERS, database, jobset, prepare, queue_backlog  # noqa: E402
 from bench.placement import percentile  # noqa: E402
 from bench.propagation import start_simulator  # noqa: E402
-from tests.brokers import DEFAULT_LOOPS, Broker  # noqa: E402
+from tests.brokers import DEFAULT_LOOPS, Broker, free_port  # noqa: E402
 
 TARGET_MS = 100
 
@@ -64,28 +66,34 @@ def paced(base: str, method: str, path: str, body: Callable[[int], bytes | None]
     return samples
 
 
-def metric(broker: Broker, family_name: str) -> list:
-    """The samples of one metric family on the broker's /metrics."""
-    text = broker.api.get("/metrics", timeout=60).text
+def metric(broker: Broker, family_name: str, loops_url: str | None = None) -> list:
+    """The samples of one metric family on the broker's /metrics (the loops' own port's, with `--workers`)."""
+    text = broker.api.get(f"{loops_url}/metrics" if loops_url else "/metrics", timeout=60).text
     return [sample for family in text_string_to_metric_families(text) if family.name == family_name
             for sample in family.samples]
 
 
-def cycles_done(broker: Broker) -> int:
-    return int(sum(s.value for s in metric(broker, "archipelago_scheduler_cycle_seconds") if s.name.endswith("_count")))
+def cycles_done(broker: Broker, loops_url: str | None) -> int:
+    return int(sum(s.value for s in metric(broker, "archipelago_scheduler_cycle_seconds", loops_url)
+                   if s.name.endswith("_count")))
 
 
-def measure(members: int, nodes: int, backlog: int, rate: float, steady: float, first_cycle_within: float) -> dict:
+def measure(members: int, nodes: int, backlog: int, rate: float, steady: float, first_cycle_within: float,
+            backend: str = "sqlite", workers: int = 1) -> dict:
     """The figures; if no cycle ends within `first_cycle_within` seconds, those of the attempt, and no steady state
     (a cycle whose pass fails, fenced for one, starts again from scratch: `scheduler_passes_failed`)."""
-    with tempfile.TemporaryDirectory() as directory:
+    with tempfile.TemporaryDirectory() as directory, database(backend) as url:
         work = Path(directory)
         names = [f"m{i:03d}" for i in range(members)]
         simulator = start_simulator(work, names, nodes)
-        url = f"sqlite:///{work / 'archipelago.db'}"
         prepare(url, backlog=0)
-        broker = Broker(work, database_url=url, secret_key=Fernet.generate_key().decode(),
-                        env={**DEFAULT_LOOPS, "ARCHIPELAGO_LOG_LEVEL": "WARNING"})
+        env = {**DEFAULT_LOOPS, "ARCHIPELAGO_LOG_LEVEL": "WARNING"}
+        loops_url = None
+        if workers > 1:  # the loops' figures are on a port of their own
+            env["ARCHIPELAGO_LOOPS_METRICS_PORT"] = str(free_port())
+            loops_url = f"http://127.0.0.1:{env['ARCHIPELAGO_LOOPS_METRICS_PORT']}"
+        broker = Broker(work, database_url=url, secret_key=Fernet.generate_key().decode(), env=env,
+                        args=("--workers", str(workers)) if workers > 1 else ())
         try:
             broker.start()
             for name in names:
@@ -107,23 +115,24 @@ def measure(members: int, nodes: int, backlog: int, rate: float, steady: float, 
             threads = [threading.Thread(target=load, args=(kind,)) for kind in loads]
             for thread in threads:
                 thread.start()
-            while not (cycles := cycles_done(broker)) and time.monotonic() - started < first_cycle_within:
+            while not (cycles := cycles_done(broker, loops_url)) and time.monotonic() - started < first_cycle_within:
                 time.sleep(1)
             first_cycle_end = time.monotonic() if cycles else None
             if cycles:
                 time.sleep(steady)
-                cycles = cycles_done(broker)
+                cycles = cycles_done(broker, loops_url)
             stop.set()
             for thread in threads:
                 thread.join()
-            states = {s.labels["state"]: int(s.value) for s in metric(broker, "archipelago_jobs") if s.value}
+            states = {s.labels["state"]: int(s.value) for s in metric(broker, "archipelago_jobs", loops_url) if s.value}
             failed = (work / "broker.log").read_text().count("scheduler: pass failed")
         finally:
             broker.stop()
             simulator.terminate()
             simulator.wait(30)
 
-    figures = {"members": members, "nodes_per_member": nodes, "backlog": backlog, "rate_per_s": rate,
+    figures = {"backend": backend, "api_workers": workers, "members": members, "nodes_per_member": nodes,
+               "backlog": backlog, "rate_per_s": rate,
                "first_cycle_s": round(first_cycle_end - started, 1) if cycles else None, "steady_s": steady,
                "cycles": cycles, "scheduler_passes_failed": failed, "jobs_by_state": states}
     for kind in loads:
@@ -147,9 +156,13 @@ def main() -> None:
     parser.add_argument("--steady", type=float, default=60.0, help="seconds measured after the first full cycle")
     parser.add_argument("--first-cycle-within", type=float, default=900.0,
                         help="seconds given to the first full cycle to end")
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--workers", type=int, default=1, help="API worker processes (PostgreSQL only)")
     args = parser.parse_args()
-    f = measure(args.members, args.nodes, args.backlog, args.rate, args.steady, args.first_cycle_within)
-    rows = [("members × nodes each", f"{f['members']} × {f['nodes_per_member']}", ""),
+    f = measure(args.members, args.nodes, args.backlog, args.rate, args.steady, args.first_cycle_within,
+                args.backend, args.workers)
+    rows = [("database, API workers", f"{f['backend']}, {f['api_workers']}", ""),
+            ("members × nodes each", f"{f['members']} × {f['nodes_per_member']}", ""),
             ("backlog of 4-node JobSets", str(f["backlog"]), ""),
             ("jobs by state at the end", ", ".join(f"{n} {state}" for state, n in f["jobs_by_state"].items()), ""),
             ("first full cycle, from the broker's start",
