@@ -23,7 +23,7 @@ class Fence:
     still act on them."""
 
     def __init__(self, tokens: dict[str, int], valid: Callable[[], bool] = lambda: True) -> None:
-        self.tokens = tokens
+        self.tokens = tokens  # replaced whole (never changed in place) when a lane moves to other members
         self._valid = valid
         self._revoked = threading.Event()
 
@@ -43,14 +43,15 @@ class Fence:
         not the renewals' clock: a transaction that outlasts the renewals (the scheduler's first commit over a large
         backlog; on SQLite this process's own renewal waits for that commit's write lock) is not refused for a lease
         that no one could take while it ran."""
+        tokens = self.tokens
         if self._revoked.is_set():
-            raise Fenced(f"this replica lost {_names(self.tokens)}")
+            raise Fenced(f"this replica lost {_names(tokens)}")
         # in name order, as the renewals lock them (broker.services.lanes): two orders could deadlock
-        current = dict(session.execute(select(Lease.name, Lease.token).where(Lease.name.in_(list(self.tokens)))
+        current = dict(session.execute(select(Lease.name, Lease.token).where(Lease.name.in_(list(tokens)))
                                        .order_by(Lease.name).with_for_update(read=True)).all())
-        if current != self.tokens:
+        if current != tokens:
             self.revoke()
-            taken = sorted(name for name, token in self.tokens.items() if current.get(name) != token)
+            taken = sorted(name for name, token in tokens.items() if current.get(name) != token)
             raise Fenced(f"{_names(taken)} taken over by another replica; commit refused")
 
 

@@ -139,6 +139,16 @@ class DispatcherService(LoopService):
         changes.wake(self.wake)
         return changes
 
+    def retarget(self, lane: frozenset[int]) -> list:
+        """Its member calls run within passes: once the pass under way is over, none is at work on a member left
+        (whose executor the next pass shuts down); a member that comes back to the lane is swept again first, and
+        its namespaces looked up again."""
+        with self._lock:
+            self.lane = lane
+            self._swept &= lane
+            self._namespaces = {(cluster_id, name) for cluster_id, name in self._namespaces if cluster_id in lane}
+        return []
+
     def stop(self) -> None:
         for executor in (self._pool, *self._lanes.values()):
             executor.shutdown(wait=True, cancel_futures=True)

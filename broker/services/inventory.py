@@ -226,6 +226,7 @@ class InventorySyncService(LoopService):
         self._wake = threading.Condition()
         self._stopping = False
         self._flusher: threading.Thread | None = None
+        self._flushing = threading.Lock()  # held while the flusher writes a member
 
     def run_once(self) -> dict[str, WriteResult | str]:
         """Resync every member that is due; returns, per cluster synced, what changed or the error."""
@@ -267,11 +268,23 @@ class InventorySyncService(LoopService):
                 watch.start()
         return result if result is not None else "removed"
 
-    def _forget(self, registered: set[int]) -> None:
+    def _forget(self, registered: set[int]) -> list[_Watch]:
+        """Stop following the members not in `registered`; their watches, stopped."""
+        stopped = []
         for cluster_id in [i for i in self.members if i not in registered]:
             for watch in self.members.pop(cluster_id).watches or ():
                 watch.stop()
+                stopped.append(watch)
         self.clients.retain(registered)
+        return stopped
+
+    def retarget(self, lane: frozenset[int]) -> list[threading.Thread]:
+        with self._lock:  # the pass lock: no pass under way still syncs a member left
+            self.lane = lane
+            left = self._forget(set(lane))
+        with self._flushing:  # nor does the flusher still write one (it skips members forgotten)
+            pass
+        return left
 
     # watches and the flusher ------------------------------------------------------------------------
     def changed(self, cluster_id: int) -> None:
@@ -295,15 +308,16 @@ class InventorySyncService(LoopService):
                     return
                 dirty, self._dirty = self._dirty, set()
             for cluster_id in dirty:
-                member = self.members.get(cluster_id)
-                if member is None:
-                    continue
-                try:
-                    flush(self.database, self.settings, cluster_id, member.mirror)
-                except Fenced as exc:  # the lease holder stops this service and says why, once
-                    log.debug("inventory write of cluster %s refused: %s", cluster_id, exc)
-                except Exception:  # the next change or resync writes it again
-                    log.exception("inventory write of cluster %s failed", cluster_id)
+                with self._flushing:
+                    member = self.members.get(cluster_id)
+                    if member is None:
+                        continue
+                    try:
+                        flush(self.database, self.settings, cluster_id, member.mirror)
+                    except Fenced as exc:  # the lease holder stops this service and says why, once
+                        log.debug("inventory write of cluster %s refused: %s", cluster_id, exc)
+                    except Exception:  # the next change or resync writes it again
+                        log.exception("inventory write of cluster %s failed", cluster_id)
 
     def stop(self) -> None:
         with self._wake:

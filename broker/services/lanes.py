@@ -5,8 +5,10 @@ Every renew period each replica heartbeats its own `replica:<nonce>` row, counts
 member leases it holds up to its share (members ÷ live replicas, rounded up), lets those above it expire (its lane
 services on them stop at once; another replica takes them once expired, so never while they may still run here)
 and takes free or expired ones up to its share. Its lane services run on the members it holds, every commit of theirs fenced
-by those leases' tokens; when the set changes they are stopped and started again on the new set. A dead replica's
-members are taken by the others once its leases expire (within a lease duration and a renew period).
+by those leases' tokens; when the set changes they carry on with the new set (`LoopService.retarget`): the work on
+the members given up stops (watches stopped and waited for) before their tokens leave the fence, the members taken
+are synced, watched and swept by the next passes, and the members kept are left alone (no relist, no new watch).
+A dead replica's members are taken by the others once its leases expire (within a lease duration and a renew period).
 `LaneProgress` tells, per member carried, how far behind its lane is (`archipelago_member_lane_lag_seconds`).
 """
 
@@ -101,8 +103,8 @@ class LaneProgress:
     the time since the oldest of those, so it grows when any of its services is stuck (a pass hung on a member
     call, a loop that no longer runs) and stays under the longest loop interval plus a pass while all move. A
     member a pass names with an error (an inventory sync or status list that failed) is not caught up by it, nor by
-    the passes that skip it while it backs off, until one names it without an error. The lane starting again
-    (its members changed) starts every member's count again, with new services."""
+    the passes that skip it while it backs off, until one names it without an error. A member taken into the lane
+    starts its count when taken; the lane starting again (services that cannot carry on) starts every member's."""
 
     def __init__(self, database: Database, clock: Callable[[], float]) -> None:
         self.database, self.clock = database, clock
@@ -112,12 +114,26 @@ class LaneProgress:
         self._passes: dict[str, dict[int, float]] = {}  # lane service -> cluster id -> when a pass caught it up
         self._failing: dict[str, set[str]] = {}  # lane service -> members its last pass over them failed
 
+    def _push_members(self, lane: frozenset[int]) -> dict[int, str]:
+        with self.database.read() as session:
+            return dict(session.execute(select(Cluster.id, Cluster.name)
+                                        .where(Cluster.id.in_(sorted(lane)), Cluster.mode == "push")).all())
+
+    def move(self, lane: frozenset[int]) -> None:
+        """The lane's services carried on to these members: the members kept keep their counts, those taken start
+        theirs now."""
+        names = self._push_members(lane)
+        with self._lock:
+            now = self.clock()
+            self._names = names
+            self._passes = {service: {i: passes.get(i, now) for i in names} for service, passes in self._passes.items()}
+            for failing in self._failing.values():
+                failing &= set(names.values())
+
     def follow(self, services: list[LoopService], lane: frozenset[int]) -> list[LoopService]:
         """The lane begins on these members: counts start now, and every pass of `services` that completes is
         recorded (the services run unchanged; only their `run_once` is wrapped)."""
-        with self.database.read() as session:
-            names = dict(session.execute(select(Cluster.id, Cluster.name)
-                                         .where(Cluster.id.in_(sorted(lane)), Cluster.mode == "push")).all())
+        names = self._push_members(lane)
         with self._lock:
             self._names, self._began = names, self.clock()
             self._passes = {service.name: dict.fromkeys(names, self._began) for service in services}
@@ -163,7 +179,22 @@ def member_lanes(leases: MemberLeases, build: Callable[[Database, frozenset[int]
     def lane(database: Database, held: dict[str, int]) -> list[LoopService]:
         return progress.follow(build(database, members_of(held)), members_of(held))
 
+    def move(services: list[LoopService], held: dict[str, int]) -> bool:
+        """Each service carried on to the members now held; the threads at work on the members left are waited
+        for, a renew period at most (else the lane starts again, its fence revoked)."""
+        lane = members_of(held)
+        left = [service.retarget(lane) for service in services]
+        if None in left:
+            return False
+        deadline = time.monotonic() + leases.settings.lease_renew_period
+        for thread in (thread for threads in left for thread in threads):
+            thread.join(max(deadline - time.monotonic(), 0))
+            if thread.is_alive():
+                return False
+        progress.move(lane)
+        return True
+
     holder = LeaseHolder("member lanes", leases.database, leases.settings, leases.claim, leases.release, lane,
-                         holder=leases.holder, held_gauge=MEMBER_LANES_HELD, wake=wake, clock=clock)
+                         holder=leases.holder, held_gauge=MEMBER_LANES_HELD, move=move, wake=wake, clock=clock)
     MEMBER_LANE_LAG.lags = lambda: progress.lags(members_of(holder.held))
     return holder

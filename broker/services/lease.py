@@ -107,16 +107,21 @@ class LeaseRecord:
 
 class LeaseHolder:
     """Runs loop services while this replica holds a set of leases. `claim()` renews or takes them and says what
-    is held (lease name → fencing token); the services start when some are held, start again on the new set when it
-    changes, and stop at once when it is lost or could not be renewed in time; every commit of theirs checks the
-    tokens (`broker.db.fencing`). `step()` is one claim; `start()` repeats it every renew period in a thread;
-    `stop()` stops the services, then gives the leases up (`release`) so that another replica takes them at once."""
+    is held (lease name → fencing token); the services start when some are held, carry on with the new set when it
+    changes (`move`; else they start again on it), and stop at once when it is lost or could not be renewed in time;
+    every commit of theirs checks the tokens (`broker.db.fencing`). `step()` is one claim; `start()` repeats it
+    every renew period in a thread; `stop()` stops the services, then gives the leases up (`release`) so that
+    another replica takes them at once."""
 
     def __init__(self, what: str, database: Database, settings: Settings, claim: Callable[[], dict[str, int]],
                  release: Callable[[], None], build: Callable[[Database, dict[str, int]], list[LoopService]], *,
                  holder: str, held_gauge: Gauge, lost_counter: Counter | None = None,
+                 move: Callable[[list[LoopService], dict[str, int]], bool] | None = None,
                  wake: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        """`move`: carries the running services over to a changed set of leases in place (whether it could); without
+        it, or when it cannot, they are stopped and started again on the new set."""
         self.what, self.database, self.settings, self.claim, self.release = what, database, settings, claim, release
+        self.move = move
         self.build, self.holder, self.held_gauge, self.lost_counter = build, holder, held_gauge, lost_counter
         self.wake_via, self.clock = wake, clock
         self.held: dict[str, int] = {}  # what the running services were started under
@@ -144,12 +149,28 @@ class LeaseHolder:
                     self._stop("not renewed in time")
                 return self.running
             self.valid_until = started + self.settings.lease_duration - self.settings.lease_renew_period
-            if held != self.held:
+            if held != self.held and not (self.running and held and self._moved(held)):
                 if self.running:
                     self._stop(None if held else "taken over by another replica")
                 if held:
                     self._start(held)
             return self.running
+
+    def _moved(self, held: dict[str, int]) -> bool:
+        """The services carried over to `held` in place. Their commits are fenced by the leases gained from now on,
+        and by those given up until `move` has stopped every piece of work on them: those are left to expire, so no
+        one else can take them meanwhile."""
+        before = self.held
+        if self.move is None or any(before[name] != held[name] for name in before.keys() & held.keys()):
+            return False  # a lease kept under a new token was another replica's meanwhile: nothing carries over
+        self.fence.tokens = {**before, **held}
+        if not self.move(list(self.runner.services.values()), held):
+            return False
+        self.fence.tokens, self.held = dict(held), held
+        self.held_gauge.set(len(held))
+        log.info("%s: %d taken, %d given up, %d kept; loop services carried on", self.what,
+                 len(held.keys() - before.keys()), len(before.keys() - held.keys()), len(held.keys() & before.keys()))
+        return True
 
     def _start(self, held: dict[str, int]) -> None:
         """Only services that started count as running: if building or starting them fails, nothing is recorded as

@@ -42,6 +42,12 @@ class LoopService(ABC):
     def stop(self) -> None:
         """Release what the service holds beyond one pass (threads, connections); called once at shutdown."""
 
+    def retarget(self, lane: frozenset[int]) -> list[threading.Thread] | None:
+        """Carry on with another lane of members, once the pass under way (if any) is over: the members kept keep
+        their watches and state. Returns the threads stopped that were at work on members left, for the caller to
+        join; None if this service cannot move (the caller restarts it)."""
+        return None
+
     def run_guarded(self) -> None:
         """What the scheduler calls: one pass at a time, and a failed pass never stops the loop.
 

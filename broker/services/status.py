@@ -13,6 +13,7 @@ is how the tests drive it one deterministic step at a time.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -101,6 +102,15 @@ class StatusService(LoopService):
                                     deleted=event["type"] == "DELETED")
         STATUS_LAG_SECONDS.observe(time.monotonic() - received)
         changes.wake(self.wake)
+
+    def retarget(self, lane: frozenset[int]) -> list[threading.Thread]:
+        with self._lock:  # the pass lock: no pass under way still holds the old lane's members
+            self.lane = lane
+            left = [self._watches.pop(i) for i in list(self._watches) if i not in lane]
+            self._polled &= lane
+        for watch in left:
+            watch.stop()
+        return left
 
     def cannot_watch(self, cluster_id: int) -> None:
         self._polled.add(cluster_id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Callable
 
 import pytest
 
@@ -74,17 +75,41 @@ def test_a_lanes_commit_after_its_member_was_taken_is_refused(db, settings, cloc
         assert session.get(Cluster, members[0]).last_error is None
 
 
+class Lane(LoopService):
+    """A lane service that says which members it is on."""
+
+    name = "lane"
+
+    def __init__(self, lane: frozenset[int]) -> None:
+        super().__init__(3600)
+        self.lane = lane
+
+    def run_once(self) -> None:
+        pass
+
+    def retarget(self, lane: frozenset[int]) -> list[threading.Thread]:
+        self.lane = lane
+        return []
+
+
 def test_a_replica_runs_lane_services_on_its_members_only(db, settings, clock, members):
-    lanes_built: list[frozenset[int]] = []
+    built: list[Lane] = []
     pod = f"{'a' * 63}/4242/0123abcd"  # a Kubernetes pod's longest hostname, its pid and nonce
     holder = member_lanes(MemberLeases(db, settings, holder=pod, now=clock.now),
-                          lambda _database, lane: lanes_built.append(lane) or [], clock=clock.monotonic)
+                          lambda _database, lane: built.append(Lane(lane)) or built[-1:], clock=clock.monotonic)
     try:
-        assert holder.step() and lanes_built == [frozenset(members)]
+        assert holder.step() and [service.lane for service in built] == [frozenset(members)]
         with db.write() as session:
-            session.delete(session.get(Cluster, members[-1]))  # a member removed: the lanes start again without it
+            session.delete(session.get(Cluster, members[-1]))  # a member removed: the lane carries on without it
         clock.advance(settings.lease_renew_period)
-        assert holder.step() and lanes_built[-1] == frozenset(members[:-1])
+        assert holder.step() and [service.lane for service in built] == [frozenset(members[:-1])]
+        assert holder.fence.tokens == holder.held and len(holder.held) == MEMBERS - 1
+        for _ in range(2):  # paused while another replica took every member, and until that one died too
+            clock.advance(settings.lease_duration + 1)
+            MemberLeases(db, settings, holder="other", now=clock.now).claim()
+        MemberLeases(db, settings, holder="other", now=clock.now).release()
+        # the same members, under new tokens: what ran on them before is not carried over, the lane starts again
+        assert holder.step() and [service.lane for service in built] == [frozenset(members[:-1])] * 2
     finally:
         holder.stop()
 
@@ -232,3 +257,45 @@ def test_watches_ended_while_renewals_lapsed_start_again_once_renewed(db, settin
         holder.stop()
     assert quiet == []
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def lists(sim, name: str, *, watches: bool = False) -> int:
+    """The lists (or the watches) of nodes, pods, HyperNodes and JobSets the member received."""
+    return sum(1 for r in sim.requests(name) if r.method == "GET" and (r.query.get("watch") == "true") == watches
+               and r.path.rsplit("/", 1)[-1] in ("nodes", "pods", "hypernodes", "jobsets"))
+
+
+def test_a_lane_change_starts_and_stops_only_the_members_that_changed(db, settings, clock, sim, simulated_members,
+                                                                       caplog, quiet):
+    """A second replica joins: this one gives a member up and carries on with the other, whose watches run on and
+    which is not listed again; the second dies: the member comes back, listed and watched again."""
+    kept, left = sim.cluster_names  # the member of the lowest id is kept
+    holder = member_lanes(MemberLeases(db, settings, holder="replica", now=clock.now),
+                          lambda database, lane: lane_services(database, settings, lane), clock=clock.monotonic)
+    try:
+        assert holder.step()
+        watches, runner = watching(holder, sim), holder.runner
+        listed = lists(sim, kept)
+        MemberLeases(db, settings, holder="other", now=clock.now).claim()  # two replicas: one member each
+        clock.advance(settings.lease_renew_period)
+        assert holder.step() and members_of(holder.held) == {simulated_members[0]} and holder.runner is runner
+        assert ended([w for w in watches if left in w.name]) == []
+        assert all(w.is_alive() for w in watches if kept in w.name) and len(sim.app.streams[kept]) == 4
+
+        def passes(done) -> Callable[[], bool]:  # the lane's services run a pass now, again until done
+            return lambda: [holder.wake(service) for service in runner.services] and done()
+
+        clock.advance(1)
+        until(passes(lambda: lane_lags() == {kept: 0}))  # every one has completed a pass over the kept member
+        assert lists(sim, kept) == listed
+        watched = lists(sim, left, watches=True)
+        for _ in range(int(settings.lease_duration / settings.lease_renew_period) + 1):  # the other replica died:
+            clock.advance(settings.lease_renew_period)  # this one renews its member until the other's expires
+            assert holder.step() and holder.runner is runner
+        assert members_of(holder.held) == set(simulated_members)
+        until(passes(lambda: lists(sim, left, watches=True) == watched + 4))  # its four watches again
+        assert lists(sim, kept) == listed and lists(sim, kept, watches=True) == 4
+    finally:
+        holder.stop()
+    assert quiet == []
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING and r.name != "archipelago.lease"] == []
