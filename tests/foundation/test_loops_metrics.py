@@ -33,7 +33,7 @@ def test_the_loop_process_serves_its_own_figures_beside_the_workers(settings, tm
     try:
         broker.start()
         # the parent holds the leader lease (the only replica): its own figures say so, and count its lanes
-        wait_for(lambda: gauge(scrape(loops).text, "archipelago_leader_lease_held") == 1, "the lease, on the loops port")
+        wait_for(lambda: gauge(scrape(loops).text, "archipelago_leader_lease_held") == 1, "the lease on the loops port")
         assert gauge(scrape(loops).text, "archipelago_member_lanes_held") == 0  # no members registered
         assert gauge(scrape(f"{broker.url}/metrics").text, "archipelago_leader_lease_held") == 0  # a worker's
         assert scrape(loops, ADMIN).status_code == 200  # an admin token may, as on the API's /metrics
