@@ -240,7 +240,9 @@ def scheduler_rss(path: str) -> float:
     service = SchedulerService(Database(engine, make_sessionmaker(engine)), Settings(database_url=f"sqlite:///{path}"))
     service.run_once()
     service.run_once()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM, not getrusage's ru_maxrss: Linux keeps that one across execve, so a child would report its parent's peak
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
 
 
 # -- measurements ----------------------------------------------------------------------------------------
