@@ -32,7 +32,7 @@ from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLAC
                               Placement as PlacementRow, Queue as QueueRow, Tenant as TenantRow, as_utc)
 from broker.db.runtime import Database
 from broker.db.session import in_chunks
-from broker.jobset import ON_PREEMPTION_ANNOTATION, JobSetError, parse_jobset
+from broker.jobset import ON_PREEMPTION_ANNOTATION, JobSetError, PartSpec, parse_jobset
 from broker.placement import (DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Cluster, Config, CycleResult, DryRun, HyperNode,
                               Node, Parked, PendingJob, Placement, Queue, RunningPlacement, Snapshot, Tenant, Waiting,
                               dry_run, shape_of)
@@ -241,6 +241,7 @@ class PendingJobs:
         self.parked: frozenset[str] = frozenset()  # the last cycle's inadmissible jobs
         self.inputs: tuple | None = None  # `Inventory.inputs` of the cycle that found them inadmissible
         self.held: dict[str, frozenset[str]] = {}  # cluster -> the nodes that cycle held
+        self.parts: dict[str, tuple[PartSpec, ...]] = {}  # shape -> the parts its pending jobs share
 
     def forget(self) -> None:
         """In doubt: read every pending row next time, and decide every job."""
@@ -294,7 +295,7 @@ class PendingJobs:
         kept = self.rows
         if self.fence != fence or now - self.full_read_at >= self.resync_interval:
             wanted = sorted(ids)
-            self.rows, self.parked = {}, frozenset()
+            self.rows, self.parked, self.parts = {}, frozenset(), {}
             self.full_read_at, self.full_reads = now, self.full_reads + 1
         else:
             for gone in self.rows.keys() - {str(job_id) for job_id in ids}:
@@ -307,11 +308,13 @@ class PendingJobs:
             manifests = dict(session.execute(select(Job.id, Job.manifest).where(Job.id.in_(missing))).all()) \
                 if missing else {}
             for row in rows:
-                self.rows[str(row.id)] = _pending_row(row, kept.get(str(row.id)), manifests.get(row.id))
+                self.rows[str(row.id)] = _pending_row(row, kept.get(str(row.id)), manifests.get(row.id), self.parts)
 
 
-def _pending_row(row: Any, kept: _PendingRow | None, manifest: dict | None) -> _PendingRow:
-    """The row as read, with the manifest parsed (or its parse kept from an earlier read)."""
+def _pending_row(row: Any, kept: _PendingRow | None, manifest: dict | None,
+                 parts: dict[str, tuple[PartSpec, ...]]) -> _PendingRow:
+    """The row as read, with the manifest parsed (or its parse kept from an earlier read). Jobs of one shape share
+    one copy of their parts (`parts`, by shape): at 100,000 pending jobs that is a hundred megabytes less."""
     job_id = str(row.id)
     record = PendingRecord(row.tenant_id, row.reason, reasons_digest(row.waiting_reasons or {}))
     requeue_at = row.requeue_at and as_utc(row.requeue_at)
@@ -319,12 +322,16 @@ def _pending_row(row: Any, kept: _PendingRow | None, manifest: dict | None) -> _
         return replace(kept, record=record, requeue_at=requeue_at)
     if kept is not None:
         spec, shape = kept.job.spec, kept.job.shape
+        parts.setdefault(shape, spec.parts)
     else:
         try:
             spec = parse_jobset(manifest)
         except JobSetError as exc:
             return _PendingRow(None, Waiting(job_id, f"its manifest cannot be placed: {exc}"), record, requeue_at, None)
         shape = sys.intern(shape_of(spec))  # one string per shape, however many jobs have it
+        shared = parts.setdefault(shape, spec.parts)
+        if shared is not spec.parts:
+            spec = replace(spec, parts=shared)
     job = PendingJob(job_id, row[7], row[6], row.priority, as_utc(row.submitted_at).timestamp(), spec, shape=shape)
     return _PendingRow(job, None, record, requeue_at, row.avoid or None)
 

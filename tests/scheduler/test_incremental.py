@@ -248,3 +248,18 @@ def test_a_large_backlog_read_in_full_is_frozen_out_of_full_garbage_collections(
         assert gc.get_freeze_count() <= frozen  # (frozen objects freed since are no longer counted)
     finally:
         gc.unfreeze()
+
+
+def test_pending_jobs_of_one_shape_share_their_parts(db, setup, settings):
+    """One copy of the parts per shape, however many pending jobs have it (and a full read keeps sharing them)."""
+    scheduler = SchedulerService(db, settings, now=Clock())
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1)
+        queue = add_queue(session)
+        for name in ("big-a", "big-b", "small"):
+            submit(session, queue, name, gpus=8 if name.startswith("big") else 1, pods=8)
+    for _ in range(2):
+        jobs = {job.spec.name: job for job in scheduler.read().pending}
+        assert jobs["big-a"].spec.parts is jobs["big-b"].spec.parts
+        assert jobs["big-a"].spec.parts != jobs["small"].spec.parts
+        scheduler.pending.forget()
