@@ -6,14 +6,14 @@ replica once settled, and how long a SIGKILLed replica's members go uncarried.
 1. One simulator process serves `--members` members of `--nodes` nodes each (bench/inventory.py's); three replicas
    (default lease: 10 s renewed every 2 s; default loop intervals) start on a throw-away database
    (ARCHIPELAGO_TEST_POSTGRES_URL or 127.0.0.1:5432) once the members are registered (through an API-only replica:
-   registered under running lanes, each new member restarts a replica's lanes, relisting and sweeping all it carries).
+   registered under running lanes, each new member joins a replica's lane: it alone is listed, watched and swept).
    Settled: every member carried by exactly one replica (the clusters of its `archipelago_member_lane_lag_seconds`,
    scraped from each replica's /metrics), no replica's count changed for a lease duration and a renew period, and
    every lane caught up (every lag at most twice the longest lane interval: 10 s).
 2. `--kills` times, a replica that does not hold the leader lease is SIGKILLed (so that only lanes move): seconds
    until each of its members is carried by one of the two others, until every member's lane has completed its
-   passes since (the survivors' lanes start again on their new share: each member relisted, watched again and
-   swept), and the highest lane lag the survivors export meanwhile; the replica is then started again and the
+   passes since (the survivors' lanes carry on: only the members they take are listed, watched and swept), and
+   the highest lane lag the survivors export meanwhile; the replica is then started again and the
    lanes settle again.
 Prints a table, then one JSON object.
 """
