@@ -617,7 +617,7 @@ def topology_view(session: Session, cluster: str) -> dict[str, Any]:
     """A cluster's nodes and HyperNodes with allocatable, used and free capacity (the dashboard's topology)."""
     row = get_cluster(session, cluster)
     capacity = cluster_capacity(session, row.id)
-    members = dict(session.execute(select(HyperNode.name, HyperNode.nodes).where(HyperNode.cluster_id == row.id)))
+    members = dict(session.execute(select(HyperNode.name, HyperNode.nodes).where(HyperNode.cluster_id == row.id)).all())
     tiers = {entry.name: entry.tier for entry in capacity if entry.kind == "hypernode"}
     leaf_of: dict[str, str] = {}
     for name in sorted(tiers, key=lambda n: (-tiers[n], n)):  # the lowest tier holding a node wins
