@@ -105,7 +105,7 @@ class ServiceRunner:
             service.stop()
 
 
-class WatchThread(threading.Thread):
+class WatchThread(threading.Thread, ABC):
     """A daemon thread that follows watch streams of a member until stopped; stopping also breaks
     the stream it is reading, so shutdown never waits for a watch to time out. A watch whose replica no longer
     holds its lease (`Fenced`: a commit or a member call refused) ends quietly: that is how a lane given up or a
@@ -122,9 +122,9 @@ class WatchThread(threading.Thread):
         except Fenced as exc:
             log.debug("%s: ended: %s", self.name, exc)
 
+    @abstractmethod
     def follow(self) -> None:
         """List and watch until stopped (each kind of watch says how)."""
-        raise NotImplementedError
 
     def stop(self) -> None:
         self._stop_event.set()
