@@ -5,8 +5,8 @@ A cycle, after Kueue's scheduler:
    consistent read transaction (`Database.read`: REPEATABLE READ on PostgreSQL, a BEGIN on SQLite); the
    pending rows kept since the last cycle (`PendingJobs`) are brought up to date, not read again.
 2. `broker.placement.schedule`: decisions over that snapshot, no I/O.
-3. `commit_decisions`: every decision in one transaction (`Database.write`), or none of them; then the
-   waiting jobs' reasons that changed (`write_reasons`), a slice per transaction.
+3. `commit_cycle`: every decision in one transaction (`commit_decisions`, in a `Database.write`), or none of
+   them; then the waiting jobs' reasons that changed (`write_reasons`), a slice per transaction.
 
 Two guards make a cycle safe to crash or to race. The commit holds the scheduler's write lock and
 checks a fence (the newest placement id it read): if another scheduler committed placements since
