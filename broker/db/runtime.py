@@ -19,6 +19,51 @@ if TYPE_CHECKING:
     from broker.db.fencing import Fence
 
 
+class WriterQueue:
+    """This process's SQLite writers, one at a time, in two lines that take turns: the loop services' (fenced)
+    writes and everyone else's (the API's, the lease renewals'). Whenever the lock is released, a writer waiting in
+    the other line goes next: a submission waits for the one loop transaction under way, not for every watch event
+    and dispatcher batch queued before it (a plain lock lets whoever asks first, or the OS, decide), and a stream of
+    submissions still leaves every other turn to the loops."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._lines = {line: threading.Condition(self._mutex) for line in (True, False)}  # loop: True
+        self._waiting = {True: 0, False: 0}
+        self._held = False
+        self._next: bool | None = None  # the line whose turn it is (None: whoever asks)
+
+    @contextmanager
+    def turn(self, *, loop: bool) -> Iterator[None]:
+        with self._mutex:
+            self._waiting[loop] += 1
+            try:
+                while self._held or self._next not in (None, loop):
+                    self._lines[loop].wait()
+            except BaseException:  # interrupted (KeyboardInterrupt) while waiting: the turn it was given goes on
+                self._waiting[loop] -= 1
+                if not self._held and self._next == loop and not self._waiting[loop]:
+                    self._hand_over(after=loop)
+                raise
+            self._waiting[loop] -= 1
+            self._held, self._next = True, None
+        try:
+            yield
+        finally:
+            with self._mutex:
+                self._held = False
+                self._hand_over(after=loop)
+
+    def _hand_over(self, *, after: bool) -> None:
+        """The turn to the other line if anyone waits there, else to this one's next writer (or to whoever asks)."""
+        for line in (not after, after):
+            if self._waiting[line]:
+                self._next = line
+                self._lines[line].notify()
+                return
+        self._next = None
+
+
 @dataclass
 class Database:
     """Every transaction goes through `read` or `write`; `sessions` is for tests that set rows up."""
@@ -27,14 +72,16 @@ class Database:
     sessions: sessionmaker[Session]
     fence: Fence | None = None  # set for the loop services of a replica that holds the leader lease
     # SQLite takes one writer at a time: this process's writers queue here, where the next one starts the moment
-    # the last commits, instead of in SQLite's busy handler, which sleeps (up to 100 ms a try) between attempts
-    writers: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # the last commits, instead of in SQLite's busy handler, which sleeps (up to 100 ms a try) between attempts;
+    # shared with the fenced copies the loop services write through
+    writers: WriterQueue = field(default_factory=WriterQueue, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         postgresql = self.engine.dialect.name == "postgresql"
         self._reading = self.engine.execution_options(isolation_level="REPEATABLE READ") if postgresql else self.engine
         self._writing = self.engine.execution_options(**{WRITE_LOCK: True})
-        self._queue = nullcontext if postgresql else lambda: self.writers
+        loop = self.fence is not None
+        self._queue = nullcontext if postgresql else lambda: self.writers.turn(loop=loop)
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -46,9 +93,9 @@ class Database:
     @contextmanager
     def write(self) -> Iterator[Session]:
         """One unit of work: committed if the block returns (the block never commits itself), rolled back if it
-        raises. On SQLite each of its transactions holds the write lock from its BEGIN (broker.db.session);
-        PostgreSQL locks rows as it goes. With a fence, the commit checks the fencing tokens in the same
-        transaction (broker.db.fencing)."""
+        raises. On SQLite each of its transactions holds the write lock from its BEGIN (broker.db.session), in its
+        turn in this process's `WriterQueue`; PostgreSQL locks rows as it goes. With a fence, the commit checks the
+        fencing tokens in the same transaction (broker.db.fencing)."""
         with self._queue(), self.sessions(bind=self._writing) as session:
             yield session
             if self.fence is not None:

@@ -102,3 +102,73 @@ def test_a_fenced_write_after_the_lease_is_revoked_raises_and_writes_nothing(db,
             session.execute(update(Lease).where(Lease.name == counter).values(token=2))
     with db.read() as session:
         assert _count(session, counter) == 1
+
+
+class _CountedWaits(threading.Condition):
+    """A line of the SQLite writers' queue that counts each wait: the test knows who is queued, without sleeping."""
+
+    def __init__(self, lock, queued: threading.Semaphore) -> None:
+        super().__init__(lock)
+        self.queued = queued
+
+    def wait(self, timeout=None):
+        self.queued.release()
+        return super().wait(timeout)
+
+
+def _queue_in_order(db, holder, waiters) -> list[str]:
+    """`holder` (a database) writes and holds SQLite's write lock while `waiters` ((name, database) pairs) queue one
+    after the other; then it commits. Returns the order in which the waiters wrote."""
+    queued = threading.Semaphore(0)
+    queue = db.writers
+    queue._lines = {line: _CountedWaits(queue._mutex, queued) for line in queue._lines}
+    holding, release, order = threading.Event(), threading.Event(), []
+
+    def hold() -> None:
+        with holder.write() as session:
+            session.execute(update(Lease).where(Lease.name == "counter").values(token=Lease.token + 1))
+            holding.set()
+            assert release.wait(30)
+
+    def write(name: str, database) -> None:
+        with database.write() as session:
+            order.append(name)
+            session.execute(update(Lease).where(Lease.name == "counter").values(token=Lease.token + 1))
+
+    threads = [threading.Thread(target=hold)]
+    threads[0].start()
+    assert holding.wait(30)
+    for name, database in waiters:
+        threads.append(threading.Thread(target=write, args=(name, database)))
+        threads[-1].start()
+        assert queued.acquire(timeout=30)  # it waits in its line before the next one comes
+    release.set()
+    for thread in threads:
+        thread.join(30)
+    with db.read() as session:
+        assert _count(session, "counter") == 1 + len(waiters)  # every write committed, none twice
+    return order
+
+
+def _loops_of(db):
+    with db.write() as session:
+        session.add(Lease(name=LEADER, holder="this-replica", token=1, expires_at=NOW))
+    return fenced(db, Fence({LEADER: 1}))
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_an_api_write_on_sqlite_goes_before_the_loop_writes_queued_before_it(db, counter):
+    """A submission waits for the one loop transaction under way, not for the watch events and dispatcher batches
+    queued before it."""
+    loops = _loops_of(db)
+    order = _queue_in_order(db, loops, [(f"loop-{i}", loops) for i in range(4)] + [("api", db)])
+    assert order == ["api", "loop-0", "loop-1", "loop-2", "loop-3"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_api_writes_on_sqlite_leave_every_other_turn_to_the_loops(db, counter):
+    """A stream of submissions does not hold the scheduler's commit back: after an API write, a waiting loop
+    write goes next."""
+    loops = _loops_of(db)
+    order = _queue_in_order(db, db, [(f"api-{i}", db) for i in range(3)] + [("loop", loops), ("loop-2", loops)])
+    assert order == ["loop", "api-0", "loop-2", "api-1", "api-2"]
