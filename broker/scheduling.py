@@ -22,9 +22,9 @@ import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from types import MappingProxyType
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import bindparam, func, insert, literal_column, select, update
 from sqlalchemy.orm import Session
 
 from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES,
@@ -82,11 +82,11 @@ class Inventory:
 
     snapshot: Snapshot
     pending: list[PendingJob]
-    records: dict[str, PendingRecord]  # pending job id -> its stored reasons
+    records: dict[str, PendingRecord]  # pending job id -> its tenant id and stored reasons
     unplaceable: dict[str, Waiting]  # pending jobs whose manifest no longer parses
     cluster_ids: dict[str, int]
     generations: dict[tuple[str, str], int]  # (job id, part) -> highest generation placed so far
-    tenant_ids: dict[str, int]  # job id -> tenant id, for every pending and running job
+    tenant_ids: dict[str, int]  # running job id -> tenant id
     fence: int  # newest placement id at the read
     # what could make an inadmissible job fit: clusters, queues, tenants by name, live placements by id
     inputs: tuple[dict, dict, dict, dict[int, RunningPlacement]] = ({}, {}, {}, {})
@@ -104,7 +104,8 @@ class CommitOutcome:
 
 
 # -- 1. the read -------------------------------------------------------------------------------------
-_PENDING = (Job.state == "Queued", Job.cancel_requested_at.is_(None))
+# as `ix_jobs_pending` says it, the state a literal: a partial index serves only a query that names its condition
+_PENDING = (Job.state == literal_column("'Queued'"), Job.cancel_requested_at.is_(None))
 
 
 def has_pending(session: Session) -> bool:
@@ -235,6 +236,11 @@ class PendingJobs:
     def __init__(self, resync_interval: float = 0.0) -> None:
         self.resync_interval = resync_interval
         self.rows: dict[str, _PendingRow] = {}
+        self.ids: set[int] = set()  # the rows' job ids, as the pending index gives them
+        # the rows' jobs a cycle passes on as they are (`plain`), and the others, looked at one by one each cycle:
+        # backing off, avoiding clusters, placed before (`single_out`), or no longer parsing
+        self.plain: dict[str, PendingJob] = {}
+        self.others: set[str] = set()
         self.fence: int | None = None  # None: the next read is a full one
         self.full_read_at = float("-inf")  # snapshot clock of the last full read
         self.full_reads = 0
@@ -276,7 +282,7 @@ class PendingJobs:
         for hold in result.holds.values():
             self.held[hold.cluster] = self.held.get(hold.cluster, frozenset()) | frozenset(hold.nodes)
         for job_id in (*outcome.admitted, *outcome.dropped):
-            self.rows.pop(str(job_id), None)
+            self._drop(str(job_id))
         for waiting in [*result.waiting.values(), *inventory.unplaceable.values()]:
             row = self.rows.get(waiting.job_id)
             if row is not None:
@@ -291,16 +297,17 @@ class PendingJobs:
         columns = select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason, Job.waiting_reasons,
                          QueueRow.name, TenantRow.name, Job.avoid, Job.requeue_at) \
             .join(QueueRow, QueueRow.id == Job.queue_id).join(TenantRow, TenantRow.id == Job.tenant_id)
-        ids = set(session.scalars(select(Job.id).where(*_PENDING)))
+        ids = set(session.execute(select(Job.__table__.c.id).where(*_PENDING)).scalars())
         kept = self.rows
         if self.fence != fence or now - self.full_read_at >= self.resync_interval:
             wanted = sorted(ids)
-            self.rows, self.parked, self.parts = {}, frozenset(), {}
+            self.rows, self.ids, self.plain, self.others = {}, set(), {}, set()
+            self.parked, self.parts = frozenset(), {}
             self.full_read_at, self.full_reads = now, self.full_reads + 1
         else:
-            for gone in self.rows.keys() - {str(job_id) for job_id in ids}:
-                del self.rows[gone]
-            wanted = sorted(job_id for job_id in ids if str(job_id) not in self.rows)
+            for gone in self.ids - ids:
+                self._drop(str(gone))
+            wanted = sorted(ids - self.ids)
         self.fence = fence
         for chunk in in_chunks(wanted):
             rows = session.execute(columns.where(Job.id.in_(chunk))).all()
@@ -308,7 +315,30 @@ class PendingJobs:
             manifests = dict(session.execute(select(Job.id, Job.manifest).where(Job.id.in_(missing))).all()) \
                 if missing else {}
             for row in rows:
-                self.rows[str(row.id)] = _pending_row(row, kept.get(str(row.id)), manifests.get(row.id), self.parts)
+                self._keep(row.id, _pending_row(row, kept.get(str(row.id)), manifests.get(row.id), self.parts))
+
+    def _keep(self, job_id: int, row: _PendingRow) -> None:
+        key = str(job_id)
+        self.rows[key] = row
+        self.ids.add(job_id)
+        if row.job is not None and row.requeue_at is None and not row.avoid:
+            self.plain[key] = row.job
+            self.others.discard(key)
+        else:
+            self.plain.pop(key, None)
+            self.others.add(key)
+
+    def _drop(self, job_id: str) -> None:
+        self.rows.pop(job_id, None)
+        self.ids.discard(int(job_id))
+        self.plain.pop(job_id, None)
+        self.others.discard(job_id)
+
+    def single_out(self, job_ids: Iterable[str]) -> None:
+        """These jobs were placed before: from now on a cycle reads their previous clusters and held parts."""
+        for job_id in job_ids:
+            if self.plain.pop(job_id, None) is not None:
+                self.others.add(job_id)
 
 
 def _pending_row(row: Any, kept: _PendingRow | None, manifest: dict | None,
@@ -355,18 +385,20 @@ def _read_pending(session: Session, inventory: Inventory, pending: PendingJobs) 
     for (job_id, part), (_, state) in newest.items():
         if part and state in HELD_STATES:
             held.setdefault(job_id, set()).add(part)
-    for job_id, row in pending.rows.items():
+    pending.single_out(previous.keys() & pending.plain.keys())
+    inventory.records = {job_id: row.record for job_id, row in pending.rows.items()}
+    inventory.pending = list(pending.plain.values())
+    for job_id in sorted(pending.others):
+        row = pending.rows[job_id]
         if row.requeue_at is not None and row.requeue_at > now:
             continue  # backing off
-        inventory.records[job_id] = row.record
-        inventory.tenant_ids[job_id] = row.record.tenant_id
         if row.unplaceable is not None:
             inventory.unplaceable[job_id] = row.unplaceable
             continue
         job = row.job
-        if held.get(job_id):
-            job = replace(job, spec=replace(job.spec, parts=tuple(p for p in job.spec.parts
-                                                                   if p.name not in held[job_id])))
+        if held.get(job_id):  # the parts left are another shape: the engine shares answers by shape
+            spec = replace(job.spec, parts=tuple(p for p in job.spec.parts if p.name not in held[job_id]))
+            job = replace(job, spec=spec, shape=sys.intern(shape_of(spec)))
         if job_id in previous or row.avoid:
             job = replace(job, previous_clusters=tuple(sorted(previous.get(job_id, ()))),
                           avoided=_avoided(row.avoid, now))
@@ -425,7 +457,7 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
         for placement in placements:
             rows.append(_placement_row(placement, inventory, now))
         events.append(_event(job_id, "Admitted", _placed_message(placements) + _preempting(victims.get(job_id, {})),
-                             inventory.tenant_ids[job_id], now))
+                             inventory.records[job_id].tenant_id, now))
     if rows:
         session.execute(insert(PlacementRow), rows)
         outcome.fence = session.scalar(select(func.max(PlacementRow.id)))

@@ -19,6 +19,8 @@ CLUSTER_STATES = ("Pending", "Ready", "NotReady", "Cordoned", "Draining")
 CLUSTER_MODES = ("push", "pull")
 JOB_STATES = ("Queued", "Admitted", "Dispatching", "Starting", "Running", "Succeeded", "Failed", "Cancelled")
 JOB_FINISHED_STATES = ("Succeeded", "Failed", "Cancelled")
+# A job waiting for a placement: Queued and not being cancelled (the scheduler's `ix_jobs_pending`).
+PENDING_SQL = "state = 'Queued' AND cancel_requested_at IS NULL"
 # Starting: on the member, its pods not all ready yet; Running: every pod ready (or done).
 PLACEMENT_STATES = ("Decided", "Applying", "Starting", "Running", "Succeeded", "Failed", "Deleting", "Deleted")
 PLACEMENT_LIVE_STATES = ("Decided", "Applying", "Starting", "Running", "Deleting")
@@ -223,6 +225,9 @@ class Job(Base):
         Index(None, "state", "id"),
         Index(None, "queue_id", "id"),
         Index(None, "finished_at"),  # retention: the oldest finished jobs first
+        # The scheduler's every cycle: which jobs are pending, from this index alone (no row of 100,000 read; with
+        # `state` in it, SQLite prefers it to ix_jobs_state_id).
+        Index("ix_jobs_pending", "state", "id", sqlite_where=text(PENDING_SQL), postgresql_where=text(PENDING_SQL)),
         # One live job per namespace/name: two would collide on a member.
         Index("uq_jobs_live_name", "namespace", "name", unique=True,
               sqlite_where=text(f"NOT {_in('state', JOB_FINISHED_STATES)}"),

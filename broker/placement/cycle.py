@@ -89,6 +89,7 @@ class _Cycle:
         self.released: set[str] = set()  # `_released`, as of `released_at` holds
         self.answers: dict[tuple, bool] = {}  # `_may_fit`, `_may_fit_preempting`: since the last change
         self.unplaced: dict[tuple, Waiting] = {}  # `_decide_or_recall`: since the last change
+        self.within_share: dict[str, bool] = {}  # `_within_share`: since the last change
         self.released_at = -1
         self.inadmissible: set[str] = set()
         # tenants with work, running or pending: those the federation is shared among (`fair`)
@@ -112,10 +113,14 @@ class _Cycle:
         """Has it waited past `starvation_after_s`, while its tenant holds no more than its fair share? (A tenant
         above its share waits its turn by fairness, however old its jobs: in a saturated federation every job
         grows old, and age alone would undo the fair share.)"""
-        if self.snapshot.now - job.submitted_at < self.config.starvation_after_s:
-            return False
-        usage = self.snapshot.tenant_usage.get(job.tenant, {})
-        return dominant_share(usage, self.snapshot.totals) <= self.fair[job.tenant] + 1e-9
+        return (self.snapshot.now - job.submitted_at >= self.config.starvation_after_s
+                and self._within_share(job.tenant))
+
+    def _within_share(self, tenant: str) -> bool:
+        if tenant not in self.within_share:
+            usage = self.snapshot.tenant_usage.get(tenant, {})
+            self.within_share[tenant] = dominant_share(usage, self.snapshot.totals) <= self.fair[tenant] + 1e-9
+        return self.within_share[tenant]
 
     def _quota(self, job: PendingJob) -> QuotaVerdict:
         state = self.snapshot.queues[job.queue]
@@ -137,13 +142,22 @@ class _Cycle:
         7. the earlier submission;
         8. tie-break: queue name, then job id.
         """
-        starving, queue, totals, demand = self._starving(job), state.queue, self.snapshot.totals, job.spec.requests
-        return (not starving, job.submitted_at if starving else 0.0,
+        starving, queue = self._starving(job), state.queue
+        return (not starving, job.submitted_at if starving else 0.0, *self._standing(state, job),
+                -job.priority, -queue.priority, job.submitted_at, queue.name, job.id)
+
+    def _standing(self, state: QueueState, job: PendingJob) -> tuple[bool, float, float]:
+        """Criteria 2 to 4 of `_queue_key`: they read the job's demand alone, so jobs of one shape share them
+        until the next decision that changes anything (the backlog's parked jobs take their turns too)."""
+        memo = ("standing", state.queue.name, job.shape)
+        if job.shape is None or memo not in self.answers:
+            queue, totals, demand = state.queue, self.snapshot.totals, job.spec.requests
+            self.answers[memo] = (
                 bool(queue.nominal_quota) and self._quota(job).borrowing,  # without a quota it never borrows
                 weighted_share(self.snapshot.tenant_usage[queue.tenant], demand,
                                self.snapshot.tenant_weight(queue.tenant), totals),
-                weighted_share(state.usage, demand, queue.weight, totals),
-                -job.priority, -queue.priority, job.submitted_at, queue.name, job.id)
+                weighted_share(state.usage, demand, queue.weight, totals))
+        return self.answers[memo]
 
     def _may_preempt_beyond_queue(self, job: PendingJob) -> bool:
         """May it preempt other queues' work (`_candidates`)? Whether those may be taken depends on how much their
@@ -169,20 +183,25 @@ class _Cycle:
         none of what it asks), and on each cluster where capacity came back it fails the filters or the search on
         HyperNode totals — whole, and each part of a split job — even with all the work there it may preempt gone.
         (Its queue's new work is no reason: it took what was free, and preempting it gives back no more than that.)"""
-        if job.id not in self.parked.jobs or not self._stays_inadmissible(job) or self._may_hold(job):
+        if job.id not in self.parked.jobs or self._may_hold(job):
             return False
+        # jobs of one kind are alike here: one answer per kind until the next decision that changes anything
+        memo = ("inadmissible", job.shape, job.queue, job.priority, job.tenant)
+        if job.shape is None or job.avoided or memo not in self.answers:
+            self.answers[memo] = self._stays_inadmissible(job) and not self._concerned(job)
+        return self.answers[memo]
+
+    def _concerned(self, job: PendingJob) -> bool:
+        """Does a change since it was parked concern it: quota back in its tenant, capacity back where it may fit?"""
         if job.tenant in self.freed_tenants and self._limited_by_quota(job):
-            return False
-        clusters = self.freed_clusters | self._released()
-        if not clusters:
             return True
         preempts = self.config.preemption and self.snapshot.queues[job.queue].queue.preemption == "LowerPriority"
-        for name in clusters:
+        for name in self.freed_clusters | self._released():
             cluster = self.snapshot.clusters.get(name)
             if cluster is not None and (self._may_fit(job, cluster) or preempts and self._may_fit_preempting(
                     job, cluster)):
-                return False
-        return True
+                return True
+        return False
 
     def _may_fit(self, job: PendingJob, cluster: ClusterIndex) -> bool:
         """Does it pass the filters and the search on HyperNode totals there, whole or (split) a part of it?
@@ -278,6 +297,7 @@ class _Cycle:
                 changes += 1
                 self.answers.clear()
                 self.unplaced.clear()
+                self.within_share.clear()
             elif stays and outcome.waiting:
                 self.inadmissible.add(job.id)
             placements += outcome.placements

@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy import select, update
 
 from broker.db.models import Cluster, Job, Node, Placement, Queue
-from broker.placement import Parked, schedule
+from broker.jobset import parse_jobset
+from broker.placement import Parked, schedule, shape_of
 from broker.scheduling import read_inventory
 from broker.services.scheduler import SchedulerService
 from tests.placement.fixtures import GPU
@@ -263,3 +264,22 @@ def test_pending_jobs_of_one_shape_share_their_parts(db, setup, settings):
         assert jobs["big-a"].spec.parts is jobs["big-b"].spec.parts
         assert jobs["big-a"].spec.parts != jobs["small"].spec.parts
         scheduler.pending.forget()
+
+
+def test_a_split_job_back_with_a_part_still_held_is_decided_by_the_shape_of_the_parts_left(db, setup, settings):
+    """Its workers still run; its eval part failed and is placed again alone. Jobs of one shape share the engine's
+    answers: with the whole job's shape it would borrow the answers of jobs asking twice as much."""
+    scheduler = SchedulerService(db, settings, now=Clock())
+    with setup() as session:
+        cluster = add_cluster(session, "eu-west", leaves=1)
+        queue = add_queue(session)
+        job = submit(session, queue, "pair", parts=(("workers", 1, 2, 8), ("eval", 1, 1, 4)),
+                     annotations={"archipelago.io/placement": "split"})
+        session.flush()
+        for part, state in (("workers", "Running"), ("eval", "Failed")):
+            session.add(Placement(job_id=job.id, part=part, cluster_id=cluster.id, cluster_name="eu-west",
+                                  state=state, generation=1))
+        whole = shape_of(parse_jobset(job.manifest))
+    (pending,) = scheduler.read().pending
+    assert [p.name for p in pending.spec.parts] == ["eval"]
+    assert pending.shape == shape_of(pending.spec) != whole
