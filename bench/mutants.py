@@ -4,8 +4,9 @@ mutmut changes one thing at a time in every function of the pure core (broker/pl
 broker/jobset.py, the pure Kubernetes rules in clusters/) and of the outbox rules (broker/dispatch.py), and
 runs the tests that reach that function against each change; a change no test notices is a surviving
 mutant. Each group is tested by its own tests: the pure core by the unit tests (no database, no simulator),
-the outbox by the propagation tests over the simulator (SQLite only, no crash subprocesses). A group runs in
-its own folder under mutants/, a view of the checkout with that group's [tool.mutmut] settings.
+the outbox by its rules' tests on rows written straight into SQLite (tests/outbox: milliseconds each, run
+first, they kill most of its mutants) and the propagation tests over the simulator (no crash subprocesses).
+A group runs in its own folder under mutants/, a view of the checkout with that group's [tool.mutmut] settings.
 
 A run starts its groups from scratch (their folders under mutants/ are wiped; `--group` runs one); `--again`
 keeps the mutants the last run killed and tests only the rest again, with the tests written since. Prints
@@ -62,7 +63,8 @@ GROUPS = [
           ["tests/placement", "tests/status", "tests/clusters/test_topology.py", "tests/clusters/test_topology_warnings.py",
            "tests/clusters/test_label_selectors.py", "tests/clusters/test_pin.py", "tests/clusters/test_pod_requests.py",
            "tests/clusters/test_tolerations.py", "tests/clusters/test_rule_boundaries.py"]),
-    Group("outbox", 0.80, ["broker/dispatch.py"], ["tests/propagation", "--ignore=tests/propagation/test_crash.py"]),
+    Group("outbox", 0.80, ["broker/dispatch.py"],
+          ["tests/outbox", "tests/propagation", "--ignore=tests/propagation/test_crash.py"]),
 ]
 
 

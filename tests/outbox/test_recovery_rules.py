@@ -1,0 +1,161 @@
+"""Recovery in the outbox: fail_over off members that cannot keep their placements, and the startup timeout
+(overdue_startups, evict_unready)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import update
+
+from broker.db.models import Cluster, Event, Job, Placement
+from broker.dispatch import StartupPolicy, Unready, evict_unready, fail_over, overdue_startups
+from tests.outbox.conftest import NOW, ago, manifest, seen
+
+POLICY = StartupPolicy(timeout=300, backoff=30, avoid=600, eviction_limit=3)
+
+
+def _member(outbox, name: str, state: str, *, not_ready_at=None) -> None:
+    with outbox.db.write() as session:
+        session.execute(update(Cluster).where(Cluster.name == name).values(state=state))
+        if not_ready_at is not None:
+            session.add(Event(time=not_ready_at, kind="cluster", object_id=name, reason="MemberNotReady",
+                              message=f"{name} not ready"))
+
+
+def test_a_member_not_ready_for_longer_than_the_toleration_loses_every_live_placement(outbox):
+    _member(outbox, "eu-west", "NotReady", not_ready_at=ago(120))
+    with outbox.db.write() as session:  # an older NotReady spell, and another member's
+        session.add(Event(time=ago(900), kind="cluster", object_id="eu-west", reason="MemberReady", message="-"))
+        session.add(Event(time=ago(30), kind="cluster", object_id="us-east", reason="MemberNotReady", message="-"))
+    job = outbox.job({"state": "Running", "status": seen(ready=1)}, state="Running", admitted_at=NOW)
+    done = outbox.job({"state": "Deleting", "generation": 2}, {"state": "Succeeded"}, state="Succeeded")
+    elsewhere = outbox.job({"state": "Running", "cluster": "us-east"}, state="Running")
+    assert outbox.write(fail_over, NOW, 121.0).requeued == set()  # not yet
+    changes = outbox.write(fail_over, NOW, 120.0)
+    assert changes.requeued == {job} and changes.freed
+    why = "member eu-west not ready for 120s: failing over"
+    [placement] = outbox.placements(job)
+    assert (placement.state, placement.last_error, placement.next_attempt_at) == ("Deleting", why, None)
+    requeued = outbox.read_job(job)
+    assert (requeued.state, requeued.reason) == ("Queued", f"on eu-west: {why}")
+    assert ("FailedOver", f"on eu-west: {why}; back in its queue") in outbox.events(job)
+    assert [p.state for p in outbox.placements(done)] == ["Deleting", "Succeeded"]
+    assert outbox.read_job(elsewhere).state == "Running"
+
+
+def test_a_member_not_ready_without_a_recorded_moment_is_not_failed_over(outbox):
+    _member(outbox, "eu-west", "NotReady")
+    job = outbox.job({"state": "Running"}, state="Running")
+    assert not outbox.write(fail_over, NOW, 0.0).freed
+    assert outbox.read_job(job).state == "Running"
+
+
+def test_a_draining_member_keeps_what_runs_and_gives_up_what_has_not_started(outbox):
+    _member(outbox, "eu-west", "Draining")
+    running = outbox.job({"state": "Running"}, state="Running")
+    starting = outbox.job({"part": "shard-a", "state": "Starting"}, {"part": "shard-b", "state": "Decided"},
+                          mode="split", spec=manifest("shard-a", "shard-b"), state="Starting")
+    outbox.write(fail_over, NOW, 300.0)
+    assert outbox.placements(running)[0].state == "Running"
+    assert [p.state for p in outbox.placements(starting)] == ["Deleting", "Deleting"]
+    assert outbox.placements(starting)[0].last_error == "member eu-west is draining: placing it elsewhere"
+    assert outbox.read_job(starting).reason in [f"{part} on eu-west: member eu-west is draining: placing it elsewhere"
+                                                for part in ("shard-a", "shard-b")]  # requeued once, for either
+
+
+def test_the_placements_of_a_removed_member_are_deleted_at_once_and_their_jobs_placed_again(outbox):
+    job = outbox.job({"state": "Running", "cluster": "gone", "cluster_id": None}, state="Running")
+    cancelled = outbox.job({"state": "Running", "cluster": "gone", "cluster_id": None}, state="Running",
+                           cancel_requested_at=NOW)
+    changes = outbox.write(fail_over, NOW, 300.0)
+    assert changes.requeued == {job}
+    [placement] = outbox.placements(job)
+    assert (placement.state, placement.finished_at) == ("Deleted", NOW)
+    assert outbox.read_job(job).reason == "on gone: member gone was removed: failing over"
+    assert outbox.read_job(cancelled).state == "Cancelled"  # nothing left to delete: the cancel is done
+
+
+def test_a_queued_job_is_not_requeued_again(outbox):
+    _member(outbox, "eu-west", "Draining")
+    job = outbox.job({"state": "Decided"}, state="Queued")
+    assert outbox.write(fail_over, NOW, 0.0).requeued == set()
+    assert outbox.events(job) == []
+
+
+def _starting(outbox, applied_ago: float, **job) -> int:
+    return outbox.job({"state": "Starting", "applied_at": ago(applied_ago), "status": seen()}, state="Starting",
+                      **job)
+
+
+def test_a_copy_starting_for_longer_than_its_timeout_is_overdue(outbox):
+    overdue = _starting(outbox, 300)
+    _starting(outbox, 299)
+    patient = _starting(outbox, 400, spec=manifest(annotations={"archipelago.io/startup-timeout": "10m"}))
+    late = _starting(outbox, 601, spec=manifest(annotations={"archipelago.io/startup-timeout": "10m"}))
+    _starting(outbox, 900, spec=manifest(annotations={"archipelago.io/startup-timeout": "soon"}))
+    outbox.job({"state": "Starting", "applied_at": ago(900), "cluster": "us-east"}, state="Starting")
+    outbox.job({"state": "Running", "applied_at": ago(900)}, state="Running")
+    found = outbox.write(overdue_startups, NOW, 300.0, [outbox.cluster_id("eu-west")])
+    assert [(u.job_id, u.timeout, u.name, u.namespace) for u in found] == [
+        (overdue, 300.0, "train", "research"), (late, 600.0, f"train-{late}", "research"),
+        (late + 1, 300.0, f"train-{late + 1}", "research")]
+    assert found[0].placement_id == outbox.placements(overdue)[0].id
+    assert found[0].cluster_id == outbox.cluster_id("eu-west")
+    assert patient not in [u.job_id for u in found]
+    assert outbox.write(overdue_startups, NOW, 300.0, []) == []
+
+
+def _unready(outbox, job: int) -> Unready:
+    [placement] = [p for p in outbox.placements(job) if p.state == "Starting"]
+    return Unready(placement.id, job, placement.cluster_id, "research", "train", 300.0)
+
+
+def test_an_eviction_deletes_the_whole_gang_and_places_the_job_again_after_a_back_off_away_from_the_member(outbox):
+    job = outbox.job({"part": "shard-a", "state": "Starting", "status": seen(part="shard-a")},
+                     {"part": "shard-b", "state": "Succeeded", "cluster": "us-east"},
+                     mode="split", spec=manifest("shard-a", "shard-b"), state="Starting", evictions=1,
+                     avoid={"us-east": ago(1).isoformat(), "far": (NOW + timedelta(hours=1)).isoformat()})
+    changes = outbox.write(evict_unready, _unready(outbox, job), "pod p: ImagePullBackOff", NOW, POLICY)
+    assert changes.dispatch and changes.freed and changes.requeued == set()
+    evicted = outbox.read_job(job)
+    assert (evicted.state, evicted.evictions, evicted.requeue_at) == ("Queued", 2, NOW + timedelta(seconds=60))
+    until = NOW + timedelta(seconds=600)
+    assert evicted.avoid == {"far": (NOW + timedelta(hours=1)).isoformat(), "eu-west": until.isoformat()}
+    why = ("shard-a on eu-west: pods not all ready within 300s (0 of 1 Jobs of shard-a ready; pod p: "
+           "ImagePullBackOff)")
+    assert [p.state for p in outbox.placements(job)] == ["Deleting", "Succeeded"]
+    assert outbox.placements(job)[0].last_error == why
+    assert outbox.events(job) == [("Evicted", why), (
+        "Requeued", f"evicted (2 of 3): placed again after 60s, not on eu-west until {until:%H:%M:%S} UTC; back in "
+                    "its queue")]
+    assert outbox.warnings(job) == ["Evicted"]
+
+
+def test_the_back_off_is_capped_and_the_last_eviction_fails_the_job(outbox):
+    capped = StartupPolicy(timeout=300, backoff=30, avoid=600, eviction_limit=9, backoff_cap=100)
+    job = _starting(outbox, 400, evictions=3)
+    outbox.write(evict_unready, _unready(outbox, job), "", NOW, capped)
+    assert outbox.read_job(job).requeue_at == NOW + timedelta(seconds=100)
+    assert outbox.events(job)[0][1].endswith("(0 of 1 Jobs of workers ready)")
+
+    last = _starting(outbox, 400, evictions=2)
+    outbox.write(evict_unready, _unready(outbox, last), "", NOW, POLICY)
+    failed = outbox.read_job(last)
+    assert (failed.state, failed.evictions) == ("Failed", 3)
+    assert failed.reason == "evicted 3 times, the last: on eu-west: pods not all ready within 300s (0 of 1 Jobs of " \
+                            "workers ready)"
+
+
+def test_a_copy_that_became_ready_or_a_job_cancelled_meanwhile_is_not_evicted(outbox):
+    ready = _starting(outbox, 400)
+    unready = _unready(outbox, ready)
+    with outbox.db.write() as session:
+        session.execute(update(Placement).values(state="Running"))
+    cancelled = _starting(outbox, 400, cancel_requested_at=NOW)
+    failed = _starting(outbox, 400)
+    failed_unready = _unready(outbox, failed)
+    with outbox.db.write() as session:
+        session.get(Job, failed).state = "Failed"
+    for job, which in [(ready, unready), (cancelled, _unready(outbox, cancelled)), (failed, failed_unready)]:
+        assert not outbox.write(evict_unready, which, "", NOW, POLICY).freed
+        assert outbox.read_job(job).evictions == 0

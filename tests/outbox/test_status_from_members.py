@@ -1,0 +1,202 @@
+"""record_status and record_missing: what a member's watch or list says of the broker's copies, and what the
+placement and its job make of it."""
+
+from __future__ import annotations
+
+from broker.dispatch import record_missing, record_status
+from tests.outbox.conftest import NOW, ago, manifest, on_member, seen
+
+SPLIT = manifest("shard-a", "shard-b", failure_policy={"maxRestarts": 2})
+
+
+def _record(outbox, job: int, obj_of, cluster: str = "eu-west", **kwargs):
+    """record_status of the member object `obj_of(placement id)` for the job's first placement."""
+    placement = outbox.placements(job)[0]
+    return outbox.write(record_status, outbox.cluster_id(cluster), obj_of(placement.id), NOW, **kwargs)
+
+
+def test_a_copy_whose_pods_are_all_ready_runs_and_so_does_its_job(outbox):
+    job = outbox.job({"state": "Starting", "member_uid": "uid-1", "status": seen()}, state="Starting")
+    _record(outbox, job, lambda pid: on_member(pid, ready=1))
+    [placement] = outbox.placements(job)
+    assert (placement.state, placement.started_at) == ("Running", NOW)
+    assert placement.status["appliedGeneration"] == 1 and placement.status["resourceVersion"] == "11"
+    assert outbox.read_job(job).state == "Running"
+
+
+def test_a_running_copy_whose_pods_restart_stays_running(outbox):
+    job = outbox.job({"state": "Running", "member_uid": "uid-1", "status": seen(ready=1), "started_at": ago(60)},
+                     state="Running")
+    _record(outbox, job, lambda pid: on_member(pid, ready=0))
+    [placement] = outbox.placements(job)
+    assert (placement.state, placement.started_at) == ("Running", ago(60))
+    assert placement.status["resourceVersion"] == "11"  # what it shows is the member's latest
+
+
+def test_an_older_or_same_status_is_not_taken(outbox):
+    job = outbox.job({"state": "Starting", "member_uid": "uid-1", "status": seen(version=11)})
+    _record(outbox, job, lambda pid: on_member(pid, version=11, ready=1))
+    assert outbox.placements(job)[0].state == "Starting"
+
+
+def test_a_copy_the_member_completed_succeeds_the_placement_and_frees_it(outbox):
+    job = outbox.job({"state": "Running", "member_uid": "uid-1", "status": seen(ready=1)}, state="Running")
+    changes = _record(outbox, job, lambda pid: on_member(pid, terminal="Completed"))
+    assert changes.freed
+    [placement] = outbox.placements(job)
+    assert (placement.state, placement.finished_at) == ("Succeeded", NOW)
+    assert outbox.events(job)[0] == ("MemberSucceeded", "on eu-west completed")
+    assert outbox.read_job(job).state == "Succeeded"
+
+
+def test_a_failed_copy_fails_its_job_with_the_members_words(outbox):
+    job = outbox.job({"state": "Running", "member_uid": "uid-1", "status": seen(ready=1)}, state="Running")
+    _record(outbox, job, lambda pid: on_member(pid, terminal="Failed", message="BackoffLimitExceeded"))
+    assert outbox.events(job)[0] == ("MemberFailed", "on eu-west failed: BackoffLimitExceeded")
+    assert outbox.warnings(job) == ["MemberFailed", "Failed"]
+    assert outbox.read_job(job).state == "Failed"
+
+
+def test_a_failed_part_within_its_restarts_is_placed_again_alone(outbox):
+    job = outbox.job({"part": "shard-a", "state": "Running", "member_uid": "uid-1",
+                      "status": seen(part="shard-a", ready=1)},
+                     {"part": "shard-b", "cluster": "us-east", "state": "Running", "status": seen(part="shard-b")},
+                     mode="split", spec=SPLIT, state="Running", restart_count=1)
+    changes = _record(outbox, job, lambda pid: on_member(pid, part="shard-a", terminal="Failed", message="OOM"))
+    assert changes.requeued == {job} and changes.freed
+    requeued = outbox.read_job(job)
+    assert (requeued.state, requeued.restart_count) == ("Queued", 2)
+    assert outbox.events(job) == [
+        ("PartFailed", "shard-a on eu-west failed: OOM"),
+        ("PartRestarting", "shard-a failed; restarting it alone (restart 2 of 2); back in its queue")]
+    assert outbox.warnings(job) == ["PartFailed"]
+
+
+def test_a_failed_part_beyond_its_restarts_fails_the_job(outbox):
+    job = outbox.job({"part": "shard-a", "state": "Running", "member_uid": "uid-1",
+                      "status": seen(part="shard-a", ready=1)},
+                     mode="split", spec=SPLIT, state="Running", restart_count=2)
+    changes = _record(outbox, job, lambda pid: on_member(pid, part="shard-a", terminal="Failed"))
+    assert not changes.requeued
+    failed = outbox.read_job(job)
+    assert (failed.state, failed.reason, failed.restart_count) == (
+        "Failed", "shard-a failed beyond its restarts (2 of 2)", 2)
+
+
+def test_a_part_that_fails_after_its_job_was_cancelled_is_not_restarted(outbox):
+    job = outbox.job({"part": "shard-a", "state": "Running", "member_uid": "uid-1",
+                      "status": seen(part="shard-a", ready=1)},
+                     mode="split", spec=SPLIT, state="Running", cancel_requested_at=NOW)
+    assert not _record(outbox, job, lambda pid: on_member(pid, part="shard-a", terminal="Failed")).requeued
+    assert outbox.read_job(job).restart_count == 0
+
+
+def test_a_part_that_succeeds_says_so_by_its_name(outbox):
+    job = outbox.job({"part": "shard-a", "state": "Running", "member_uid": "uid-1",
+                      "status": seen(part="shard-a", ready=1)},
+                     {"part": "shard-b", "cluster": "us-east", "state": "Running", "status": seen(part="shard-b")},
+                     mode="split", spec=SPLIT, state="Running")
+    _record(outbox, job, lambda pid: on_member(pid, part="shard-a", terminal="Completed"))
+    assert outbox.events(job) == [("PartSucceeded", "shard-a on eu-west completed")]
+
+
+def test_what_is_not_a_copy_of_this_placement_on_this_member_teaches_nothing(outbox):
+    job = outbox.job({"state": "Starting", "member_uid": "uid-1", "status": seen()})
+    for obj_of, cluster in [(lambda pid: on_member(pid, ready=1), "us-east"),  # another member
+                            (lambda pid: on_member(pid, ready=1, uid="uid-2"), "eu-west"),  # another copy
+                            (lambda pid: on_member(pid + 100, ready=1), "eu-west"),  # no such placement
+                            (lambda pid: {"metadata": {"labels": {"archipelago.io/placement-id": "x"}}}, "eu-west"),
+                            (lambda pid: {"metadata": {}}, "eu-west")]:
+        changes = _record(outbox, job, obj_of, cluster)
+        assert (changes.requeued, changes.freed, changes.dispatch) == (set(), False, False)
+    assert outbox.placements(job)[0].state == "Starting"
+
+
+def test_a_status_seen_before_the_apply_is_recorded_is_kept_for_it_not_followed(outbox):
+    job = outbox.job({"state": "Applying", "status": seen(version=5)})
+    _record(outbox, job, lambda pid: on_member(pid, version=7, ready=1))
+    [placement] = outbox.placements(job)
+    assert (placement.state, placement.status["resourceVersion"]) == ("Applying", "7")
+    _record(outbox, job, lambda pid: on_member(pid, version=6, ready=1))
+    assert outbox.placements(job)[0].status["resourceVersion"] == "7"
+    _record(outbox, job, lambda pid: on_member(pid, version=8), deleted=True)
+    assert outbox.placements(job)[0].status["resourceVersion"] == "7"
+
+
+def test_a_copy_deleted_by_someone_else_is_applied_again_while_its_job_runs(outbox):
+    job = outbox.job({"state": "Running", "member_uid": "uid-1", "status": seen(ready=1), "attempts": 2,
+                      "next_attempt_at": NOW}, state="Running")
+    changes = _record(outbox, job, lambda pid: on_member(pid), deleted=True)
+    assert changes.dispatch
+    [placement] = outbox.placements(job)
+    assert (placement.state, placement.member_uid, placement.attempts, placement.next_attempt_at) == (
+        "Applying", None, 0, None)
+    drift = "JobSet research/train was deleted on eu-west by someone else"
+    assert outbox.read_job(job).status["drift"] == drift
+    assert outbox.events(job) == [("Drift", f"{drift}; applying it again")] and outbox.warnings(job) == ["Drift"]
+
+
+def test_a_copy_changed_by_someone_else_is_applied_again_and_keeps_its_uid(outbox):
+    job = outbox.job({"part": "shard-a", "state": "Running", "member_uid": "uid-1",
+                      "status": seen(part="shard-a", ready=1, generation=1, applied=1)},
+                     mode="split", spec=SPLIT, state="Running")
+    _record(outbox, job, lambda pid: on_member(pid, part="shard-a", ready=1, generation=2))
+    [placement] = outbox.placements(job)
+    assert (placement.state, placement.member_uid) == ("Applying", "uid-1")
+    assert outbox.events(job) == [("Drift", "JobSet research/train-shard-a was changed on eu-west by someone else "
+                                            "(generation 1 → 2); applying it again")]
+
+
+def test_a_newer_generation_the_broker_applied_is_not_drift(outbox):
+    job = outbox.job({"state": "Starting", "member_uid": "uid-1", "status": seen(generation=2, applied=2)})
+    _record(outbox, job, lambda pid: on_member(pid, generation=2, ready=1))
+    assert outbox.placements(job)[0].state == "Running"
+    assert outbox.placements(job)[0].status["appliedGeneration"] == 2
+
+
+def test_a_copy_deleted_after_its_job_ended_is_reported_and_left_deleted(outbox):
+    job = outbox.job({"state": "Running", "member_uid": "uid-1", "status": seen(ready=1)}, state="Running",
+                     cancel_requested_at=NOW)
+    changes = _record(outbox, job, lambda pid: on_member(pid), deleted=True)
+    [placement] = outbox.placements(job)
+    assert (placement.state, placement.finished_at) == ("Deleted", NOW)
+    assert outbox.events(job)[0] == ("Drift", "JobSet research/train was deleted on eu-west by someone else")
+    assert outbox.read_job(job).state == "Cancelled" and not changes.dispatch
+
+
+def test_counts_that_lag_a_verdict_refine_it_and_keep_the_applied_generation(outbox):
+    job = outbox.job({"state": "Succeeded", "member_uid": "uid-1", "status": seen(generation=1, applied=1)},
+                     state="Succeeded")
+    _record(outbox, job, lambda pid: {**on_member(pid, version=12, generation=3, terminal="Completed"),
+                                      "status": {"replicatedJobsStatus": [{"name": "workers", "succeeded": 1}],
+                                                 "terminalState": "Completed"}})
+    [placement] = outbox.placements(job)
+    assert placement.state == "Succeeded"
+    assert (placement.status["resourceVersion"], placement.status["appliedGeneration"]) == ("12", 1)
+    assert outbox.read_job(job).status["replicatedJobsStatus"][0]["succeeded"] == 1
+    for older_or_deleted in [dict(version=12), dict(version=13, deleted=True)]:
+        deleted = older_or_deleted.pop("deleted", False)
+        _record(outbox, job, lambda pid: on_member(pid, **older_or_deleted), deleted=deleted)
+        assert outbox.placements(job)[0].status["resourceVersion"] == "12"
+
+
+def test_a_copy_being_deleted_teaches_nothing(outbox):
+    job = outbox.job({"state": "Deleting", "member_uid": "uid-1", "status": seen()}, cancel_requested_at=NOW)
+    _record(outbox, job, lambda pid: on_member(pid, terminal="Failed"))
+    assert outbox.placements(job)[0].state == "Deleting" and outbox.events(job) == []
+
+
+def test_a_list_that_no_longer_shows_a_copy_it_should_have_shown_reports_it_deleted(outbox):
+    job = outbox.job({"state": "Running", "member_uid": "uid-1", "status": seen(ready=1, version=10)},
+                     state="Running")
+    shown = outbox.job({"state": "Running", "member_uid": "uid-2", "status": seen(uid="uid-2", version=10)},
+                       state="Running")
+    too_new = outbox.job({"state": "Starting", "member_uid": "uid-3", "status": seen(uid="uid-3", version=30)})
+    elsewhere = outbox.job({"state": "Running", "member_uid": "uid-4", "cluster": "us-east",
+                            "status": seen(uid="uid-4", version=10)}, state="Running")
+    changes = outbox.write(record_missing, outbox.cluster_id("eu-west"), {"uid-2"}, "20", NOW)
+    assert changes.dispatch
+    assert [p.state for p in outbox.placements(job)] == ["Applying"]
+    assert outbox.events(job)[0][1] == "JobSet research/train was deleted on eu-west by someone else; applying it again"
+    for kept in (shown, too_new, elsewhere):
+        assert outbox.events(kept) == []
