@@ -29,6 +29,9 @@ from pathlib import Path
 from mutmut.configuration import reset_config
 from mutmut.mutation.diff_apply import get_diff_for_mutant
 from mutmut.stats import status_by_exit_code
+from sqlalchemy import create_engine
+
+from broker.db import migrate
 
 from table import print_table
 
@@ -93,10 +96,21 @@ def covers(group: Group, pattern: str) -> bool:
                for path in group.mutate)
 
 
+def migrated_template(group: Group) -> Path:
+    """A migrated SQLite database the tests copy (tests/conftest.py), made once for every mutant's tests."""
+    path = group.folder / "migrated.db"
+    path.unlink(missing_ok=True)
+    engine = create_engine(f"sqlite:///{path}")
+    migrate.upgrade(engine)
+    engine.dispose()
+    return path
+
+
 def run_mutmut(group: Group, max_children: int, only: str | None = None) -> None:
     # the tests run inside the view's mutants/, where ../shared is not beside them
     env = {**os.environ, "ARCHIPELAGO_SHARED_DIR": os.environ.get("ARCHIPELAGO_SHARED_DIR")
-           or str(ROOT.parent / "shared"), "ARCHIPELAGO_HYPOTHESIS_PROFILE": "mutants"}
+           or str(ROOT.parent / "shared"), "ARCHIPELAGO_HYPOTHESIS_PROFILE": "mutants",
+           "ARCHIPELAGO_SQLITE_TEMPLATE": str(migrated_template(group))}
     log = group.folder / "mutmut.log"
     with open(log, "w") as out:
         done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children),

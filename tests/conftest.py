@@ -74,7 +74,10 @@ def migrated_postgres_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def migrated_sqlite_template(tmp_path_factory) -> Path:
-    """Migrate once; each test gets a copy of this file."""
+    """Migrate once; each test gets a copy of this file. `make mutants` migrates one for all its test sessions
+    (ARCHIPELAGO_SQLITE_TEMPLATE): each mutant's tests are a session of their own and would migrate again."""
+    if os.environ.get("ARCHIPELAGO_SQLITE_TEMPLATE"):
+        return Path(os.environ["ARCHIPELAGO_SQLITE_TEMPLATE"])
     path = tmp_path_factory.mktemp("sqlite-template") / "archipelago.db"
     engine = create_engine(f"sqlite:///{path}")
     migrate.upgrade(engine)

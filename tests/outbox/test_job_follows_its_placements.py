@@ -92,7 +92,8 @@ def test_a_split_job_that_succeeded_removes_its_other_parts(outbox):
 
 def test_a_cancelled_job_deletes_every_live_copy_and_ends_cancelled_once_none_is_left(outbox):
     job = outbox.job({"state": "Running", "status": seen(ready=1), "next_attempt_at": NOW},
-                     {"state": "Deleting", "cluster": "us-east", "last_error": "member us-east is draining", "generation": 2},
+                     {"state": "Deleting", "cluster": "us-east", "last_error": "member us-east is draining",
+                      "generation": 2},
                      {"state": "Failed", "generation": 0}, state="Running", cancel_requested_at=NOW)
     changes = outbox.write(settle_job, job, NOW)
     assert changes.dispatch and outbox.read_job(job).state == "Running"  # until its copies are gone
