@@ -251,16 +251,20 @@ def finish_delete(session: Session, work: Work, now: datetime) -> Changes:
     return settle_job(session, job.id, now).add(Changes(freed=True))
 
 
+def _cancelled_with_work(session: Session) -> list[int]:
+    """Cancelled jobs with something to do: a copy not yet being deleted, or none left at all (Cancelled); a job
+    whose copies are all Deleting waits for the member, not for this pass."""
+    live = Placement.job_id == Job.id
+    return list(session.scalars(select(Job.id).where(
+        Job.cancel_requested_at.is_not(None), Job.state.not_in(JOB_FINISHED_STATES),
+        or_(exists().where(live, Placement.state.in_(PLACEMENT_ACTIVE_STATES)),
+            ~exists().where(live, Placement.state.in_(PLACEMENT_LIVE_STATES))))))
+
+
 def request_deletions(session: Session, now: datetime) -> Changes:
     """Cancelled jobs: every live placement to Deleting (or the job Cancelled when none is left)."""
     changes = Changes()
-    live = Placement.job_id == Job.id
-    job_ids = list(session.scalars(select(Job.id).where(
-        Job.cancel_requested_at.is_not(None), Job.state.not_in(JOB_FINISHED_STATES),
-        # something to do: a copy not yet being deleted, or none left at all (Cancelled); a job whose
-        # copies are all Deleting waits for the member, not for this pass
-        or_(exists().where(live, Placement.state.in_(PLACEMENT_ACTIVE_STATES)),
-            ~exists().where(live, Placement.state.in_(PLACEMENT_LIVE_STATES))))))
+    job_ids = _cancelled_with_work(session)
     lock_jobs(session, job_ids)
     for job_id in job_ids:
         changes.add(settle_job(session, job_id, now))
@@ -454,13 +458,8 @@ def _requeue(session: Session, job: Job, message: str, reason: str = "Requeued")
 
 # Recovery ----------------------------------------------------------------------------------------
 
-def fail_over(session: Session, now: datetime, toleration: float) -> Changes:
-    """Move placements off members that cannot keep them, for the scheduler to place again:
-    - a member NotReady for longer than `toleration` seconds: all its live placements;
-    - a Draining member: those not started yet (Decided, Applying, Starting);
-    - a removed member: all of them (there is nothing left to delete there).
-    The old copy is marked Deleting: deleted once its member answers, before anything new starts there."""
-    changes = Changes()
+def _fail_over_targets(session: Session, now: datetime, toleration: float) -> list[tuple[Placement, str]]:
+    """The placements `fail_over` moves off their members, each with why."""
     targets: list[tuple[Placement, str]] = []
     for cluster in session.scalars(select(Cluster).where(Cluster.state.in_(("NotReady", "Draining")))):
         if cluster.state == "NotReady":
@@ -475,6 +474,24 @@ def fail_over(session: Session, now: datetime, toleration: float) -> Changes:
             select(Placement).where(Placement.cluster_id == cluster.id, Placement.state.in_(states)))]
     targets += [(p, f"member {p.cluster_name} was removed: failing over") for p in session.scalars(
         select(Placement).where(Placement.cluster_id.is_(None), Placement.state.in_(PLACEMENT_LIVE_STATES)))]
+    return targets
+
+
+def cancellations_or_fail_over_due(session: Session, now: datetime, toleration: float) -> bool:
+    """Whether `request_deletions` or `fail_over` has anything to do: read first, so that a dispatcher pass with
+    nothing to do takes no write lock (on SQLite the cancelled jobs' query scans the jobs table, the whole backlog,
+    every pass: held under the write lock, every submission waited for it)."""
+    return bool(_cancelled_with_work(session)) or bool(_fail_over_targets(session, now, toleration))
+
+
+def fail_over(session: Session, now: datetime, toleration: float) -> Changes:
+    """Move placements off members that cannot keep them, for the scheduler to place again:
+    - a member NotReady for longer than `toleration` seconds: all its live placements;
+    - a Draining member: those not started yet (Decided, Applying, Starting);
+    - a removed member: all of them (there is nothing left to delete there).
+    The old copy is marked Deleting: deleted once its member answers, before anything new starts there."""
+    changes = Changes()
+    targets = _fail_over_targets(session, now, toleration)
     lock_jobs(session, {p.job_id for p, _ in targets})
     for placement, message in targets:
         job = _lock_job(session, placement.job_id)

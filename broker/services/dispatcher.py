@@ -1,9 +1,9 @@
 """The dispatcher loop: committed placements become JobSets on their members, and go away again.
 
 One pass (`run_once`):
-1. In one transaction: cancelled jobs' placements to Deleting; fail-over of members NotReady for
-   longer than ARCHIPELAGO_FAILOVER_TOLERATION, of Draining members' unstarted placements, of
-   removed members' placements.
+1. In one transaction (if a read finds anything to do): cancelled jobs' placements to Deleting; fail-over of
+   members NotReady for longer than ARCHIPELAGO_FAILOVER_TOLERATION, of Draining members' unstarted placements,
+   of removed members' placements.
    Then placements whose pods are not all ready within their startup timeout: their member is asked why
    (its pods' scheduler and kubelet messages), and the gang is evicted, its job re-queued with back-off.
 2. Deletions due, on every member that answers (a member still down keeps them for later).
@@ -36,9 +36,10 @@ from sqlalchemy import select
 from broker import events
 from broker.db.models import PLACEMENT_ACTIVE_STATES, Cluster, Job, Placement, utcnow
 from broker.db.runtime import Database
-from broker.dispatch import (KEPT_STATES, Changes, StartupPolicy, Unready, Work, due_work, evict_unready,
-                             fail_apply, fail_over, finish_apply, finish_delete, kept_placements, lock_jobs,
-                             overdue_startups, placement_owner, request_deletions, retry_later, start_apply)
+from broker.dispatch import (KEPT_STATES, Changes, StartupPolicy, Unready, Work, cancellations_or_fail_over_due,
+                             due_work, evict_unready, fail_apply, fail_over, finish_apply, finish_delete,
+                             kept_placements, lock_jobs, overdue_startups, placement_owner, request_deletions,
+                             retry_later, start_apply)
 from broker.metrics import MEMBER_ERRORS
 from broker.services.loop import LoopService, in_lane
 from broker.services.members import UNAVAILABLE_STATES, MemberClients, backoff
@@ -86,9 +87,12 @@ class DispatcherService(LoopService):
         now = self.now()
         changes = Changes()
         if self.fails_over:
-            with self.database.write() as session:
-                changes.add(request_deletions(session, now)).add(
-                    fail_over(session, now, self.settings.failover_toleration))
+            with self.database.read() as session:
+                due = cancellations_or_fail_over_due(session, now, self.settings.failover_toleration)
+            if due:  # else no write lock for this step (the read decided nothing: the write asks again)
+                with self.database.write() as session:
+                    changes.add(request_deletions(session, now)).add(
+                        fail_over(session, now, self.settings.failover_toleration))
             changes.add(self._evict_on_pull_members(now))
         with self.database.read() as session:
             members = {row.id: row for row in session.execute(in_lane(
@@ -307,13 +311,23 @@ class DispatcherService(LoopService):
         return Outcome(work, "retry", str(exc))
 
 
+# Outcomes recorded per transaction: the applies that finished while the last batch committed come by the hundred
+# on a leader's first dispatch, and one transaction for them all held SQLite's write lock from every submission.
+OUTCOMES_PER_TRANSACTION = 100
+
+
 def record_outcomes(database: Database, outcomes: list[Outcome], now: datetime) -> Changes:
-    """Every outcome of a batch of member calls (the dispatcher's, or a pull member's agent's), in one
-    transaction. Each step checks the placement is still in the state the call was made in: an outcome
-    recorded twice changes nothing the second time."""
+    """Every outcome of a batch of member calls (the dispatcher's, or a pull member's agent's), in transactions of
+    up to OUTCOMES_PER_TRANSACTION outcomes. Each step checks the placement is still in the state the call was made
+    in: an outcome recorded twice changes nothing the second time."""
     changes = Changes()
-    if not outcomes:
-        return changes
+    for start in range(0, len(outcomes), OUTCOMES_PER_TRANSACTION):
+        changes.add(_record_in_one_transaction(database, outcomes[start:start + OUTCOMES_PER_TRANSACTION], now))
+    return changes
+
+
+def _record_in_one_transaction(database: Database, outcomes: list[Outcome], now: datetime) -> Changes:
+    changes = Changes()
     with database.write() as session, session.no_autoflush:  # one flush at the commit
         lock_jobs(session, (o.work.job_id for o in outcomes))  # their rows in two queries, not four each
         for o in outcomes:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from broker.db.models import Event
+from broker.db.session import WRITE_LOCK
 from broker.services import dispatcher
 from clusters.sim.resources import JOBSETS
 from tests.propagation.conftest import jobset
@@ -205,3 +206,27 @@ def test_a_split_part_lost_with_its_member_is_placed_again_alone_and_the_requeue
     assert sorted((p["part"], p["generation"], p["cluster"], p["state"]) for p in moved["placements"]) == [
         ("shard-a", 1, where["shard-a"], "Succeeded"), ("shard-b", 1, where["shard-b"], "Deleting"),
         ("shard-b", 2, where["shard-a"], "Running")]  # the finished part is not run again
+
+
+def test_a_dispatcher_pass_with_nothing_to_cancel_or_fail_over_takes_no_write_lock(federation):
+    """Step 1 reads first: on SQLite its query scans the backlog every pass, and under the write lock every
+    submission waited for it."""
+    job = federation.submit(jobset("running", annotations=LONG))
+    federation.until_state(job, "Running")
+    writes: list[bool] = []
+    engine = federation.db.engine
+
+    def began(connection) -> None:
+        writes.append(bool(connection.get_execution_options().get(WRITE_LOCK)))
+
+    event.listen(engine, "begin", began)
+    try:
+        federation.dispatcher.run_once()
+        assert writes and not any(writes)  # it read, and wrote nothing
+        federation.api.delete(f"/api/v1/jobs/{job}")
+        writes.clear()
+        federation.dispatcher.run_once()  # a cancel to carry out: the same pass writes
+        assert any(writes)
+    finally:
+        event.remove(engine, "begin", began)
+    assert {p["state"] for p in federation.job(job)["placements"]} <= {"Deleting", "Deleted"}
