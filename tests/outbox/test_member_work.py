@@ -151,5 +151,6 @@ def test_a_cancelled_job_has_its_live_copies_deleted_or_ends_when_none_is_left(o
 def test_the_copies_the_broker_still_owns_are_those_of_placements_it_keeps(outbox):
     job = outbox.job(*({"state": state, "generation": n} for n, state in enumerate(
         ["Decided", "Applying", "Starting", "Running", "Succeeded", "Failed", "Deleting", "Deleted"])))
+    outbox.job({"state": "Running"}, state="Running")  # kept, but not asked about
     ids = [p.id for p in outbox.placements(job)]
     assert outbox.write(kept_placements, ids + [999]) == set(ids[1:6])

@@ -24,9 +24,10 @@ def _member(outbox, name: str, state: str, *, not_ready_at=None) -> None:
 
 def test_a_member_not_ready_for_longer_than_the_toleration_loses_every_live_placement(outbox):
     _member(outbox, "eu-west", "NotReady", not_ready_at=ago(120))
-    with outbox.db.write() as session:  # an older NotReady spell, and another member's
-        session.add(Event(time=ago(900), kind="cluster", object_id="eu-west", reason="MemberReady", message="-"))
-        session.add(Event(time=ago(30), kind="cluster", object_id="us-east", reason="MemberNotReady", message="-"))
+    with outbox.db.write() as session:  # later events, none of which says when eu-west went NotReady
+        for kind, name, reason, seconds in [("cluster", "eu-west", "MemberSynced", 10), ("job", "eu-west",
+                                             "MemberNotReady", 20), ("cluster", "us-east", "MemberNotReady", 30)]:
+            session.add(Event(time=ago(seconds), kind=kind, object_id=name, reason=reason, message="-"))
     job = outbox.job({"state": "Running", "status": seen(ready=1)}, state="Running", admitted_at=NOW)
     done = outbox.job({"state": "Deleting", "generation": 2}, {"state": "Succeeded"}, state="Succeeded")
     elsewhere = outbox.job({"state": "Running", "cluster": "us-east"}, state="Running")
@@ -114,7 +115,7 @@ def test_an_eviction_deletes_the_whole_gang_and_places_the_job_again_after_a_bac
     job = outbox.job({"part": "shard-a", "state": "Starting", "status": seen(part="shard-a")},
                      {"part": "shard-b", "state": "Succeeded", "cluster": "us-east"},
                      mode="split", spec=manifest("shard-a", "shard-b"), state="Starting", evictions=1,
-                     avoid={"us-east": ago(1).isoformat(), "far": (NOW + timedelta(hours=1)).isoformat()})
+                     avoid={"us-east": NOW.isoformat(), "far": (NOW + timedelta(hours=1)).isoformat()})
     changes = outbox.write(evict_unready, _unready(outbox, job), "pod p: ImagePullBackOff", NOW, POLICY)
     assert changes.dispatch and changes.freed and changes.requeued == set()
     evicted = outbox.read_job(job)

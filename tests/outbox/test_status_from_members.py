@@ -200,3 +200,12 @@ def test_a_list_that_no_longer_shows_a_copy_it_should_have_shown_reports_it_dele
     assert outbox.events(job)[0][1] == "JobSet research/train was deleted on eu-west by someone else; applying it again"
     for kept in (shown, too_new, elsewhere):
         assert outbox.events(kept) == []
+
+
+def test_a_copy_missing_from_a_list_after_its_job_ended_is_deleted_then(outbox):
+    job = outbox.job({"state": "Running", "member_uid": "uid-1", "status": seen(ready=1)}, state="Running",
+                     cancel_requested_at=NOW)
+    outbox.write(record_missing, outbox.cluster_id("eu-west"), set(), "20", NOW)
+    [placement] = outbox.placements(job)
+    assert (placement.state, placement.finished_at) == ("Deleted", NOW)
+    assert outbox.read_job(job).state == "Cancelled"
