@@ -60,8 +60,8 @@ def test_the_newest_generation_of_a_part_is_the_one_that_counts(outbox):
 
 def test_a_whole_copy_that_completed_succeeds_the_job_and_counts_its_restarts(outbox):
     status = {**seen(succeeded=1, terminal="Completed"), "restarts": 2}
-    job = outbox.job({"state": "Succeeded", "status": status}, state="Running")
-    outbox.write(settle_job, job, NOW)
+    job = outbox.job({"state": "Succeeded", "status": status}, state="Running", restart_count=5)
+    outbox.write(settle_job, job, NOW)  # a whole job's restarts are its member's
     done = outbox.read_job(job)
     assert (done.state, done.reason, done.finished_at, done.restart_count) == (
         "Succeeded", "completed on eu-west", NOW, 2)
@@ -86,6 +86,7 @@ def test_a_split_job_that_succeeded_removes_its_other_parts(outbox):
     assert changes.dispatch and not changes.requeued
     done = outbox.read_job(job)
     assert done.state == "Succeeded" and done.restart_count == 1  # a split job's restarts are the broker's
+    assert done.status["restarts"] == 1
     assert [(p.state, p.last_error, p.next_attempt_at) for p in outbox.placements(job)] == [
         ("Succeeded", None, None), ("Deleting", "job succeeded", None)]
 

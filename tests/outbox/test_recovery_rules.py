@@ -31,6 +31,7 @@ def test_a_member_not_ready_for_longer_than_the_toleration_loses_every_live_plac
     job = outbox.job({"state": "Running", "status": seen(ready=1)}, state="Running", admitted_at=NOW)
     done = outbox.job({"state": "Deleting", "generation": 2}, {"state": "Succeeded"}, state="Succeeded")
     elsewhere = outbox.job({"state": "Running", "cluster": "us-east"}, state="Running")
+    finished = outbox.job({"state": "Running"}, state="Succeeded")
     assert outbox.write(fail_over, NOW, 121.0).requeued == set()  # not yet
     changes = outbox.write(fail_over, NOW, 120.0)
     assert changes.requeued == {job} and changes.freed
@@ -42,6 +43,8 @@ def test_a_member_not_ready_for_longer_than_the_toleration_loses_every_live_plac
     assert ("FailedOver", f"on eu-west: {why}; back in its queue") in outbox.events(job)
     assert [p.state for p in outbox.placements(done)] == ["Deleting", "Succeeded"]
     assert outbox.read_job(elsewhere).state == "Running"
+    assert [p.state for p in outbox.placements(finished)] == ["Deleting"]
+    assert outbox.read_job(finished).state == "Succeeded"  # its copy goes; the job is not placed again
 
 
 def test_a_member_not_ready_without_a_recorded_moment_is_not_failed_over(outbox):
@@ -96,6 +99,7 @@ def test_a_copy_starting_for_longer_than_its_timeout_is_overdue(outbox):
     _starting(outbox, 900, spec=manifest(annotations={"archipelago.io/startup-timeout": "soon"}))
     outbox.job({"state": "Starting", "applied_at": ago(900), "cluster": "us-east"}, state="Starting")
     outbox.job({"state": "Running", "applied_at": ago(900)}, state="Running")
+    outbox.job({"state": "Starting"}, state="Starting")  # not applied yet: its clock has not started
     found = outbox.write(overdue_startups, NOW, 300.0, [outbox.cluster_id("eu-west")])
     assert [(u.job_id, u.timeout, u.name, u.namespace) for u in found] == [
         (overdue, 300.0, "train", "research"), (late, 600.0, f"train-{late}", "research"),

@@ -98,6 +98,7 @@ def test_a_part_that_succeeds_says_so_by_its_name(outbox):
                      mode="split", spec=SPLIT, state="Running")
     _record(outbox, job, lambda pid: on_member(pid, part="shard-a", terminal="Completed"))
     assert outbox.events(job) == [("PartSucceeded", "shard-a on eu-west completed")]
+    assert outbox.warnings(job) == []
 
 
 def test_what_is_not_a_copy_of_this_placement_on_this_member_teaches_nothing(outbox):
