@@ -92,6 +92,7 @@ class _Cycle:
         self.within_share: dict[str, bool] = {}  # `_within_share`: since the last change
         self.released_at = -1
         self.inadmissible: set[str] = set()
+        self.reserves = "Reservation" in config.filters
         # tenants with work, running or pending: those the federation is shared among (`fair`)
         self.active: set[str] = {t for t, usage in snapshot.tenant_usage.items() if any(usage.values())}
         self.fair: dict[str, float] = {}  # every pending job's tenant is activated before its job is decided
@@ -150,14 +151,15 @@ class _Cycle:
         """Criteria 2 to 4 of `_queue_key`: they read the job's demand alone, so jobs of one shape share them
         until the next decision that changes anything (the backlog's parked jobs take their turns too)."""
         memo = ("standing", state.queue.name, job.shape)
-        if job.shape is None or memo not in self.answers:
+        standing = self.answers.get(memo)
+        if standing is None or job.shape is None:
             queue, totals, demand = state.queue, self.snapshot.totals, job.spec.requests
-            self.answers[memo] = (
+            standing = self.answers[memo] = (
                 bool(queue.nominal_quota) and self._quota(job).borrowing,  # without a quota it never borrows
                 weighted_share(self.snapshot.tenant_usage[queue.tenant], demand,
                                self.snapshot.tenant_weight(queue.tenant), totals),
                 weighted_share(state.usage, demand, queue.weight, totals))
-        return self.answers[memo]
+        return standing
 
     def _may_preempt_beyond_queue(self, job: PendingJob) -> bool:
         """May it preempt other queues' work (`_candidates`)? Whether those may be taken depends on how much their
@@ -175,8 +177,7 @@ class _Cycle:
 
     def _may_hold(self, job: PendingJob) -> bool:
         """Would it get a hold if it did not fit? Only a starving job, and only while holds are left this cycle."""
-        return ("Reservation" in self.config.filters and len(self.holds) < self.config.max_holds
-                and self._starving(job))
+        return self.reserves and len(self.holds) < self.config.max_holds and self._starving(job)
 
     def _still_inadmissible(self, job: PendingJob) -> bool:
         """A parked job that no change concerns: quota its tenant got back cannot have held it (its queue limits
@@ -186,10 +187,13 @@ class _Cycle:
         if job.id not in self.parked.jobs or self._may_hold(job):
             return False
         # jobs of one kind are alike here: one answer per kind until the next decision that changes anything
+        if job.shape is None or job.avoided:
+            return self._stays_inadmissible(job) and not self._concerned(job)
         memo = ("inadmissible", job.shape, job.queue, job.priority, job.tenant)
-        if job.shape is None or job.avoided or memo not in self.answers:
-            self.answers[memo] = self._stays_inadmissible(job) and not self._concerned(job)
-        return self.answers[memo]
+        verdict = self.answers.get(memo)
+        if verdict is None:
+            verdict = self.answers[memo] = self._stays_inadmissible(job) and not self._concerned(job)
+        return verdict
 
     def _concerned(self, job: PendingJob) -> bool:
         """Does a change since it was parked concern it: quota back in its tenant, capacity back where it may fit?"""
@@ -284,11 +288,8 @@ class _Cycle:
             if current > key and heap and current > heap[0][0]:
                 heapq.heappush(heap, (current, name, changes))
                 continue
-            job = jobs.pop()
-            if self._still_inadmissible(job):
-                self.inadmissible.add(job.id)
-                if jobs:
-                    heapq.heappush(heap, (self._queue_key(state, jobs[-1]), name, changes))
+            job = self._pop_past_parked(state, jobs, heap, changes)
+            if job is None:
                 continue
             stays = self._stays_inadmissible(job)
             outcome = self._decide_or_recall(job)
@@ -312,6 +313,23 @@ class _Cycle:
         self.release_holds()
         return CycleResult(tuple(placements), tuple(preemptions), MappingProxyType(waiting),
                            MappingProxyType(dict(self.holds)), tuple(order), frozenset(self.inadmissible))
+
+    def _pop_past_parked(self, state: QueueState, jobs: list[PendingJob], heap: list, changes: int) -> PendingJob | None:
+        """The queue's head to decide, past the parked jobs that stay inadmissible: each one's turn passes with nothing
+        decided, and while the next head's key comes before every other queue's, its turn is now (no trip through the
+        heap: a backlog of parked jobs costs a key and a verdict each). None once the queue is empty or another queue
+        goes first (this one is back in the heap)."""
+        while True:
+            job = jobs.pop()
+            if not self._still_inadmissible(job):
+                return job
+            self.inadmissible.add(job.id)
+            if not jobs:
+                return None
+            key = self._queue_key(state, jobs[-1])
+            if heap and key > heap[0][0]:
+                heapq.heappush(heap, (key, state.queue.name, changes))
+                return None
 
     # -- phase 3: one job -----------------------------------------------------------------------
     def _decide_or_recall(self, job: PendingJob) -> _Outcome:

@@ -208,3 +208,40 @@ def test_a_shape_is_answered_per_queue_and_priority_where_preempting_would_make_
     incremental, full = cycles_in_order([first_in_line, second], [low, ended, full_b], [low, full_b], [])
     assert [(p.job_id, p.cluster) for p in full.placements] == [(second.id, "a")]
     assert decided(incremental) == decided(full)
+
+
+def test_a_parked_job_keeps_its_turn_in_its_queue():
+    """A parked job of 64 GPUs heads plain's queue, a job of 8 behind it; preempts' job of 8 goes between them: its
+    tenant holds less after admission than the parked job's would, more than the job behind it. One node is free:
+    it goes to preempts' job, whether the parked job is decided again or its turn just passes."""
+    hog = running_job("hog", "preempts", "a", A_NODES[:2])
+    rest = [running_job("mine", "plain", "a", A_NODES[2:3]), running_job("full", "preempts", "b", B_NODES)]
+    parked = shaped(queue_name="plain", tenant="t1", gpus=8, pods=8, submitted_at=1.0)
+    behind = shaped(queue_name="plain", tenant="t1", gpus=8, submitted_at=2.0)
+    between = shaped(queue_name="preempts", tenant="t2", gpus=8, submitted_at=3.0)
+    before = schedule(federation([hog, *rest]), [parked])
+    assert before.inadmissible == {parked.id}
+    for result in (schedule(federation([hog, *rest]), [parked, behind, between], parked=Parked(before.inadmissible)),
+                   schedule(federation([hog, *rest]), [parked, behind, between])):
+        assert [(p.job_id, p.cluster) for p in result.placements] == [(between.id, "a")]
+    alone = schedule(federation([hog, *rest]), [behind, between])
+    assert [p.job_id for p in alone.placements] == [behind.id], "without the parked job ahead, behind goes first"
+
+
+def test_the_job_behind_a_parked_job_waits_for_its_own_turn():
+    """Three jobs of 8 GPUs, their tenants and queues holding alike, in submission order: a parked job no cluster's
+    selector lets in, then preempts' job, then the job behind the parked one in plain's queue. Two nodes are free,
+    one on each cluster: preempts' job is placed first, though the parked job's turn passed before its own."""
+    running = [running_job("m1", "plain", "a", A_NODES[:2]), running_job("m2", "plain", "b", B_NODES[:1]),
+               running_job("t1", "preempts", "a", A_NODES[2:3]), running_job("t2", "preempts", "b", B_NODES[1:3])]
+    parked = shaped(queue_name="plain", tenant="t1", gpus=8, submitted_at=1.0,
+                    annotations={"archipelago.io/cluster-selector": "region in (nowhere)"})
+    between = shaped(queue_name="preempts", tenant="t2", gpus=8, submitted_at=2.0)
+    behind = shaped(queue_name="plain", tenant="t1", gpus=8, submitted_at=3.0)
+    before = schedule(federation(running), [parked])
+    assert before.inadmissible == {parked.id}
+    incremental, full = (schedule(federation(running), [parked, behind, between], parked=p)
+                         for p in (Parked(before.inadmissible), Parked()))
+    assert [p.job_id for p in full.placements] == [between.id, behind.id]
+    assert decided(incremental) == decided(full) and incremental.placements == full.placements
+    assert set(full.order) - set(incremental.order) == {parked.id}
