@@ -90,7 +90,7 @@ def serve(host: str = typer.Option(None, help="Address to listen on [default: AR
     from broker.logs import configure_logging
     from broker.metrics_server import serve_loop_metrics
     from broker.scheduling import engine_config
-    from broker.services import replica
+    from broker.services import beside_the_api, replica
 
     settings = get_settings()
     configure_logging(settings)
@@ -114,6 +114,8 @@ def serve(host: str = typer.Option(None, help="Address to listen on [default: AR
                               f" {exc.strerror}") from None
     try:
         if workers == 1:
+            if settings.run_loops:
+                beside_the_api()
             uvicorn.run(create_app(settings, database), host=host, port=port, log_config=None, **tls)
             return
         loops = replica(database, settings, run_loops=settings.run_loops)
