@@ -143,22 +143,24 @@ class _Cycle:
         7. the earlier submission;
         8. tie-break: queue name, then job id.
         """
-        starving, queue = self._starving(job), state.queue
-        return (not starving, job.submitted_at if starving else 0.0, *self._standing(state, job),
-                -job.priority, -queue.priority, job.submitted_at, queue.name, job.id)
+        queue = state.queue
+        if self._starving(job):
+            return (False, job.submitted_at, *self._standing(state, job)[2:], job.submitted_at, queue.name, job.id)
+        return self._standing(state, job) + (job.submitted_at, queue.name, job.id)
 
-    def _standing(self, state: QueueState, job: PendingJob) -> tuple[bool, float, float]:
-        """Criteria 2 to 4 of `_queue_key`: they read the job's demand alone, so jobs of one shape share them
-        until the next decision that changes anything (the backlog's parked jobs take their turns too)."""
-        memo = ("standing", state.queue.name, job.shape)
+    def _standing(self, state: QueueState, job: PendingJob) -> tuple:
+        """`_queue_key` but for criteria 7 and 8, for a job that is not starving: it reads the job's demand and
+        priority alone, so jobs of one shape and priority share it until the next decision that changes anything
+        (every parked job of the backlog takes its turn, a key each)."""
+        memo = ("standing", state.queue.name, job.shape, job.priority)
         standing = self.answers.get(memo)
         if standing is None or job.shape is None:
             queue, totals, demand = state.queue, self.snapshot.totals, job.spec.requests
             standing = self.answers[memo] = (
-                bool(queue.nominal_quota) and self._quota(job).borrowing,  # without a quota it never borrows
+                True, 0.0, bool(queue.nominal_quota) and self._quota(job).borrowing,  # without a quota it never borrows
                 weighted_share(self.snapshot.tenant_usage[queue.tenant], demand,
                                self.snapshot.tenant_weight(queue.tenant), totals),
-                weighted_share(state.usage, demand, queue.weight, totals))
+                weighted_share(state.usage, demand, queue.weight, totals), -job.priority, -queue.priority)
         return standing
 
     def _may_preempt_beyond_queue(self, job: PendingJob) -> bool:

@@ -245,3 +245,29 @@ def test_the_job_behind_a_parked_job_waits_for_its_own_turn():
     assert [p.job_id for p in full.placements] == [between.id, behind.id]
     assert decided(incremental) == decided(full) and incremental.placements == full.placements
     assert set(full.order) - set(incremental.order) == {parked.id}
+
+
+def test_jobs_of_one_shape_share_their_standing_but_not_their_priority():
+    """Two jobs of one shape in plain's queue, of priority 2 and 0, that no selector lets in; preempts' job of
+    priority 1, its tenant and queue holding as much: the priority decides their order (criterion 5), so it is
+    decided between the two, though nothing changed between their turns."""
+    running = [running_job("m1", "plain", "a", A_NODES[:2]), running_job("m2", "plain", "b", B_NODES[:1]),
+               running_job("t1", "preempts", "a", A_NODES[2:3]), running_job("t2", "preempts", "b", B_NODES[1:3])]
+    nowhere = {"archipelago.io/cluster-selector": "region in (nowhere)"}
+    high = shaped(queue_name="plain", tenant="t1", gpus=8, priority=2, submitted_at=1.0, annotations=nowhere)
+    low = shaped(queue_name="plain", tenant="t1", gpus=8, priority=0, submitted_at=2.0, annotations=nowhere)
+    between = shaped(queue_name="preempts", tenant="t2", gpus=8, priority=1, submitted_at=3.0)
+    result = schedule(federation(running), [high, low, between])
+    assert result.order == (high.id, between.id, low.id)
+
+
+def test_jobs_of_one_shape_are_parked_per_priority_where_preempting_would_make_room():
+    """Two parked jobs of 32 GPUs in the quota queue (16 GPUs of quota: neither ever fits), of priority 2 and 0; 16
+    of another tenant's GPUs end on a, where the queue runs 16 of priority 1. With that work preempted the first
+    would fit a's totals, so it is decided again (and waits for quota); the second may preempt nothing there."""
+    low = running_job("low", "quota", "a", A_NODES[:2], priority=1)
+    gone = running_job("gone", "preempts", "a", A_NODES[2:])
+    high = shaped(queue_name="quota", tenant="t1", gpus=8, pods=4, priority=2, submitted_at=1.0)
+    other = shaped(queue_name="quota", tenant="t1", gpus=8, pods=4, priority=0, submitted_at=2.0)
+    result = parked_then([high, other], [low, gone, running_job("full", "preempts", "b", B_NODES)], ["gone"])
+    assert result.order == (high.id,) and result.placements == ()
