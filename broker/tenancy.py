@@ -165,7 +165,8 @@ class QueueChanges:
 
 
 # Every request's query, built once (building it cost more than running it on SQLite): a token with its tenant and
-# the tenant's queues, which a submission picks from.
+# the tenant's queues, which a submission through the Kubernetes front door picks from (POST /jobs reads them with
+# _TOKEN_AND_SUBMITTER).
 _TOKEN_AND_TENANT = (select(Token, Tenant).outerjoin(Tenant, Token.tenant_id == Tenant.id)
                      .outerjoin(Queue, Queue.tenant_id == Tenant.id).options(contains_eager(Tenant.queues))
                      .where(Token.token_hash == bindparam("token_hash")))
@@ -305,9 +306,72 @@ def authenticate(session: Session, admin_token: str | None, token: str) -> Princ
         return None
     stored, tenant = row
     session.info["tenant"] = tenant  # the identity map holds objects weakly; this keeps it for the request
-    if stored.revoked_at is not None or (stored.expires_at is not None and as_utc(stored.expires_at) <= utcnow()):
+    if not _live(stored.revoked_at, stored.expires_at):
         return None
     return Principal(stored.role, stored.tenant_id, tenant.name if tenant else None)
+
+
+def _live(revoked_at: datetime | None, expires_at: datetime | None) -> bool:
+    return revoked_at is None and (expires_at is None or as_utc(expires_at) > utcnow())
+
+
+@dataclass(frozen=True)
+class QueueChoice:
+    """A queue a submission may name, as `Submitter` carries it."""
+
+    id: int
+    name: str
+    is_default: bool
+
+
+@dataclass(frozen=True)
+class Submitter:
+    """A tenant as a submission reads it (broker.jobs.accept_jobs): plain values from one Core query. Loading
+    `Tenant` and its queues through the ORM cost more than the rest of a single POST's database work."""
+
+    id: int
+    name: str
+    namespaces: list[str]
+    queues: tuple[QueueChoice, ...]
+
+
+_SUBMITTER_COLUMNS = (Tenant.id, Tenant.name, Tenant.namespaces, Queue.id, Queue.name, Queue.is_default)
+# Built once, as _TOKEN_AND_TENANT: one row per queue of the token's tenant (one row, tenant NULL, for an admin token).
+_TOKEN_AND_SUBMITTER = (select(Token.role, Token.revoked_at, Token.expires_at, *_SUBMITTER_COLUMNS)
+                        .outerjoin(Tenant, Token.tenant_id == Tenant.id).outerjoin(Queue, Queue.tenant_id == Tenant.id)
+                        .where(Token.token_hash == bindparam("token_hash")))
+_SUBMITTER_NAMED = (select(*_SUBMITTER_COLUMNS).outerjoin(Queue, Queue.tenant_id == Tenant.id)
+                    .where(Tenant.name == bindparam("name")))
+
+
+def _submitter(rows: list) -> Submitter | None:
+    """From rows ending in _SUBMITTER_COLUMNS."""
+    tenant_id, name, namespaces = rows[0][-6:-3]
+    if tenant_id is None:
+        return None
+    return Submitter(tenant_id, name, namespaces,
+                     tuple(QueueChoice(*row[-3:]) for row in rows if row[-3] is not None))
+
+
+def authenticate_submitter(session: Session, admin_token: str | None,
+                           token: str) -> tuple[Principal, Submitter | None] | None:
+    """`authenticate` for a submission: the principal and, for a tenant's token, the tenant it submits for, in one
+    query; None for an unknown, revoked or expired token."""
+    if admin_token and hmac.compare_digest(token.encode(), admin_token.encode()):
+        return Principal("admin"), None
+    rows = session.connection().execute(_TOKEN_AND_SUBMITTER, {"token_hash": hash_token(token)}).all()
+    if not rows or not _live(rows[0].revoked_at, rows[0].expires_at):
+        return None
+    submitter = _submitter(rows)
+    return Principal(rows[0].role, submitter and submitter.id, submitter and submitter.name), submitter
+
+
+def submitter_named(session: Session, name: str) -> Submitter:
+    """The tenant an admin submits for (`get_tenant`, as a submission reads it)."""
+    rows = session.connection().execute(_SUBMITTER_NAMED, {"name": name}).all()
+    if not rows:
+        raise NotFound(f"tenant {name!r} does not exist")
+    return _submitter(rows)
 
 
 def create_token(session: Session, role: str, tenant_name: str | None, description: str | None = None,

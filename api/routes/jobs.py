@@ -9,19 +9,19 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from api import schemas
-from api.deps import CredentialsDep, DatabaseDep, PrincipalDep, SessionDep, SettingsDep, principal_of
+from api.deps import CredentialsDep, DatabaseDep, PrincipalDep, SessionDep, SettingsDep, submitter_of
 from api.problems import Problem
 from api.schemas import problems
 from api.views import event_out, humanised, job_out, jobs_out, placement_out
 from broker import jobs as job_service
 from broker.cluster_overrides import cluster_labels, preview, stored_rules
-from broker.db.models import Job, Tenant, as_utc, utcnow
+from broker.db.models import Job, as_utc, utcnow
 from broker.errors import Invalid, NotFound
 from broker.jobset import JobSetError
 from broker.overrides import rules_for
 from broker.retention import history_from
 from broker.scheduling import RULE_WORDS, dry_run_manifest, engine_config
-from broker.tenancy import Principal, get_tenant
+from broker.tenancy import Principal, Submitter, submitter_named
 from clusters.documents import DocumentError, load_json, load_yaml_all
 
 router = APIRouter(prefix="/api/v1")
@@ -42,9 +42,10 @@ JOBSET_BODY = {
 }
 
 
-async def _read_body(request: Request, settings: SettingsDep) -> bytes:
-    """The raw body, read on the event loop within the size limit; the route decodes it in a worker thread."""
-    limit = settings.max_request_bytes
+async def _read_body(request: Request) -> bytes:
+    """The raw body, read on the event loop within the size limit; the route decodes it in a worker thread. (The
+    settings from the app's state, not as a dependency: each one FastAPI solves costs a submission's time.)"""
+    limit = request.app.state.settings.max_request_bytes
     declared = request.headers.get("content-length")
     if declared and re.fullmatch(r"[0-9]+", declared) and int(declared) > limit:
         raise Problem(413, f"the body is {int(declared)} bytes; the limit is {limit} (split the batch)")
@@ -80,47 +81,51 @@ def decode_jobsets(content_type: str, body: bytes) -> tuple[list[Any], bool]:
     return documents, batch
 
 
-def _submitting_tenant(session, principal: Principal, tenant: str | None) -> Tenant:
+def _submitting_tenant(session, principal: Principal, own: Submitter | None, tenant: str | None) -> Submitter:
+    """The tenant a submission is for: an admin names it with ?tenant=, a tenant's token speaks for its own."""
     if principal.is_admin:
         if not tenant:
             raise Invalid("tenant", "an admin submits on behalf of a tenant: add ?tenant=NAME")
-        return get_tenant(session, tenant)
+        return submitter_named(session, tenant)
     if tenant and tenant != principal.tenant_name:
         raise NotFound(f"tenant {tenant!r} does not exist")
-    return session.get(Tenant, principal.tenant_id)
+    return own
 
 
 @router.post("/jobs", tags=["jobs"], status_code=201, response_model=schemas.SubmitResult,
              openapi_extra=JOBSET_BODY, responses=problems(400, 401, 404, 409, 413, 415, 422),
              summary="Submit one JobSet or a batch")
-def submit(request: Request, database: DatabaseDep, credentials: CredentialsDep, body: BodyDep, settings: SettingsDep,
+def submit(request: Request, credentials: CredentialsDep, body: BodyDep,
            tenant: str | None = Query(None, description="the tenant to submit for (admins only)"),
            queue: str | None = Query(None, description="overrides the kueue.x-k8s.io/queue-name label")):
-    # One trip through the thread pool (a session and a principal as dependencies would be three more): who is
-    # asking and the validation in a read, beside other requests; then the write; the answer serialized here, as
-    # FastAPI would (validated when built), not in a second trip.
-    with database.read() as session:
-        principal = principal_of(session, settings, credentials)
+    # One trip through the thread pool (a session and a principal as dependencies would be three more; the database
+    # and settings are taken from the app's state, as each dependency FastAPI solves costs a few percent of a POST)
+    # and one transaction: who is asking, the validation and the write (on PostgreSQL a read transaction of its own
+    # cost a checkout, its round trips and its rollback); the answer serialized here, as FastAPI would (validated
+    # when built), not in a second trip.
+    settings = request.app.state.settings
+    with request.app.state.db.write() as session:
+        principal, own = submitter_of(session, settings, credentials)
         manifests, batch = decode_jobsets(request.headers.get("content-type", ""), body)
-        owner = _submitting_tenant(session, principal, tenant)
+        owner = _submitting_tenant(session, principal, own, tenant)
         accepted = job_service.accept_jobs(owner, manifests, settings, request.app.state.capacity.get(session),
                                            queue_override=queue, batch=batch)
-    with database.write() as written:
-        submitted = job_service.store_jobs(written, owner, accepted, settings)
-        request.app.state.services.wake_on_commit(written, "scheduler")
+        submitted = job_service.store_jobs(session, owner, accepted, settings)
+        request.app.state.services.wake_on_commit(session, "scheduler")
     answer = schemas.SubmitResult(items=[job_out(job, owner.name, queue_name, []) for job, queue_name in submitted])
     return Response(answer.model_dump_json(by_alias=True), status_code=201, media_type="application/json")
 
 
 @router.post("/jobs:dry-run", tags=["jobs"], response_model=schemas.DryRunOut, openapi_extra=JOBSET_BODY,
              responses=problems(400, 401, 404, 413, 415, 422), summary="Where would this JobSet go now, and why")
-def dry_run(request: Request, session: SessionDep, principal: PrincipalDep, body: BodyDep, settings: SettingsDep,
+def dry_run(request: Request, session: SessionDep, credentials: CredentialsDep, body: BodyDep, settings: SettingsDep,
             tenant: str | None = Query(None, description="the tenant to ask for (admins only)"),
             queue: str | None = Query(None, description="overrides the kueue.x-k8s.io/queue-name label")):
+    principal, own = submitter_of(session, settings, credentials)
     manifests, batch = decode_jobsets(request.headers.get("content-type", ""), body)
     if batch:
         raise Invalid("", "a dry run takes one JobSet")
-    owner = _submitting_tenant(session, principal, tenant)
+    owner = _submitting_tenant(session, principal, own, tenant)
     _, chosen, namespace, _ = job_service.validate_submission(owner, manifests[0], "", queue, settings,
                                                               request.app.state.capacity.get(session), engine_config(settings))
     manifest = job_service.with_queue_label(manifests[0], chosen.name)

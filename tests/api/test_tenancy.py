@@ -153,3 +153,38 @@ def test_a_borrowing_limit_can_be_lifted_again(admin):
     admin.post("/api/v1/queues", json={"name": "q", "tenant": "research", "borrowing_limit": {"nvidia.com/gpu": 8}})
     assert admin.patch("/api/v1/queues/q", json={"weight": 2}).json()["borrowing_limit"] == {"nvidia.com/gpu": "8"}
     assert admin.patch("/api/v1/queues/q", json={"borrowing_limit": None}).json()["borrowing_limit"] is None
+
+
+def test_submissions_read_the_token_with_its_tenant_and_refuse_it_as_every_route_does(admin, db):
+    """POST /jobs and its dry run read token, tenant and queues in one query of their own
+    (broker.tenancy.authenticate_submitter): a minted admin token names the tenant, a tenant's token its own, and
+    revoked or expired tokens are refused there too."""
+    admin.post("/api/v1/tenants", json={"name": "research"})
+    minted = admin.post("/api/v1/tokens", json={"role": "tenant", "tenant": "research"}).json()
+    tenant = TestClient(admin.app, headers={"Authorization": f"Bearer {minted['token']}"})
+    no_queue = tenant.post("/api/v1/jobs", json=jobset("a"))
+    assert no_queue.status_code == 422 and "tenant research has no default queue" in no_queue.json()["detail"]
+    admin.post("/api/v1/queues", json={"name": "training", "tenant": "research"})
+    admin.post("/api/v1/queues", json={"name": "eval", "tenant": "research"})
+    [job] = tenant.post("/api/v1/jobs", json=jobset("a", queue="eval")).json()["items"]
+    assert (job["tenant"], job["queue"]) == ("research", "eval")
+    assert tenant.post("/api/v1/jobs:dry-run", json=jobset("b")).status_code == 200
+
+    operator = TestClient(admin.app, headers={"Authorization": "Bearer " + admin.post(
+        "/api/v1/tokens", json={"role": "admin"}).json()["token"]})
+    [job] = operator.post("/api/v1/jobs", params={"tenant": "research"}, json=jobset("c")).json()["items"]
+    assert (job["tenant"], job["queue"]) == ("research", "training")
+    assert operator.post("/api/v1/jobs", json=jobset("d")).status_code == 422
+    assert operator.post("/api/v1/jobs", params={"tenant": "nobody"}, json=jobset("d")).status_code == 404
+    assert operator.post("/api/v1/jobs:dry-run", params={"tenant": "nobody"}, json=jobset("d")).status_code == 404
+
+    with db.sessions() as session, session.begin():
+        session.query(Token).where(Token.role == "tenant").update({Token.expires_at: utcnow() - timedelta(seconds=1)})
+    for path in ("/api/v1/jobs", "/api/v1/jobs:dry-run"):
+        refused = tenant.post(path, json=jobset("e"))
+        assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+    admin.delete(f"/api/v1/tokens/{minted['id']}")
+    with db.sessions() as session, session.begin():
+        session.query(Token).update({Token.expires_at: None})
+    assert tenant.post("/api/v1/jobs", json=jobset("e")).status_code == 401
+    assert [j["name"] for j in admin.get("/api/v1/jobs").json()["items"]] == ["c", "a"]
