@@ -164,3 +164,11 @@ def test_a_copy_that_became_ready_or_a_job_cancelled_meanwhile_is_not_evicted(ou
     for job, which in [(ready, unready), (cancelled, _unready(outbox, cancelled)), (failed, failed_unready)]:
         assert not outbox.write(evict_unready, which, "", NOW, POLICY).freed
         assert outbox.read_job(job).evictions == 0
+
+
+def test_every_member_that_cannot_keep_its_placements_loses_them_in_the_same_pass(outbox):
+    _member(outbox, "eu-west", "Draining")
+    _member(outbox, "us-east", "Draining")
+    jobs = [outbox.job({"state": "Decided", "cluster": name}, state="Admitted") for name in ("eu-west", "us-east")]
+    removed = outbox.job({"state": "Decided", "cluster": "gone", "cluster_id": None}, state="Admitted")
+    assert outbox.write(fail_over, NOW, 300.0).requeued == {*jobs, removed}
