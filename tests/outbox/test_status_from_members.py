@@ -162,7 +162,8 @@ def test_a_copy_deleted_after_its_job_ended_is_reported_and_left_deleted(outbox)
     [placement] = outbox.placements(job)
     assert (placement.state, placement.finished_at) == ("Deleted", NOW)
     assert outbox.events(job)[0] == ("Drift", "JobSet research/train was deleted on eu-west by someone else")
-    assert outbox.read_job(job).state == "Cancelled" and not changes.dispatch
+    assert (outbox.read_job(job).state, outbox.read_job(job).finished_at) == ("Cancelled", NOW)
+    assert not changes.dispatch
 
 
 def test_counts_that_lag_a_verdict_refine_it_and_keep_the_applied_generation(outbox):
@@ -209,4 +210,4 @@ def test_a_copy_missing_from_a_list_after_its_job_ended_is_deleted_then(outbox):
     outbox.write(record_missing, outbox.cluster_id("eu-west"), set(), "20", NOW)
     [placement] = outbox.placements(job)
     assert (placement.state, placement.finished_at) == ("Deleted", NOW)
-    assert outbox.read_job(job).state == "Cancelled"
+    assert (outbox.read_job(job).state, outbox.read_job(job).finished_at) == ("Cancelled", NOW)
