@@ -129,6 +129,7 @@ def test_an_eviction_deletes_the_whole_gang_and_places_the_job_again_after_a_bac
     why = ("shard-a on eu-west: pods not all ready within 300s (0 of 1 Jobs of shard-a ready; pod p: "
            "ImagePullBackOff)")
     assert [p.state for p in outbox.placements(job)] == ["Deleting", "Succeeded"]
+    assert [part["state"] for part in evicted.status["parts"]] == ["Deleting", "Succeeded"]  # the job settled
     assert outbox.placements(job)[0].last_error == why
     assert outbox.events(job) == [("Evicted", why), (
         "Requeued", f"evicted (2 of 3): placed again after 60s, not on eu-west until {until:%H:%M:%S} UTC; back in "
