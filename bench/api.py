@@ -8,7 +8,9 @@ Queued jobs inserted in bulk. `archipelago serve` then runs as its own process w
 off (ARCHIPELAGO_RUN_LOOPS=false: this measures the API, not the scheduler), and C client threads
 POST JobSets one by one over HTTP, then in batches of B. Then the floor (bench/floor_app.py: a FastAPI app
 that only inserts each body as one row of the same database) takes the same single POSTs, and the broker's
-rate is given as a ratio of the floor's: machines differ, ratios travel. Prints a table, then one JSON object.
+rate is given as a ratio of the floor's: machines differ, ratios travel; so is the server process's CPU time per POST
+(from /proc), which others' load on a shared machine moves far less than the rates. Prints a table, then one JSON
+object.
 """
 
 from __future__ import annotations
@@ -118,8 +120,15 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def broker_server(url: str, app: str = "api.app:create_app") -> Iterator[str]:
+def broker_server(url: str, app: str = "api.app:create_app") -> Iterator[tuple[str, int]]:
+    """The server's base URL and process id."""
     port = free_port()
     environment = {**os.environ, "ARCHIPELAGO_DATABASE_URL": url, "ARCHIPELAGO_ADMIN_TOKEN": ADMIN_TOKEN,
                    "ARCHIPELAGO_SECRET_KEY": Fernet.generate_key().decode(), "ARCHIPELAGO_RUN_LOOPS": "false"}
@@ -138,7 +147,7 @@ def broker_server(url: str, app: str = "api.app:create_app") -> Iterator[str]:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit("the broker did not start")
             time.sleep(0.1)
-        yield base
+        yield base, process.pid
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -212,17 +221,23 @@ def p99(values: list[float]) -> float:
 def measure(backend: str, backlog: int, requests: int, clients: int, batch: int) -> dict:
     with database(backend) as url:
         prepare(url, backlog)
-        with broker_server(url) as base:
+        with broker_server(url) as (base, pid):
             post_concurrently(base, [jobset(f"warmup-{i}") for i in range(50)], clients)
+            cpu = cpu_seconds(pid)
             wall, latencies = post_concurrently(base, [jobset(f"single-{i}") for i in range(requests)], clients)
+            cpu = cpu_seconds(pid) - cpu
             batches = [[jobset(f"batch-{b}-{i}") for i in range(batch)] for b in range(max(4, clients))]
             batch_wall, _ = post_concurrently(base, batches, min(clients, 2))
             listings = list_latencies(base, middle=backlog // 2)
-        with broker_server(url, "bench.floor_app:create_app") as base:
+        with broker_server(url, "bench.floor_app:create_app") as (base, pid):
             post_concurrently(base, [jobset(f"warmup-{i}") for i in range(50)], clients)
+            floor_cpu = cpu_seconds(pid)
             floor_wall, _ = post_concurrently(base, [jobset(f"floor-{i}") for i in range(requests)], clients)
+            floor_cpu = cpu_seconds(pid) - floor_cpu
     return {"backend": backend, "single_per_s": round(requests / wall, 1),
             "floor_per_s": round(requests / floor_wall, 1), "single_of_floor": round(floor_wall / wall, 2),
+            "single_cpu_ms": round(cpu / requests * 1000, 2), "floor_cpu_ms": round(floor_cpu / requests * 1000, 2),
+            "floor_of_single_cpu": round(floor_cpu / cpu, 2),
             "single_p50_ms": round(statistics.median(latencies) * 1000, 1),
             "single_p99_ms": round(p99(latencies) * 1000, 1),
             "batch_jobsets_per_s": round(len(batches) * batch / batch_wall, 1), **listings}
@@ -238,10 +253,11 @@ def main() -> None:
     args = parser.parse_args()
     results = [measure(b, args.backlog, args.requests, args.clients, args.batch) for b in args.backends.split(",")]
     print(f"{'backend':<10} {'single/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'floor/s':>8} {'of floor':>8} "
-          f"{'batch JobSets/s':>16}")
+          f"{'CPU ms':>7} {'floor CPU ms':>12} {'batch JobSets/s':>16}")
     for r in results:
         print(f"{r['backend']:<10} {r['single_per_s']:>9} {r['single_p50_ms']:>8} {r['single_p99_ms']:>8} "
-              f"{r['floor_per_s']:>8} {r['single_of_floor']:>8} {r['batch_jobsets_per_s']:>16}")
+              f"{r['floor_per_s']:>8} {r['single_of_floor']:>8} {r['single_cpu_ms']:>7} {r['floor_cpu_ms']:>12} "
+              f"{r['batch_jobsets_per_s']:>16}")
     print(f"\nGET /jobs?limit=50, p99 ms over the backlog: {', '.join(LISTINGS)}")
     for r in results:
         print(f"{r['backend']:<10} " + " ".join(f"{r[f'list_{name}_p99_ms']:>8}" for name in LISTINGS))
