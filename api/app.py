@@ -27,7 +27,7 @@ from broker.db.runtime import Database, open_database
 from broker.jobs import CapacityCache
 from broker.logs import configure_logging
 from broker.metrics import exposition
-from broker.services import replica
+from broker.services import replica, serving_heap
 from broker.settings import Settings, get_settings
 
 log = logging.getLogger("archipelago.api")
@@ -145,4 +145,6 @@ def api_worker_app() -> FastAPI:
     """One of `archipelago serve --workers N`'s API processes: its own logging, no loops (the parent runs them)."""
     settings = get_settings()
     configure_logging(settings)
-    return create_app(settings, run_loops=False)
+    app = create_app(settings, run_loops=False)
+    serving_heap()
+    return app
