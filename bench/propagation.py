@@ -41,6 +41,7 @@ from broker.db.models import Job, Placement, Queue, Tenant  # noqa: E402
 from broker.db.runtime import open_database  # noqa: E402
 from broker.inventory import register_cluster  # noqa: E402
 from broker.jobs import federation_capacity, submit_jobs  # noqa: E402
+from broker.tenancy import submitter_named  # noqa: E402
 from broker.services.dispatcher import DispatcherService  # noqa: E402
 from broker.services.inventory import first_sync  # noqa: E402
 from broker.services.members import MemberClients  # noqa: E402
@@ -108,7 +109,7 @@ class Broker:
 
     def submit(self, manifests: list[dict]) -> None:
         with self.database.write() as session:
-            tenant = session.scalar(select(Tenant))
+            tenant = submitter_named(session, session.scalar(select(Tenant.name)))
             submit_jobs(session, tenant, manifests, self.settings, federation_capacity(session), batch=True)
 
     def count(self, *where) -> int:

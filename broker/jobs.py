@@ -139,9 +139,9 @@ def _bounded(manifest: Any, where: str, settings: Settings) -> None:
                                                      "ARCHIPELAGO_MAX_REPLICATED_JOBS)")
 
 
-def validate_submission(tenant: Tenant | Submitter, manifest: Any, where: str, queue_override: str | None,
+def validate_submission(tenant: Submitter, manifest: Any, where: str, queue_override: str | None,
                         settings: Settings, capacity: FederationCapacity,
-                        config: Config) -> tuple[JobSpec, Queue | QueueChoice, str, int]:
+                        config: Config) -> tuple[JobSpec, QueueChoice, str, int]:
     """Everything a submission must pass; returns its spec, queue, namespace and priority. `config` is
     `engine_config(settings)`, made once per request: a batch validates hundreds of JobSets with it."""
     _bounded(manifest, where, settings)
@@ -171,9 +171,9 @@ def validate_submission(tenant: Tenant | Submitter, manifest: Any, where: str, q
     return spec, queue, namespace, settings.priority_classes[priority_class]
 
 
-def _queue_for(tenant: Tenant | Submitter, name: str | None, where: str) -> Queue | QueueChoice:
-    """The named queue if the tenant owns it, else its default; from `tenant.queues`, read with the tenant (a
-    Submitter, or a Tenant the token's query loaded with its queues: broker.tenancy), or one query for the batch."""
+def _queue_for(tenant: Submitter, name: str | None, where: str) -> QueueChoice:
+    """The named queue if the tenant owns it, else its default; from `tenant.queues`, read with the tenant (one
+    query for the request, however large the batch: broker.tenancy)."""
     if name is None:
         queue = next((q for q in tenant.queues if q.is_default), None)
         if queue is None:
@@ -194,7 +194,7 @@ def with_queue_label(manifest: Mapping[str, Any], queue: str) -> dict[str, Any]:
     return {**manifest, "metadata": metadata}
 
 
-def submit_jobs(session: Session, tenant: Tenant, manifests: list[Any], settings: Settings,
+def submit_jobs(session: Session, tenant: Submitter, manifests: list[Any], settings: Settings,
                 capacity: FederationCapacity, *, queue_override: str | None = None,
                 batch: bool = False) -> list[tuple[Job, str]]:
     """Validate every manifest, then store them all as Queued (a batch is all or nothing).
@@ -204,7 +204,7 @@ def submit_jobs(session: Session, tenant: Tenant, manifests: list[Any], settings
                                                    queue_override=queue_override, batch=batch), settings)
 
 
-def accept_jobs(tenant: Tenant | Submitter, manifests: list[Any], settings: Settings,
+def accept_jobs(tenant: Submitter, manifests: list[Any], settings: Settings,
                 capacity: FederationCapacity, *, queue_override: str | None = None, batch: bool = False) -> list:
     """Every manifest validated (nothing read but the tenant's queues), ready for `store_jobs`."""
     accepted, config = [], engine_config(settings)
@@ -221,7 +221,7 @@ _INSERT_JOBS = insert(Job.__table__).returning(Job.id, sort_by_parameter_order=T
 _INSERT_EVENTS = insert(Event.__table__)
 
 
-def store_jobs(session: Session, tenant: Tenant | Submitter, accepted: list, settings: Settings) -> list[tuple[Job, str]]:
+def store_jobs(session: Session, tenant: Submitter, accepted: list, settings: Settings) -> list[tuple[Job, str]]:
     """Insert accepted jobs as Queued, with their events; the caller commits."""
     names = [(w, ns, spec.name) for w, spec, _, ns, _, _ in accepted]
     now = utcnow()

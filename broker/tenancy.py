@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from sqlalchemy import bindparam, exists, func, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, contains_eager
+from sqlalchemy.orm import Session
 
 from broker import events
 from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PREEMPTION_POLICIES, RECLAIM_POLICIES,
@@ -164,11 +164,9 @@ class QueueChanges:
     clear_borrowing_limit: bool = False  # back to no limit (None above means "unchanged")
 
 
-# Every request's query, built once (building it cost more than running it on SQLite): a token with its tenant and
-# the tenant's queues, which a submission through the Kubernetes front door picks from (POST /jobs reads them with
-# _TOKEN_AND_SUBMITTER).
+# Every request's query, built once (building it cost more than running it on SQLite): a token with its tenant.
+# (A submission reads the tenant's queues with it, `Submitter`: no other request needs them.)
 _TOKEN_AND_TENANT = (select(Token, Tenant).outerjoin(Tenant, Token.tenant_id == Tenant.id)
-                     .outerjoin(Queue, Queue.tenant_id == Tenant.id).options(contains_eager(Tenant.queues))
                      .where(Token.token_hash == bindparam("token_hash")))
 
 
@@ -300,8 +298,8 @@ def authenticate(session: Session, admin_token: str | None, token: str) -> Princ
     """The principal of a live token; None for an unknown, revoked or expired one."""
     if admin_token and hmac.compare_digest(token.encode(), admin_token.encode()):
         return Principal("admin")
-    # The Tenant and its queues ride along: they land in the session's identity map, where the request finds them.
-    row = session.execute(_TOKEN_AND_TENANT, {"token_hash": hash_token(token)}).unique().one_or_none()
+    # The Tenant rides along: it lands in the session's identity map, where the request finds it again.
+    row = session.execute(_TOKEN_AND_TENANT, {"token_hash": hash_token(token)}).one_or_none()
     if row is None:
         return None
     stored, tenant = row

@@ -32,7 +32,7 @@ from api.routes.jobs import BodyDep, decode_jobsets
 from broker import jobs as job_service
 from broker.db.models import Event, Job, Tenant
 from broker.errors import Conflict, Invalid, NotFound
-from broker.tenancy import Principal, authenticate
+from broker.tenancy import Principal, Submitter, authenticate, submitter_named
 from clusters.documents import DocumentError, load_json, load_yaml_all
 from clusters.labels import parse_selector
 from clusters.patches import merge_patch, strategic_merge_patch
@@ -365,14 +365,14 @@ def _watch(request: Request, caller: Caller, scope: Scope) -> StreamingResponse:
 
 # Writing -----------------------------------------------------------------------------------------
 
-def _owner(session: Session, caller: Caller, namespace: str) -> Tenant:
+def _owner(session: Session, caller: Caller, namespace: str) -> Submitter:
     """The tenant a JobSet in this namespace is submitted for: the caller's, or for an admin the namespace's."""
     caller.scope("create", namespace)
     if not caller.principal.is_admin:
-        return session.get(Tenant, caller.principal.tenant_id)
+        return submitter_named(session, caller.principal.tenant_name)
     for tenant in session.scalars(select(Tenant)):
         if namespace in tenant.namespaces:
-            return tenant
+            return submitter_named(session, tenant.name)
     raise KubeError(404, f'namespaces "{namespace}" not found', name=namespace, group="", kind="namespaces")
 
 
