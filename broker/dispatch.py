@@ -502,6 +502,7 @@ def fail_over(session: Session, now: datetime, toleration: float) -> Changes:
             placement.state, placement.finished_at = "Deleted", now  # nothing left to delete there
         elif placement.state != "Deleting":
             placement.state, placement.last_error, placement.next_attempt_at = "Deleting", message, None
+            changes.dispatch = True  # the member's dispatcher, in whichever replica's lane, deletes the copy
         else:
             continue
         changes.freed = True

@@ -35,6 +35,7 @@ def test_a_member_not_ready_for_longer_than_the_toleration_loses_every_live_plac
     assert outbox.write(fail_over, NOW, 121.0).requeued == set()  # not yet
     changes = outbox.write(fail_over, NOW, 120.0)
     assert changes.requeued == {job} and changes.freed
+    assert changes.dispatch  # the copies marked Deleting: the member's dispatcher, in any replica, deletes them
     why = "member eu-west not ready for 120s: failing over"
     [placement] = outbox.placements(job)
     assert (placement.state, placement.last_error, placement.next_attempt_at) == ("Deleting", why, None)
@@ -73,6 +74,7 @@ def test_the_placements_of_a_removed_member_are_deleted_at_once_and_their_jobs_p
                            cancel_requested_at=NOW)
     changes = outbox.write(fail_over, NOW, 300.0)
     assert changes.requeued == {job}
+    assert not changes.dispatch  # nothing left on a member to delete
     [placement] = outbox.placements(job)
     assert (placement.state, placement.finished_at) == ("Deleted", NOW)
     assert outbox.read_job(job).reason == "on gone: member gone was removed: failing over"
