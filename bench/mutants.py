@@ -3,15 +3,17 @@
 mutmut changes one thing at a time in every function of the pure core (broker/placement, broker/status.py,
 broker/jobset.py, the pure Kubernetes rules in clusters/) and of the outbox rules (broker/dispatch.py), and
 runs the tests that reach that function against each change; a change no test notices is a surviving
-mutant. Each group is tested by its own tests: the pure core by the unit tests (no database, no simulator),
+mutant. Each survivor the project knows of is explained in bench/mutants_explained.toml (equivalent: no behaviour
+can tell it apart; untested: what a test would have to check, and why none does yet). Each group is tested by its own tests: the pure core by the unit tests (no database, no simulator),
 the outbox by its rules' tests on rows written straight into SQLite (tests/outbox: milliseconds each, run
 first, they kill most of its mutants) and the propagation tests over the simulator (no crash subprocesses).
 A group runs in its own folder under mutants/, a view of the checkout with that group's [tool.mutmut] settings.
 
 A run starts its groups from scratch (their folders under mutants/ are wiped; `--group` runs one); `--again`
 keeps the mutants the last run killed and tests only the rest again, with the tests written since. Prints
-every survivor's diff, the score per module (mutants killed or timed out ÷ mutants) and per group against
-its target, then one JSON object as the last line. Exits 1 when a group is below its target.
+every survivor with its explanation (the diff of those without one), the score per module (mutants killed or
+timed out ÷ mutants) and per group against its target, then one JSON object as the last line. Exits 1 when a group
+is below its target or a survivor is unexplained.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 from mutmut.configuration import reset_config
@@ -40,6 +43,7 @@ WORK = ROOT / "mutants"
 DETECTED = ("killed", "timeout")
 ONLY_SQLITE = ["-m", "not postgres and not browser", "-p", "no:cacheprovider"]
 FASTEST_FIRST = "fastest_first"  # bench/fastest_first.py, a pytest plugin the views hold
+EXPLAINED = Path(__file__).with_name("mutants_explained.toml")
 
 
 class Group:
@@ -142,6 +146,32 @@ def changed_lines(group: Group, mutant: str, module: str) -> list[str]:
     return [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
 
 
+def function_of(mutant: str) -> str:
+    """The dotted name of the function a mutant changes: mutmut's `broker.placement.cycle.xǁ_Cycleǁ_hold__mutmut_3`
+    is `broker.placement.cycle._Cycle._hold`, `broker.jobset.x__exclusive_key__mutmut_6` is
+    `broker.jobset._exclusive_key`."""
+    module, _, mangled = mutant.rsplit("__mutmut_", 1)[0].rpartition(".")
+    return f"{module}.{'.'.join(mangled[2:].split('ǁ')) if mangled.startswith('xǁ') else mangled[2:]}"
+
+
+def mutated_text(lines: list[str]) -> str:
+    """What a mutant writes in place of the original (its diff's added lines, stripped): with its function, how
+    bench/mutants_explained.toml names it, as mutmut's numbers move whenever the function changes."""
+    return "\n".join(line[1:].strip() for line in lines if line.startswith("+"))
+
+
+def load_explanations(path: Path = EXPLAINED) -> dict[tuple[str, str], tuple[str, str]]:
+    """(function, mutated text) → (verdict, reason), from the file's [[survivor]] tables."""
+    explained = {}
+    for entry in tomllib.loads(path.read_text()).get("survivor", []):
+        if entry["verdict"] not in ("equivalent", "untested"):
+            sys.exit(f"{path.name}: {entry['function']}: verdict must be equivalent or untested, not "
+                     f"{entry['verdict']!r}")
+        for text in entry["mutated"]:
+            explained[(entry["function"], text.strip())] = (entry["verdict"], entry["reason"])
+    return explained
+
+
 def score(statuses) -> tuple[int, int]:
     statuses = list(statuses)
     return sum(s in DETECTED for s in statuses), len(statuses)
@@ -159,22 +189,28 @@ def main() -> None:
     parser.add_argument("--only", metavar="PATTERN",
                         help="only the mutants whose names match, e.g. 'broker.placement.feasibility*' (one module's "
                              "score while writing its tests; the group's score then covers those mutants only)")
+    parser.add_argument("--report", action="store_true",
+                        help="run nothing: report the last run's results again (after explaining survivors)")
     parser.add_argument("--group", choices=[g.folder.name for g in GROUPS],
                         help="only this group (e.g. the outbox's run apart from the pure core's, or beside it)")
     args = parser.parse_args()
 
-    rows, figures, below = [], {"modules": {}, "groups": {}, "survivors": []}, []
+    rows, figures, below = [], {"modules": {}, "groups": {}, "survivors": [], "unexplained": []}, []
+    explanations = load_explanations()
     groups = [g for g in GROUPS if (not args.only or covers(g, args.only)) and args.group in (None, g.folder.name)]
     if not groups:
         sys.exit(f"no group mutates a module that mutants named {args.only!r} could be in")
     for group in groups:
-        if args.again:
+        started = time.monotonic()
+        if args.report:
+            pass
+        elif args.again:
             forget_survivors(group)
+            run_mutmut(group, args.max_children, args.only)
         else:
             shutil.rmtree(group.folder, ignore_errors=True)  # the other group's last results stay
             prepare(group)
-        started = time.monotonic()
-        run_mutmut(group, args.max_children, args.only)
+            run_mutmut(group, args.max_children, args.only)
         minutes = (time.monotonic() - started) / 60
         results = read_results(group, args.only)
         unchecked = sum(s == "not checked" for statuses in results.values() for s in statuses.values())
@@ -184,11 +220,17 @@ def main() -> None:
 
         survivors = sorted((module, name, status) for module, statuses in results.items()
                            for name, status in statuses.items() if status not in DETECTED)
+        verdicts = {"equivalent": 0, "untested": 0, "unexplained": 0}
         print(f"{group.name}: {len(survivors)} surviving mutants")
         for module, name, status in survivors:
-            print(f"  {name} ({status})")
-            for line in changed_lines(group, name, module):
-                print(f"      {line}")
+            lines = changed_lines(group, name, module)
+            verdict, reason = explanations.get((function_of(name), mutated_text(lines)), ("unexplained", ""))
+            verdicts[verdict] += 1
+            print(f"  {name} ({status}, {verdict}{': ' + reason if reason else ''})")
+            if verdict == "unexplained":
+                for line in lines:
+                    print(f"      {line}")
+                figures["unexplained"].append(name)
         print()
 
         for module, statuses in results.items():
@@ -197,15 +239,17 @@ def main() -> None:
             figures["modules"][module] = {"killed": detected, "mutants": total}
         detected, total = score(s for statuses in results.values() for s in statuses.values())
         rows.append((f"{group.name} ({minutes:.0f} min)", percent(detected, total), f"≥ {100 * group.target:.0f}%"))
+        rows.append((f"{group.name}: survivors equivalent / untested / unexplained",
+                     " / ".join(str(n) for n in verdicts.values()), "0 unexplained"))
         figures["groups"][group.name] = {"killed": detected, "mutants": total, "target": group.target,
                                          "score": round(detected / total, 4) if total else None,
-                                         "minutes": round(minutes, 1)}
+                                         "minutes": round(minutes, 1), "survivors": verdicts}
         figures["survivors"] += [name for _, name, _ in survivors]
         if not total or detected / total < group.target:
             below.append(group.name)
     figures["below_target"] = below
     print_table(rows, figures)
-    sys.exit(1 if below else 0)
+    sys.exit(1 if below or figures["unexplained"] else 0)
 
 
 if __name__ == "__main__":
