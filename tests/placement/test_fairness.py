@@ -3,7 +3,8 @@
 import pytest
 
 from broker.placement import Tenant, schedule
-from broker.placement.fairness import check_quota, dominant_share, fair_shares, lent, weighted_share
+from broker.placement.fairness import (check_quota, dominant_share, fair_share_allows, fair_shares, lent,
+                                        weighted_share)
 
 from .fixtures import GPU, cluster, fabric, gpus_by_queue, job, n_jobs, queue, running, snapshot
 
@@ -139,3 +140,31 @@ def test_a_weighted_share_is_the_dominant_share_after_admission_over_the_weight(
 
 def test_nothing_used_is_a_share_of_nothing():
     assert dominant_share({}, {GPU: 64_000}) == 0.0
+
+
+def test_a_tenant_without_a_record_weighs_1_beside_one_that_has_one():
+    shares = fair_shares({"x": 1.0}, {"a": ("x", 1.0), "b": ("y", 1.0)}, active=["a", "b"])
+    assert shares == {"a": 0.5, "b": 0.5}
+    assert snapshot([], [], tenants=[Tenant("x", 3.0)]).tenant_weight("y") == 1.0
+
+
+def test_a_share_within_rounding_of_the_fair_share_counts_as_at_it():
+    """Dominant shares are sums of float divisions: one rounding away from the fair share is at it, both ways."""
+    assert fair_share_allows(0.5 + 1e-9, 0.5, 0.25 - 1e-9, 0.25)
+    assert not fair_share_allows(0.5 + 1e-6, 0.5, 0.25, 0.25)
+    assert not fair_share_allows(0.5, 0.5, 0.25 - 1e-6, 0.25)
+
+
+def test_the_cohorts_borrowing_adds_up_over_every_borrower_and_is_lent_in_whole_milli_units():
+    """Two queues borrow 1 GPU each; the lenders' unused quotas are 2 and 1 GPUs: they lend 2/3 and 1/3 of the
+    2 GPUs, rounded down. A queue exactly at its quota neither borrows nor lends."""
+    cohort = {"b1": ({GPU: 4_000}, {GPU: 5_000}), "b2": ({GPU: 4_000}, {GPU: 5_000}),
+              "exact": ({GPU: 4_000}, {GPU: 4_000}), "l1": ({GPU: 2_000}, {}), "l2": ({GPU: 1_000}, {})}
+    assert lent(cohort) == {"b1": {}, "b2": {}, "exact": {}, "l1": {GPU: 1_333}, "l2": {GPU: 666}}
+
+
+def test_nobody_lends_what_nobody_has_unused():
+    over_with_no_lender = {"over": ({GPU: 8_000}, {GPU: 12_000}), "exact": ({GPU: 8_000}, {GPU: 8_000})}
+    assert lent(over_with_no_lender) == {"over": {}, "exact": {}}
+    nobody_borrows = {"exact": ({GPU: 8_000}, {GPU: 8_000}), "idle": ({GPU: 8_000}, {})}
+    assert lent(nobody_borrows) == {"exact": {}, "idle": {}}
