@@ -75,6 +75,8 @@ def test_a_selector_string_parses_into_requirements(text, requirements):
     ("a in (x y)", "invalid label value 'x y' in selector 'a in (x y)'"),
     ("!", "invalid label key '' in selector '!'"),
     ("Bad.Prefix/a", "invalid label key 'Bad.Prefix/a' in selector 'Bad.Prefix/a'"),
+    ("-a in (x)", "invalid label key '-a' in selector '-a in (x)'"),
+    ("a in ((x))", "invalid label value '(x)' in selector 'a in ((x))'"),  # nested, yet balanced: the value is wrong
 ])
 def test_a_wrong_selector_string_says_which_term(text, message):
     with pytest.raises(ValueError) as raised:
@@ -127,6 +129,10 @@ def test_a_label_selector_object_matches_labels_and_expressions():
     ({"a": 1}, "invalid value 1 of label 'a'"),
     ({1: "a"}, "invalid label key 1"),
     ({"Example.com/a": "b"}, "invalid label key 'Example.com/a'"),
+    ({"a" * 253 + "/k": "v"}, None),  # a prefix is a DNS subdomain: at most 253 characters
+    ({"a" * 254 + "/k": "v"}, f"invalid label key {'a' * 254 + '/k'!r}"),
+    ({"a": "b_"}, "invalid value 'b_' of label 'a': at most 63 characters, alphanumerics, '-', '_' or '.', "
+                  "starting and ending with an alphanumeric"),
 ])
 def test_labels_are_checked_as_the_api_server_checks_them(labels, message):
     if message is None:

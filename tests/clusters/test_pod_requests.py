@@ -79,6 +79,7 @@ def test_a_limit_without_a_request_is_the_request():
     (_container({"memory": "-1"}), "c.resources.requests.memory", "must not be negative"),
     ({"resources": []}, "c.resources", "must be an object, got list"),
     ({"resources": {"requests": "1"}}, "c.resources.requests", "must be an object, got str"),
+    ({"resources": {"limits": ["1"]}}, "c.resources.limits", "must be an object, got list"),
     ("c", "c", "must be an object, got str"),
 ])
 def test_a_wrong_request_names_its_field(container, path, message):
@@ -108,6 +109,16 @@ def test_a_pod_reserves_its_containers_sidecars_and_overhead():
     assert effective_requests({}) == {}
 
 
+def test_overhead_adds_even_a_resource_no_container_asks_for_and_zero_overhead_is_allowed():
+    assert effective_requests({"containers": [_container({"cpu": "1"})],
+                               "overhead": {"memory": "1Mi", "cpu": "0"}}) == {"cpu": 1000, "memory": 2**20 * 1000}
+
+
+def test_a_request_of_one_milli_unit_is_kept_and_one_of_zero_is_not():
+    assert effective_requests({"initContainers": [_container({"cpu": "0", "memory": "0"})],
+                               "containers": [_container({"cpu": "1m"})]}) == {"cpu": 1}
+
+
 def test_the_largest_init_container_counts_with_the_sidecars_started_before_it():
     pod = {"initContainers": [_container({"cpu": "1"}, restartPolicy="Always"),  # a sidecar: runs throughout
                               _container({"cpu": "4", "memory": "1"}),  # runs alone beside the sidecar: 5 cpu
@@ -119,6 +130,10 @@ def test_the_largest_init_container_counts_with_the_sidecars_started_before_it()
     assert effective_requests(pod) == {"cpu": 6000, "memory": 1000}
     assert effective_requests({"initContainers": [_container({"cpu": "2"})], "containers": [_container({"cpu": "1"})]}
                               ) == {"cpu": 2000}
+    # the largest, not the last; and a sidecar's memory counts beside an init container that asks for none
+    assert effective_requests({"initContainers": [_container({"memory": "3"}, restartPolicy="Always"),
+                                                  _container({"cpu": "4"}), _container({"cpu": "2"})]}
+                              ) == {"cpu": 4000, "memory": 3000}
 
 
 @pytest.mark.parametrize("pod, path, message", [

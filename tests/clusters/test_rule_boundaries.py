@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from clusters.labels import node_requirement
+from clusters.labels import MAX_ANNOTATIONS_BYTES, check_annotations, node_requirement
 from clusters.pods import why_not_ready
 from clusters.quantity import QuantityRangeError, parse_quantity
 
@@ -29,3 +29,19 @@ def test_an_operator_on_whether_a_label_is_there_takes_no_values(operator):
 def test_pods_that_finished_are_no_reason_a_copy_is_not_ready():
     pods = [{"status": {"phase": "Succeeded"}}, {"status": {"phase": "Failed"}}, {"status": {"phase": "Running"}}]
     assert why_not_ready(pods) == "1 pod Running: not ready"
+
+
+def test_annotations_of_exactly_the_api_servers_bound_pass_and_one_byte_more_is_refused_saying_the_size():
+    check_annotations({"k": "v" * (MAX_ANNOTATIONS_BYTES - 1)})  # keys and values together: 1 + 262143 bytes
+    with pytest.raises(ValueError, match=f"^the annotations take {MAX_ANNOTATIONS_BYTES + 3} bytes"):
+        check_annotations({"k": "é" * (MAX_ANNOTATIONS_BYTES // 2 + 1)})  # bytes, not characters: é is two
+    with pytest.raises(ValueError) as refused:
+        check_annotations({"k": "v" * MAX_ANNOTATIONS_BYTES})
+    assert str(refused.value) == (f"the annotations take {MAX_ANNOTATIONS_BYTES + 1} bytes; Kubernetes allows at most "
+                                  f"{MAX_ANNOTATIONS_BYTES} (keys and values together)")
+
+
+def test_an_annotation_keys_prefix_is_a_dns_subdomain_of_at_most_253_characters():
+    check_annotations({"a" * 253 + "/k": "v"})
+    with pytest.raises(ValueError, match="^invalid annotation key 'a{254}/k'"):
+        check_annotations({"a" * 254 + "/k": "v"})

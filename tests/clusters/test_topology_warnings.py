@@ -101,6 +101,41 @@ def test_regex_match_is_gos_syntax_and_bounded():
     assert tree(result)["go"] == (1, None, ("n1", "n2"))  # a POSIX class, which Python's re does not know
 
 
+def test_a_pattern_too_long_is_a_broken_member_like_any_other_and_a_pattern_just_short_enough_is_read():
+    result = resolve_hypernodes([hn("a", 1, ("Pod", {})),
+                                 hn("b", 1, ("Node", {"regexMatch": {"pattern": "n" * (MAX_PATTERN + 1)}})),
+                                 hn("c", 1, ("Node", {"fieldMatch": {}})),
+                                 hn("d", 1, ("Node", {"regexMatch": {"pattern": "n1|" + "x" * (MAX_PATTERN - 3)}}))],
+                                NODES)
+    assert result.warnings == [  # one kind: in the order of the HyperNodes' names
+        "HyperNode a: unknown member type 'Pod'; ignored",
+        f"HyperNode b: regexMatch pattern of {MAX_PATTERN + 1} characters is longer than the {MAX_PATTERN} read; "
+        "ignored",
+        "HyperNode c: a member has no exactMatch, regexMatch or labelMatch",
+    ]
+    assert tree(result)["d"] == (1, None, ("n1",))
+
+
+def test_a_hypernode_member_whose_pattern_re2_refuses_names_its_owner():
+    result = resolve_hypernodes([hn("fabric", 2, ("HyperNode", {"regexMatch": {"pattern": "^spine-(?=a)"}}))], NODES)
+    assert result.warnings == ["HyperNode fabric: regexMatch '^spine-(?=a)' is not a regular expression Go's regexp "
+                               "(RE2) accepts (invalid perl operator: (?=); ignored"]
+
+
+def test_a_refused_pattern_is_a_warning_and_not_a_line_on_stderr(capfd):
+    resolve_hypernodes([hn("h", 1, ("Node", {"regexMatch": {"pattern": "("}}))], NODES)
+    assert capfd.readouterr().err == ""
+
+
+def test_a_member_that_would_close_a_cycle_is_dropped_alone_and_the_owners_next_members_are_kept():
+    result = resolve_hypernodes([hn("a", 3, ("HyperNode", {"exactMatch": {"name": "b"}})),
+                                 hn("b", 2, ("HyperNode", {"exactMatch": {"name": "a"}}),
+                                    ("HyperNode", {"exactMatch": {"name": "c"}})),
+                                 hn("c", 1, ("Node", {"exactMatch": {"name": "n1"}}))], NODES)
+    assert tree(result) == {"a": (3, None, ("n1",)), "b": (2, "a", ("n1",)), "c": (1, "b", ("n1",))}
+    assert result.warnings == ["HyperNode cycle a -> b -> a; the member a of b is ignored"]
+
+
 HOSTILE = """
 from clusters.topology import resolve_hypernodes
 hypernode = {"metadata": {"name": "h"}, "spec": {"tier": 1, "members": [
