@@ -24,3 +24,10 @@ def test_the_larger_pods_of_a_gang_are_bound_first(resource, unit, allocatable):
     binding = ClusterIndex(cluster("eu", layout=(nodes, ()))).bind([small, large], [0, 1])
     assert binding is not None, "the small pods, bound first, took the room of a large one"
     assert binding.pods == {0: {"b-large": 1, "a-small": 1}, 1: {"b-large": 1, "a-small": 1}}
+
+
+def test_best_fit_puts_the_pods_on_the_smallest_node_that_takes_them_all():
+    nodes = (node("n0", gpus=16), node("n1", gpus=8), node("n2", gpus=4))
+    gang = PartSpec("workers", 1, 1, None, {GPU: 8000})
+    binding = ClusterIndex(cluster("eu", layout=(nodes, ()))).bind([gang], [0, 1, 2])
+    assert binding is not None and binding.pods == {1: {"workers": 1}}
