@@ -178,6 +178,11 @@ def test_topology_bound_needs_a_hypernode_of_the_bound_tier_with_the_gang_free()
     assert TopologyBound().filter(cpu_only, eu) == "needs 576 CPUs in one tier-1 HyperNode; the largest free one has 512"
 
 
+def test_topology_bound_says_0_when_every_hypernode_is_full():
+    assert TopologyBound().filter(request(annotations=hard(1)), index(busy=range(16))) == (
+        "needs 8 GPUs in one tier-1 HyperNode; the largest free one has 0")
+
+
 def test_topology_bound_says_a_fraction_of_a_cpu_as_kubernetes_writes_it():
     nodes, hypernodes = fabric(leaves=1, nodes_per_leaf=1, gpus=0)
     almost_full = index((tuple(replace(n, used={"cpu": 63_500}) for n in nodes), hypernodes))
