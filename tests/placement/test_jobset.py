@@ -57,6 +57,14 @@ def test_effective_request_counts_init_containers_sidecars_and_overhead():
     assert effective_pod_requests(pod) == {"cpu": 6250, "memory": GiB, "nvidia.com/gpu": 1000}
 
 
+@pytest.mark.parametrize("pod, message", [({}, "a pod needs at least one container"),
+                                          ({"containers": {"name": "a"}}, "must be a list, got dict")])
+def test_a_pod_spec_without_a_list_of_containers_is_refused_naming_spec_containers(pod, message):
+    with pytest.raises(JobSetError) as refused:
+        effective_pod_requests(pod)
+    assert (refused.value.path, refused.value.message) == ("spec.containers", message)
+
+
 def test_completions_below_parallelism_caps_concurrent_pods():
     m = manifest()
     m["spec"]["replicatedJobs"][0]["template"]["spec"].update(parallelism=8, completions=2)

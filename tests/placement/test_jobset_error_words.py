@@ -176,6 +176,23 @@ CASES = {  # what is broken: (how, the field named, the message)
         lambda m: ann(m, **{"alpha.jobset.sigs.k8s.io/exclusive-topology": "!rack"}),
         "metadata.annotations['alpha.jobset.sigs.k8s.io/exclusive-topology']",
         "'!rack' is not a node label key (e.g. topology.kubernetes.io/zone)"),
+    "exclusive key empty": (lambda m: ann(m, **{"alpha.jobset.sigs.k8s.io/exclusive-topology": ""}),
+                             "metadata.annotations['alpha.jobset.sigs.k8s.io/exclusive-topology']",
+                             "'' is not a node label key (e.g. topology.kubernetes.io/zone)"),
+    "exclusive key not a selector": (lambda m: ann(m, **{"alpha.jobset.sigs.k8s.io/exclusive-topology": "rack in ("}),
+                                     "metadata.annotations['alpha.jobset.sigs.k8s.io/exclusive-topology']",
+                                     "'rack in (' is not a node label key (e.g. topology.kubernetes.io/zone)"),
+    "exclusive key with a space": (lambda m: ann(m, **{"alpha.jobset.sigs.k8s.io/exclusive-topology": " rack"}),
+                                   "metadata.annotations['alpha.jobset.sigs.k8s.io/exclusive-topology']",
+                                   "' rack' is not a node label key (e.g. topology.kubernetes.io/zone)"),
+    "required affinity a list": (lambda m: pod(m, 1).update(affinity={"nodeAffinity": {REQUIRED: []}}),
+                                 f"{POD1}.affinity.nodeAffinity.{REQUIRED}", "must be an object, got list"),
+    "required affinity terms a dict": (
+        lambda m: pod(m, 1).update(affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": {}}}}),
+        f"{POD1}.affinity.nodeAffinity.{REQUIRED}.nodeSelectorTerms", "must be a list, got dict"),
+    "required affinity term a string": (
+        lambda m: affinity(m, "gpu"), f"{TERMS}[0]",
+        "a node selector term must be an object with matchExpressions and/or matchFields"),
     "success policy a list": (lambda m: m["spec"].update(successPolicy=["All"]),
                               "spec.successPolicy", "must be an object, got list"),
     "success targets a string": (lambda m: m["spec"].update(successPolicy={"targetReplicatedJobs": "a"}),
@@ -207,6 +224,13 @@ def test_a_bad_jobset_is_refused_naming_the_field_in_these_words(case):
     with pytest.raises(JobSetError) as refused:
         parse_jobset(m)
     assert (refused.value.path, refused.value.message) == (path, message)
+
+
+@pytest.mark.parametrize("body", [[], "JobSet", 3])
+def test_a_manifest_that_is_not_an_object_is_refused_at_its_root(body):
+    with pytest.raises(JobSetError) as refused:
+        parse_jobset(body)
+    assert (refused.value.path, refused.value.message) == ("$", f"must be an object, got {type(body).__name__}")
 
 
 def test_the_limits_themselves_are_accepted_and_the_defaults_read_as_kubernetes_reads_them():
