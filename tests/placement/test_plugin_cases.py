@@ -178,8 +178,10 @@ def test_topology_bound_needs_a_hypernode_of_the_bound_tier_with_the_gang_free()
     assert TopologyBound().filter(cpu_only, eu) == "needs 576 CPUs in one tier-1 HyperNode; the largest free one has 512"
 
 
-def test_topology_bound_says_0_when_every_hypernode_is_full():
+def test_topology_bound_says_0_when_every_hypernode_is_full_or_has_no_gpus():
     assert TopologyBound().filter(request(annotations=hard(1)), index(busy=range(16))) == (
+        "needs 8 GPUs in one tier-1 HyperNode; the largest free one has 0")
+    assert TopologyBound().filter(request(annotations=hard(1)), index(fabric(leaves=2, gpus=0))) == (
         "needs 8 GPUs in one tier-1 HyperNode; the largest free one has 0")
 
 
