@@ -54,3 +54,13 @@ def test_first_fit_ignores_topology_where_the_engine_would_not():
     assert not placed_in_one_hypernode(state, spread, tier=1)
     assert placed_in_one_hypernode(state, spread, tier=2)
     assert not placed_in_one_hypernode(state, [], tier=3)
+
+
+def test_a_node_that_takes_pods_of_two_parts_counts_them_both():
+    state = snapshot([cluster("eu", _layout("eu", 1)), cluster("us", _layout("us", 1))], [queue("q")])
+    [both] = first_fit(state, job(parts=(("a", 1, 1, 4), ("b", 1, 1, 4))))
+    assert _where([both]) == [("eu", "eu-n0", "a", 1), ("eu", "eu-n0", "b", 1)]
+    assert both.node_usage["eu-n0"][GPU] == 8000
+    [elsewhere] = first_fit(state, job(gpus=1, pods=1))
+    assert elsewhere.cluster == "us"
+    assert not placed_in_one_hypernode(state, [both, elsewhere], tier=3), "two clusters are never one HyperNode"
