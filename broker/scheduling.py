@@ -99,6 +99,7 @@ class CommitOutcome:
     placements: int = 0
     preempted: int = 0  # placements marked Deleting
     reasons_written: int = 0
+    changed: list[Waiting] = field(default_factory=list)  # the waiting jobs whose reasons were written
     stale: bool = False  # another scheduler committed since the read: nothing was written
     fence: int = 0  # newest placement id once committed
 
@@ -283,7 +284,9 @@ class PendingJobs:
             self.held[hold.cluster] = self.held.get(hold.cluster, frozenset()) | frozenset(hold.nodes)
         for job_id in (*outcome.admitted, *outcome.dropped):
             self._drop(str(job_id))
-        for waiting in [*result.waiting.values(), *inventory.unplaceable.values()]:
+        # only the reasons that changed: a new row for each of 100,000 waiting jobs every cycle was garbage the
+        # collector's full collections walked, pausing the API in the same process (bench/leader_api.py)
+        for waiting in outcome.changed:
             row = self.rows.get(waiting.job_id)
             if row is not None:
                 self.rows[waiting.job_id] = replace(row, record=replace(
@@ -500,7 +503,7 @@ def commit_cycle(database: Database, inventory: Inventory, result: CycleResult) 
         for start in range(0, len(changed), REASONS_PER_TRANSACTION):
             with database.write() as session:
                 write_reasons(session, inventory, changed[start:start + REASONS_PER_TRANSACTION])
-        outcome.reasons_written = len(changed)
+        outcome.reasons_written, outcome.changed = len(changed), changed
     return outcome
 
 
