@@ -2,7 +2,7 @@
 
 from dataclasses import replace
 
-from broker.placement import Config, dry_run, schedule
+from broker.placement import Config, Waiting, dry_run, schedule
 
 from .fixtures import GPU, cluster, fabric, hard, job, n_jobs, node, queue, running, snapshot
 
@@ -314,3 +314,52 @@ def test_the_engine_imports_no_io_library():
             "print(sorted(m for m in ('sqlalchemy', 'fastapi', 'kubernetes') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_between_queues_alike_but_for_their_priority_the_higher_queue_priority_goes_first():
+    s = snapshot([cluster("eu", fabric(leaves=1, nodes_per_leaf=1))], [queue("low"), queue("high", priority=5)])
+    early, late = job("low", gpus=8, submitted_at=1.0), job("high", gpus=8, submitted_at=2.0)
+    assert only(schedule(s, [early, late])).job_id == late.id
+
+
+def test_among_long_waiting_jobs_submitted_together_one_within_its_nominal_quota_goes_before_one_that_borrows():
+    """Both have waited past starvation_after_s since the same second; a's tenant holds nothing and its job must
+    borrow (queue 'borrows' has no quota of its own, 'lends' 8 GPUs unused); b's tenant holds 8 GPUs, its queue
+    has no quota. One node is free: b's job goes first."""
+    eu = cluster("eu", fabric(leaves=1, nodes_per_leaf=2))
+    queues = [queue("lends", tenant="a", quota=8), queue("borrows", tenant="a", quota=0), queue("plain", tenant="b")]
+    s = snapshot([eu], queues, running=[running("b-work", "eu", ["leaf-0-n0"], queue_name="plain", tenant="b")],
+                 now=10_000.0)
+    borrowing, plain = job("borrows", gpus=8, tenant="a", submitted_at=0.0), job("plain", gpus=8, tenant="b",
+                                                                               submitted_at=0.0)
+    result = schedule(s, [borrowing, plain])
+    assert only(result).job_id == plain.id
+    assert result.order[0] == plain.id
+
+
+def test_a_job_of_a_queue_that_does_not_exist_waits_and_says_so():
+    s = snapshot([cluster("eu")], [queue("q")])
+    lost = job("nope")
+    result = schedule(s, [lost])
+    assert result.order == (lost.id,)
+    assert result.waiting == {lost.id: Waiting(lost.id, "queue nope does not exist")}
+
+
+def test_the_parts_of_a_split_job_keep_its_hard_tier_bound():
+    """Two clusters with 8 GPUs free in each of their two leaves: each part (16 GPUs) would fit a spine, not a leaf."""
+    clusters = [cluster(n, fabric(f"{n}-", leaves=2, nodes_per_leaf=2)) for n in ("a", "b")]
+    s = snapshot(clusters, [queue("q")], running=[running(f"{n}{l}", n, [f"{n}-leaf-{l}-n0"]) for n in "ab"
+                                                  for l in (0, 1)])
+    pair = job(parts=(("x", 1, 2, 8), ("y", 1, 2, 8)), annotations={"archipelago.io/placement": "split", **hard(1)})
+    result = schedule(s, [pair])
+    assert result.placements == () and pair.id in result.waiting
+
+
+def test_a_domain_taken_exclusively_is_closed_to_the_next_jobs_of_the_same_cycle():
+    """Leaves of one node; the exclusive job takes 4 GPUs of leaf-0's node. The next job (1 GPU) would pack there,
+    but the domain is the first job's alone."""
+    s = snapshot([cluster("eu", fabric(leaves=2, nodes_per_leaf=1))], [queue("q")])
+    alone = job(parts=(("workers", 1, 1, 4),), exclusive="leaf", submitted_at=1.0)
+    small = job(gpus=1, submitted_at=2.0)
+    placed = {p.job_id: p.node_names() for p in schedule(s, [alone, small]).placements}
+    assert placed == {alone.id: ("leaf-0-n0",), small.id: ("leaf-1-n0",)}

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from broker.placement import ClusterVerdict, dry_run
+from broker.placement import ClusterVerdict, dry_run, schedule
 from tests.placement.fixtures import GPU, cluster, fabric, hard, job, queue, snapshot
 
 
@@ -66,3 +66,22 @@ def test_a_hard_gang_whose_gpus_fit_a_leaf_but_not_its_cpus_is_told_what_cannot_
     assert answer.clusters == (ClusterVerdict(
         "eu", None, "needs 64 GPUs in one tier-1 HyperNode; those with enough free cannot hold 8 pods of 8 GPUs "
                     "on their nodes"),)
+
+
+def test_a_placement_keeps_its_score_to_six_places_where_the_dry_run_shows_three():
+    state = snapshot([cluster("a", fabric("a-", leaves=1)), cluster("b", fabric("b-", leaves=1))], [queue("q")])
+    _busy(state, "a", {i: 8 for i in range(6)})
+    [placement] = schedule(state, [job(gpus=8)]).placements
+    assert placement.score == 82.142857  # 575/7
+
+
+def test_a_split_job_placed_in_parts_has_the_score_of_each_cluster_a_part_goes_to():
+    """16 GPUs free on each cluster, two parts of 16: the whole fits neither, each part fits one. (A cluster's
+    verdict is that of the last part looked at there: y's on b.)"""
+    state = snapshot([cluster("a", fabric("a-", leaves=1, nodes_per_leaf=2)),
+                      cluster("b", fabric("b-", leaves=1, nodes_per_leaf=2))], [queue("q")])
+    pair = job(parts=(("x", 1, 2, 8), ("y", 1, 2, 8)), annotations={"archipelago.io/placement": "split"})
+    answer = dry_run(state, pair)
+    assert sorted((p.part, p.cluster) for p in answer.placements) == [("x", "a"), ("y", "b")]
+    b = answer.clusters[1]
+    assert (b.cluster, b.score is not None, b.reason) == ("b", True, "")

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from broker.placement import Config, schedule
 
-from .fixtures import GPU, cluster, fabric, hard, job, queue, snapshot
+from .fixtures import GPU, cluster, fabric, hard, job, queue, running, snapshot
 
 STARVING = Config(starvation_after_s=600)
 
@@ -96,3 +96,26 @@ def test_a_leaf_of_cordoned_nodes_is_not_held_the_busy_one_is():
     s = snapshot([cluster("eu", layout)], [queue("q")], now=10_000.0)
     busy(s, "eu", [8])
     assert holds(schedule(s, [old()], STARVING)) == {"old": ("eu", "leaf-1", 1)}
+
+
+def test_a_job_that_has_waited_exactly_the_starvation_time_holds_a_single_node_and_is_not_parked():
+    """Leaves of one node each, both busy; the job has waited 600 s to the second. The words say 'is held' for one
+    node; a job with a hold is not reported inadmissible (the node may drain for it)."""
+    s = snapshot([cluster("eu", fabric(leaves=2, nodes_per_leaf=1))], [queue("q")], now=10_000.0)
+    busy(s, "eu", [0, 1])
+    result = schedule(s, [job("q", pods=1, submitted_at=9_400.0, job_id="old")], STARVING)
+    assert holds(result) == {"old": ("eu", "leaf-0", 1)}
+    assert result.waiting["old"].message == (
+        "no cluster can take it now; node leaf-0-n0 of HyperNode leaf-0 on eu is held for it because it has waited "
+        "over 10 min; it waits there for running work of up to 8 GPUs to end")
+    assert result.inadmissible == frozenset()
+
+
+def test_a_tenant_exactly_at_its_fair_share_is_not_above_it_its_long_waiting_job_holds_nodes():
+    """Two tenants hold 8 of the 16 GPUs each: both at their fair share of one half, not above it."""
+    s = snapshot([cluster("eu", fabric(leaves=2, nodes_per_leaf=1))], [queue("q"), queue("u", tenant="u")],
+                 running=[running("mine", "eu", ["leaf-0-n0"]), running("theirs", "eu", ["leaf-1-n0"],
+                                                                         queue_name="u", tenant="u")],
+                 now=10_000.0)
+    result = schedule(s, [old(pods=1)], STARVING)
+    assert holds(result) == {"old": ("eu", "leaf-0", 1)}
