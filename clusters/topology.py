@@ -127,12 +127,19 @@ def _regex(owner: str, selector: Mapping, warnings: _Warnings) -> Any:
     the same syntax (no lookaround, no backreferences) and no catastrophic backtracking on a hostile
     pattern; Go's MatchString is a search, as `search` is."""
     pattern = (selector["regexMatch"] or {}).get("pattern") or ""
+    if not isinstance(pattern, str):  # the CRD's schema says string; an agent's report need not have met it
+        warnings.add("member", f"HyperNode {owner}: regexMatch pattern must be a string, got "
+                               f"{type(pattern).__name__}; ignored")
+        return None
     if len(pattern) > MAX_PATTERN:
         warnings.add("member", f"HyperNode {owner}: regexMatch pattern of {len(pattern)} characters is longer than "
                                f"the {MAX_PATTERN} read; ignored")
         return None
     try:
         return re2.compile(pattern, _RE2_OPTIONS)
+    except UnicodeEncodeError:  # a lone surrogate (JSON "\ud800"): RE2 reads UTF-8, which cannot carry it
+        warnings.add("member", f"HyperNode {owner}: regexMatch {pattern!r} is not valid Unicode; ignored")
+        return None
     except re2.error as exc:
         reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
         warnings.add("member", f"HyperNode {owner}: regexMatch {pattern!r} is not a regular expression Go's regexp "

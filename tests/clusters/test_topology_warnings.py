@@ -122,6 +122,20 @@ def test_a_hypernode_member_whose_pattern_re2_refuses_names_its_owner():
                                "(RE2) accepts (invalid perl operator: (?=); ignored"]
 
 
+def test_a_pattern_that_is_not_a_string_or_not_unicode_is_a_warning_not_a_failed_sync():
+    # the CRD's schema would refuse both; a pull member's agent reports objects the broker did not see validated
+    result = resolve_hypernodes([hn("list", 1, ("Node", {"regexMatch": {"pattern": ["n1"]}})),
+                                 hn("number", 1, ("Node", {"regexMatch": {"pattern": 5}})),
+                                 hn("surrogate", 2, ("HyperNode", {"regexMatch": {"pattern": "\ud800"}})),
+                                 hn("fine", 1, ("Node", {"exactMatch": {"name": "n1"}}))], NODES)
+    assert result.warnings == [
+        "HyperNode list: regexMatch pattern must be a string, got list; ignored",
+        "HyperNode number: regexMatch pattern must be a string, got int; ignored",
+        "HyperNode surrogate: regexMatch '\\ud800' is not valid Unicode; ignored",  # the warning itself is valid
+    ]
+    assert tree(result)["fine"] == (1, None, ("n1",))
+
+
 def test_a_refused_pattern_is_a_warning_and_not_a_line_on_stderr(capfd):
     resolve_hypernodes([hn("h", 1, ("Node", {"regexMatch": {"pattern": "("}}))], NODES)
     assert capfd.readouterr().err == ""
