@@ -363,3 +363,14 @@ def test_a_domain_taken_exclusively_is_closed_to_the_next_jobs_of_the_same_cycle
     small = job(gpus=1, submitted_at=2.0)
     placed = {p.job_id: p.node_names() for p in schedule(s, [alone, small]).placements}
     assert placed == {alone.id: ("leaf-0-n0",), small.id: ("leaf-1-n0",)}
+
+
+def test_each_jobs_place_in_line_reads_its_own_demand():
+    """Queue a's head has waited long (it goes first) and fits nowhere; a's next job asks 8 GPUs, b's 32: a's goes
+    before b's, as its tenant would hold less once admitted, though the head's 80 GPUs would have put it after."""
+    s = snapshot([cluster("eu", fabric(leaves=1))], [queue("a", tenant="ta"), queue("b", tenant="tb")], now=9_500.0)
+    big = job("a", gpus=8, pods=10, tenant="ta", submitted_at=0.0)
+    small, medium = job("a", gpus=8, tenant="ta", submitted_at=9_000.0), job("b", gpus=8, pods=4, tenant="tb",
+                                                                            submitted_at=9_000.0)
+    result = schedule(s, [big, small, medium], Config(max_holds=0))
+    assert result.order == (big.id, small.id, medium.id)

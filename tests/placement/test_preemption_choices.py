@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from broker.placement import Config, Queue, RunningPlacement, dry_run, schedule
+from broker.placement import Config, Queue, Tenant, schedule
 
 from .fixtures import GPU, cluster, fabric, hard, job, queue, running, snapshot
 
@@ -112,4 +112,28 @@ def test_reclaim_spares_work_of_a_queue_within_its_nominal_quota_of_what_the_job
     s = snapshot([eu], [queue("q", quota=8, reclaim="Any"), lend], running=[running("lent", "eu", ["eu-leaf-0-n0"],
                                                                                    queue_name="lend")])
     result = schedule(s, [job("q", gpus=8, priority=5)])
+    assert result.placements == () and result.preemptions == ()
+
+
+def test_a_split_exclusive_job_placed_by_preemption_keeps_each_parts_domain():
+    """Leaves of one node, both running low work; the split job's two parts (8 GPUs each, exclusive per leaf) fit
+    only once both are preempted: each part gets its own leaf."""
+    eu = cluster("eu", fabric("eu-", leaves=2, nodes_per_leaf=1))
+    work = [running(f"low-{n.name}", "eu", [n.name]) for n in eu.nodes]
+    s = snapshot([eu], [queue("q", preemption="LowerPriority")], running=work)
+    pair = job("q", priority=5, parts=(("x", 1, 1, 8), ("y", 1, 1, 8)), exclusive="leaf",
+               annotations={"archipelago.io/placement": "split"})
+    result = schedule(s, [pair])
+    assert sorted((p.part, p.exclusive_domains) for p in result.placements) == [
+        ("x", (("leaf", "eu-leaf-0"),)), ("y", (("leaf", "eu-leaf-1"),))]
+
+
+def test_work_of_a_queue_no_longer_configured_is_not_taken_for_fair_share():
+    """The victim's queue (and so its tenant) is gone from the settings: the job waits, as no fair share says
+    what that tenant may keep."""
+    eu = two_nodes()
+    work = [running(f"orphan-{n.name}", "eu", [n.name], queue_name="gone", tenant="old") for n in eu.nodes]
+    s = snapshot([eu], [queue("l", tenant="late")], running=work, tenants=[Tenant("late", 1.0,
+                                                                                  "LessThanOrEqualToFinalShare")])
+    result = schedule(s, [job("l", gpus=8, tenant="late")])
     assert result.placements == () and result.preemptions == ()
