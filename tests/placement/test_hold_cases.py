@@ -119,3 +119,18 @@ def test_a_tenant_exactly_at_its_fair_share_is_not_above_it_its_long_waiting_job
                  now=10_000.0)
     result = schedule(s, [old(pods=1)], STARVING)
     assert holds(result) == {"old": ("eu", "leaf-0", 1)}
+
+
+def test_a_split_jobs_part_stopped_by_held_nodes_is_told_so():
+    """Two of eu's four nodes are busy; the old job (24 GPUs) holds the spine over all four. A newer split job's
+    part of 16 GPUs would fit the held nodes' free capacity: its reason names the hold, not a shortage."""
+    s = snapshot([cluster("eu", fabric("eu-", leaves=2, nodes_per_leaf=2))], [queue("q")], now=10_000.0)
+    busy(s, "eu", [0, 2])
+    pair = job("q", parts=(("x", 1, 2, 8), ("y", 1, 2, 8)), submitted_at=9_900.0, job_id="pair",
+               annotations={"archipelago.io/placement": "split"})
+    result = schedule(s, [old(pods=3), pair], STARVING)
+    assert holds(result) == {"old": ("eu", "eu-spine-0", 2)}
+    assert result.waiting["pair"].message == "no cluster can take it now (ReplicatedJob x)"
+    assert result.waiting["pair"].clusters == {"eu": (
+        "needs 16 GPUs; 0 GPUs free outside the 4 nodes eu-leaf-0-n0..eu-leaf-1-n1 of HyperNode eu-spine-0 on eu, "
+        "held for job old, which has waited too long")}

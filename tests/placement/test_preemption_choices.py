@@ -137,3 +137,17 @@ def test_work_of_a_queue_no_longer_configured_is_not_taken_for_fair_share():
                                                                                   "LessThanOrEqualToFinalShare")])
     result = schedule(s, [job("l", gpus=8, tenant="late")])
     assert result.placements == () and result.preemptions == ()
+
+
+def test_a_preemption_binds_past_a_hypernode_whose_free_gpus_are_too_scattered():
+    """Leaf 0 has 16 GPUs free, 4 on each node: too scattered for two 8-GPU pods. Preempting the low job on leaf 1
+    frees two whole nodes there, the same 16 GPUs: leaf 0 comes first in the search and is passed over."""
+    eu = cluster("eu", fabric("eu-", leaves=2, nodes_per_leaf=4))
+    work = ([running(f"half-{i}", "eu", [f"eu-leaf-0-n{i}"], gpus_per_node=4, queue_name="o") for i in range(4)]
+            + [running("other", "eu", ["eu-leaf-1-n0", "eu-leaf-1-n1"], queue_name="o"),
+               running("low", "eu", ["eu-leaf-1-n2", "eu-leaf-1-n3"])])
+    s = snapshot([eu], [queue("q", preemption="LowerPriority"), queue("o")], running=work)
+    urgent = job("q", gpus=8, pods=2, priority=5)
+    result = schedule(s, [urgent])
+    assert [(p.job_id, p.hypernode) for p in result.placements] == [(urgent.id, "eu-leaf-1")]
+    assert [p.job_id for p in result.preemptions] == ["low"]
