@@ -423,3 +423,30 @@ def test_nodes_held_in_its_cycle_and_free_now_decide_a_parked_job_again_while_an
                       parked=Parked(frozenset({parked.id}), held={"b": frozenset(B_NODES[3:])}))
     assert [h.hypernode for h in result.holds.values()] == ["a-leaf-0"]
     assert [p.job_id for p in result.placements] == [parked.id]
+
+
+def test_room_back_too_scattered_for_its_pods_decides_a_parked_job_again_and_it_says_why():
+    """16 GPUs come back on a, 4 on each node: enough by HyperNode totals, so the parked job (two pods of 8) is
+    decided again, and waits with the reason as it is now, not as it was."""
+    halves = [RunningPlacement(f"{k}{i}", None, "a", None, {n: {GPU: 4000}}, {n: 1}, "t1", "plain", 0, 0.0)
+              for i, n in enumerate(A_NODES) for k in ("kept", "ends")]
+    pair = job("plain", gpus=8, pods=2, tenant="t1", submitted_at=1.0)
+    result = parked_then([pair], halves + [running_job("full", "preempts", "b", B_NODES)],
+                         [f"ends{i}" for i in range(4)])
+    assert result.order == (pair.id,) and result.placements == ()
+    assert result.waiting[pair.id].clusters["a"] == "free capacity is fragmented: its nodes cannot hold 2 pods of 8 GPUs"
+
+
+def test_room_preempting_would_make_too_scattered_for_its_pods_still_decides_a_parked_job_again():
+    """As above in a LowerPriority queue: 8 GPUs come back on a, and its queue's low work holds 8 more, 4 on each of
+    two nodes: with that work gone the totals would do, so it is decided again (and waits: the pods do not bind)."""
+    kept = [RunningPlacement(f"kept{i}", None, "a", None, {n: {GPU: 4000}}, {n: 1}, "t1", "plain", 0, 0.0)
+            for i, n in enumerate(A_NODES)]
+    low = RunningPlacement("low", None, "a", None, {n: {GPU: 4000} for n in A_NODES[::2]}, {n: 1 for n in A_NODES[::2]},
+                           "t2", "preempts", 0, 0.0)
+    ends = RunningPlacement("ends", None, "a", None, {n: {GPU: 4000} for n in A_NODES[1::2]},
+                            {n: 1 for n in A_NODES[1::2]}, "t1", "plain", 0, 0.0)
+    urgent = job("preempts", gpus=8, pods=2, tenant="t2", priority=2, submitted_at=1.0)
+    result = parked_then([urgent], kept + [low, ends, running_job("full", "plain", "b", B_NODES)], ["ends"])
+    assert result.order == (urgent.id,) and result.placements == () and result.preemptions == ()
+    assert result.waiting[urgent.id].clusters["a"] == "needs 16 GPUs; 8 GPUs free"
