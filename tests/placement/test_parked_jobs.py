@@ -450,3 +450,18 @@ def test_room_preempting_would_make_too_scattered_for_its_pods_still_decides_a_p
     result = parked_then([urgent], kept + [low, ends, running_job("full", "plain", "b", B_NODES)], ["ends"])
     assert result.order == (urgent.id,) and result.placements == () and result.preemptions == ()
     assert result.waiting[urgent.id].clusters["a"] == "needs 16 GPUs; 8 GPUs free"
+
+
+def test_a_preemption_gives_quota_back_to_the_victims_tenant_and_its_parked_jobs_are_decided_again():
+    """The quota queue (16 GPUs) runs low work of 8; its urgent job preempts it. The parked job of that queue (40
+    GPUs: more than its quota) fits no cluster the preemption freed, but its tenant's quota came back: it is
+    decided again in the same cycle (and waits, for its quota)."""
+    running = [running_job("low", "quota", "a", A_NODES[:1]), running_job("rest", "plain", "a", A_NODES[1:]),
+               running_job("full", "preempts", "b", B_NODES)]
+    big = job("quota", gpus=8, pods=5, tenant="t1", submitted_at=1.0)
+    first = schedule(federation(running), [big])
+    assert first.inadmissible == {big.id}
+    urgent = job("quota", gpus=8, tenant="t1", priority=2, submitted_at=2.0)
+    result = schedule(federation(running), [urgent, big], parked=Parked(first.inadmissible))
+    assert [p.job_id for p in result.preemptions] == ["low"]
+    assert result.order == (urgent.id, big.id) and big.id in result.waiting
