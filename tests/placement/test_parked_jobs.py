@@ -465,3 +465,27 @@ def test_a_preemption_gives_quota_back_to_the_victims_tenant_and_its_parked_jobs
     result = schedule(federation(running), [urgent, big], parked=Parked(first.inadmissible))
     assert [p.job_id for p in result.preemptions] == ["low"]
     assert result.order == (urgent.id, big.id) and big.id in result.waiting
+
+
+def test_room_back_is_looked_for_past_a_hypernode_short_of_cpus():
+    """8 GPUs come back on leaf 0 of a, whose nodes have 2 CPUs free each; the parked job's pod asks 8 GPUs and 40
+    CPUs. Leaf 0 is passed over; the spine's totals would hold it, so it is decided again (and waits)."""
+    hog = RunningPlacement("hog", None, "a", None, {n: {"cpu": 62000} for n in A_NODES[:2]}, {n: 1 for n in A_NODES[:2]},
+                           "t1", "plain", 0, 0.0)
+    gpus = [running_job(f"g{i}", "plain", "a", [n]) for i, n in enumerate(A_NODES)]
+    pending = job("plain", gpus=8, tenant="t1", submitted_at=1.0, cpu=40)
+    result = parked_then([pending], [hog, *gpus, running_job("full", "preempts", "b", B_NODES)], ["g0"])
+    assert result.order == (pending.id,) and result.placements == ()
+
+
+def test_room_preempting_would_make_is_looked_for_past_a_hypernode_short_of_cpus():
+    """As above in a LowerPriority queue: a CPU job ends on leaf 1 of a; preempting the job's low work on leaf 0
+    would free 8 GPUs on a node with 2 CPUs free. Leaf 0 is passed over, the spine's totals would hold it."""
+    hog = RunningPlacement("hog", None, "a", None, {n: {"cpu": 62000} for n in A_NODES[:2]}, {n: 1 for n in A_NODES[:2]},
+                           "t1", "plain", 0, 0.0)
+    ends = RunningPlacement("ends", None, "a", None, {A_NODES[3]: {"cpu": 8000}}, {A_NODES[3]: 1}, "t1", "plain", 0, 0.0)
+    gpus = [running_job("low", "preempts", "a", A_NODES[:1])] + [running_job(f"g{i}", "plain", "a", [n])
+                                                                 for i, n in enumerate(A_NODES[1:])]
+    pending = job("preempts", gpus=8, tenant="t2", priority=2, submitted_at=1.0, cpu=40)
+    result = parked_then([pending], [hog, ends, *gpus, running_job("full", "plain", "b", B_NODES)], ["ends"])
+    assert result.order == (pending.id,) and result.placements == () and result.preemptions == ()
