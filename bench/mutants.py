@@ -195,7 +195,7 @@ def main() -> None:
                         help="only this group (e.g. the outbox's run apart from the pure core's, or beside it)")
     args = parser.parse_args()
 
-    rows, figures, below = [], {"modules": {}, "groups": {}, "survivors": [], "unexplained": []}, []
+    rows, figures, below = [], {"modules": {}, "groups": {}, "survivors": [], "unexplained": [], "stale_explanations": []}, []
     explanations = load_explanations()
     groups = [g for g in GROUPS if (not args.only or covers(g, args.only)) and args.group in (None, g.folder.name)]
     if not groups:
@@ -221,16 +221,25 @@ def main() -> None:
         survivors = sorted((module, name, status) for module, statuses in results.items()
                            for name, status in statuses.items() if status not in DETECTED)
         verdicts = {"equivalent": 0, "untested": 0, "unexplained": 0}
+        matched = set()
         print(f"{group.name}: {len(survivors)} surviving mutants")
         for module, name, status in survivors:
             lines = changed_lines(group, name, module)
-            verdict, reason = explanations.get((function_of(name), mutated_text(lines)), ("unexplained", ""))
+            key = (function_of(name), mutated_text(lines))
+            verdict, reason = explanations.get(key, ("unexplained", ""))
+            matched.add(key)
             verdicts[verdict] += 1
             print(f"  {name} ({status}, {verdict}{': ' + reason if reason else ''})")
             if verdict == "unexplained":
                 for line in lines:
                     print(f"      {line}")
                 figures["unexplained"].append(name)
+        if not args.only:  # an explanation of this group's modules that no survivor matches: killed since
+            stale = sorted(key for key in explanations if key not in matched and any(
+                key[0].startswith(module.removesuffix(".py").replace("/", ".") + ".") for module in results))
+            for function, text in stale:
+                print(f"  explained but not among the survivors (killed since? remove it): {function}: {text!r}")
+            figures["stale_explanations"] += [f"{function}: {text}" for function, text in stale]
         print()
 
         for module, statuses in results.items():
