@@ -111,8 +111,10 @@ def test_the_owner_of_a_copy_is_its_placements_job(outbox):
 def test_a_batch_locks_its_jobs_once_and_its_steps_see_their_own_changes(outbox):
     job = outbox.job({"part": "", "state": "Starting", "status": seen()}, state="Dispatching")
     empty = outbox.job(state="Queued")
+    outbox.job({"state": "Running"}, state="Running")  # not in the batch: not locked by it
     with outbox.db.write() as session:
         lock_jobs(session, [job, empty, job])
+        assert set(session.info["archipelago.locked"].jobs) == {job, empty}
         [placement] = session.info["archipelago.locked"].by_job[job]
         placement.state, placement.status = "Running", seen(ready=1)  # not flushed: the batch's own view
         settle_job(session, job, NOW)

@@ -143,7 +143,7 @@ def test_a_cancelled_job_has_its_live_copies_deleted_or_ends_when_none_is_left(o
     changes = outbox.write(request_deletions, NOW)
     assert changes.dispatch
     assert [p.state for p in outbox.placements(running)] == ["Deleting", "Deleting"]
-    assert outbox.read_job(gone).state == "Cancelled"
+    assert (outbox.read_job(gone).state, outbox.read_job(gone).finished_at) == ("Cancelled", NOW)
     assert outbox.read_job(waiting).state == "Running" and outbox.events(waiting) == []
     assert [p.state for p in outbox.placements(kept)] == ["Running"]
 

@@ -21,7 +21,7 @@ def test_a_copy_whose_pods_are_all_ready_runs_and_so_does_its_job(outbox):
     [placement] = outbox.placements(job)
     assert (placement.state, placement.started_at) == ("Running", NOW)
     assert placement.status["appliedGeneration"] == 1 and placement.status["resourceVersion"] == "11"
-    assert outbox.read_job(job).state == "Running"
+    assert (outbox.read_job(job).state, outbox.read_job(job).started_at) == ("Running", NOW)
 
 
 def test_a_running_copy_whose_pods_restart_stays_running(outbox):
@@ -79,8 +79,8 @@ def test_a_failed_part_beyond_its_restarts_fails_the_job(outbox):
     changes = _record(outbox, job, lambda pid: on_member(pid, part="shard-a", terminal="Failed"))
     assert not changes.requeued
     failed = outbox.read_job(job)
-    assert (failed.state, failed.reason, failed.restart_count) == (
-        "Failed", "shard-a failed beyond its restarts (2 of 2)", 2)
+    assert (failed.state, failed.reason, failed.restart_count, failed.finished_at) == (
+        "Failed", "shard-a failed beyond its restarts (2 of 2)", 2, NOW)
 
 
 def test_a_part_that_fails_after_its_job_was_cancelled_is_not_restarted(outbox):
