@@ -133,6 +133,12 @@ def kept_placements(session: Session, placement_ids: Iterable[int]) -> set[int]:
     return kept
 
 
+# A locked read gives the row as locked, even to an object the session loaded before the lock (e.g. fail-over's
+# targets, read unlocked): the ORM keeps an object's loaded state otherwise, and on PostgreSQL another writer may
+# have changed the row between the two reads — a placement another replica had moved on would be acted on as it was.
+_AS_LOCKED = {"populate_existing": True}
+
+
 def lock_jobs(session: Session, job_ids: Iterable[int]) -> None:
     """Lock these jobs and all their placements, in two queries a chunk (ids ascending, the order
     the single steps lock in), and keep them for the rest of the transaction: the steps of a batch
@@ -141,9 +147,9 @@ def lock_jobs(session: Session, job_ids: Iterable[int]) -> None:
     ids = sorted(set(job_ids))
     for chunk in in_chunks(ids):
         locked.jobs.update((job.id, job) for job in session.scalars(
-            select(Job).where(Job.id.in_(chunk)).order_by(Job.id).with_for_update()))
+            select(Job).where(Job.id.in_(chunk)).order_by(Job.id).with_for_update(), execution_options=_AS_LOCKED))
         for placement in session.scalars(select(Placement).where(Placement.job_id.in_(chunk))
-                                         .order_by(Placement.id).with_for_update()):
+                                         .order_by(Placement.id).with_for_update(), execution_options=_AS_LOCKED):
             locked.placements[placement.id] = placement
             locked.by_job.setdefault(placement.job_id, []).append(placement)
     session.info[LOCKED] = locked
@@ -600,14 +606,15 @@ def _lock_job(session: Session, job_id: int) -> Job | None:
     locked = session.info.get(LOCKED)
     if locked is not None and job_id in locked.jobs:
         return locked.jobs[job_id]
-    return session.scalar(select(Job).where(Job.id == job_id).with_for_update())
+    return session.scalar(select(Job).where(Job.id == job_id).with_for_update(), execution_options=_AS_LOCKED)
 
 
 def _lock_placement(session: Session, placement_id: int) -> Placement | None:
     locked = session.info.get(LOCKED)
     if locked is not None and placement_id in locked.placements:
         return locked.placements[placement_id]
-    return session.scalar(select(Placement).where(Placement.id == placement_id).with_for_update())
+    return session.scalar(select(Placement).where(Placement.id == placement_id).with_for_update(),
+                          execution_options=_AS_LOCKED)
 
 
 def _job_event(session: Session, job: Job, reason: str, message: str, *, warning: bool = False) -> None:

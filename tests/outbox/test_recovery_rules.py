@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import update
+from sqlalchemy import event, update
+from sqlalchemy.orm import Session
 
 from broker.db.models import Cluster, Event, Job, Placement
 from broker.dispatch import StartupPolicy, Unready, evict_unready, fail_over, overdue_startups
@@ -46,6 +47,31 @@ def test_a_member_not_ready_for_longer_than_the_toleration_loses_every_live_plac
     assert outbox.read_job(elsewhere).state == "Running"
     assert [p.state for p in outbox.placements(finished)] == ["Deleting"]
     assert outbox.read_job(finished).state == "Succeeded"  # its copy goes; the job is not placed again
+
+
+def test_fail_over_acts_on_a_placement_as_it_is_once_locked_not_as_it_was_read(outbox):
+    """Fail-over reads its targets unlocked, then locks their jobs and placements. On PostgreSQL another writer may
+    move a placement on in between — here its copy is recorded Succeeded (a status watch in another replica's lane)
+    just before the lock: fail-over must see Succeeded, not the Running it read, and leave it alone."""
+    _member(outbox, "eu-west", "NotReady", not_ready_at=ago(600))
+    job = outbox.job({"state": "Running", "status": seen(ready=1)}, state="Running")
+    [placement] = outbox.placements(job)
+
+    def finished_meanwhile(state) -> None:
+        if state.is_select and state.statement._for_update_arg is not None and not finished_meanwhile.done:
+            finished_meanwhile.done = True
+            connection = state.session.connection()
+            connection.execute(update(Placement).where(Placement.id == placement.id).values(state="Succeeded"))
+            connection.execute(update(Job).where(Job.id == job).values(state="Succeeded"))
+    finished_meanwhile.done = False
+    event.listen(Session, "do_orm_execute", finished_meanwhile)
+    try:
+        changes = outbox.write(fail_over, NOW, 300.0)
+    finally:
+        event.remove(Session, "do_orm_execute", finished_meanwhile)
+    assert finished_meanwhile.done
+    assert [p.state for p in outbox.placements(job)] == ["Succeeded"]
+    assert outbox.read_job(job).state == "Succeeded" and changes.requeued == set()
 
 
 def test_a_member_not_ready_without_a_recorded_moment_is_not_failed_over(outbox):
