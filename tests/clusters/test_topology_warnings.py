@@ -125,13 +125,17 @@ def test_a_hypernode_member_whose_pattern_re2_refuses_names_its_owner():
 def test_a_pattern_that_is_not_a_string_or_not_unicode_is_a_warning_not_a_failed_sync():
     # the CRD's schema would refuse both; a pull member's agent reports objects the broker did not see validated
     result = resolve_hypernodes([hn("list", 1, ("Node", {"regexMatch": {"pattern": ["n1"]}})),
+                                 hn("m", 1, ("Node", {})),
                                  hn("number", 1, ("Node", {"regexMatch": {"pattern": 5}})),
                                  hn("surrogate", 2, ("HyperNode", {"regexMatch": {"pattern": "\ud800"}})),
+                                 hn("z", 1, ("Node", {})),
                                  hn("fine", 1, ("Node", {"exactMatch": {"name": "n1"}}))], NODES)
-    assert result.warnings == [
+    assert result.warnings == [  # broken members like any other: one kind, in the order of the HyperNodes' names
         "HyperNode list: regexMatch pattern must be a string, got list; ignored",
+        "HyperNode m: a member has no exactMatch, regexMatch or labelMatch",
         "HyperNode number: regexMatch pattern must be a string, got int; ignored",
         "HyperNode surrogate: regexMatch '\\ud800' is not valid Unicode; ignored",  # the warning itself is valid
+        "HyperNode z: a member has no exactMatch, regexMatch or labelMatch",
     ]
     assert tree(result)["fine"] == (1, None, ("n1",))
 
