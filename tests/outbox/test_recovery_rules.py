@@ -52,9 +52,11 @@ def test_a_member_not_ready_for_longer_than_the_toleration_loses_every_live_plac
 def test_fail_over_acts_on_a_placement_as_it_is_once_locked_not_as_it_was_read(outbox):
     """Fail-over reads its targets unlocked, then locks their jobs and placements. On PostgreSQL another writer may
     move a placement on in between — here its copy is recorded Succeeded (a status watch in another replica's lane)
-    just before the lock: fail-over must see Succeeded, not the Running it read, and leave it alone."""
+    just before the lock: fail-over must see Succeeded, not the Running it read, leave it alone, and go on with the
+    next target (a job still running there)."""
     _member(outbox, "eu-west", "NotReady", not_ready_at=ago(600))
     job = outbox.job({"state": "Running", "status": seen(ready=1)}, state="Running")
+    still_running = outbox.job({"state": "Running", "status": seen(ready=1)}, state="Running")
     [placement] = outbox.placements(job)
 
     def finished_meanwhile(state) -> None:
@@ -71,7 +73,8 @@ def test_fail_over_acts_on_a_placement_as_it_is_once_locked_not_as_it_was_read(o
         event.remove(Session, "do_orm_execute", finished_meanwhile)
     assert finished_meanwhile.done
     assert [p.state for p in outbox.placements(job)] == ["Succeeded"]
-    assert outbox.read_job(job).state == "Succeeded" and changes.requeued == set()
+    assert outbox.read_job(job).state == "Succeeded"
+    assert changes.requeued == {still_running} and [p.state for p in outbox.placements(still_running)] == ["Deleting"]
 
 
 def test_a_member_not_ready_without_a_recorded_moment_is_not_failed_over(outbox):
