@@ -84,12 +84,14 @@ def prepare(group: Group) -> None:
     (group.folder / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + "\n" + group.settings())
 
 
-def forget_survivors(group: Group) -> None:
-    """Make mutmut test again every mutant the last run did not kill (it tests only mutants without a result)."""
+def forget_survivors(group: Group, only: str | None = None) -> None:
+    """Make mutmut test again every mutant the last run did not kill (it tests only mutants without a result), or
+    those of them `only` names (the others keep their verdict)."""
     for meta in (group.folder / "mutants").rglob("*.py.meta"):
         data = json.loads(meta.read_text())
         codes = data["exit_code_by_key"]
-        codes.update({name: None for name, code in codes.items() if status_by_exit_code[code] not in DETECTED})
+        codes.update({name: None for name, code in codes.items() if status_by_exit_code[code] not in DETECTED
+                      and (only is None or fnmatch.fnmatch(name, only))})
         meta.write_text(json.dumps(data))
 
 
@@ -205,7 +207,7 @@ def main() -> None:
         if args.report:
             pass
         elif args.again:
-            forget_survivors(group)
+            forget_survivors(group, args.only)
             run_mutmut(group, args.max_children, args.only)
         else:
             shutil.rmtree(group.folder, ignore_errors=True)  # the other group's last results stay
