@@ -59,8 +59,8 @@ def test_fail_over_acts_on_a_placement_as_it_is_once_locked_not_as_it_was_read(o
     still_running = outbox.job({"state": "Running", "status": seen(ready=1)}, state="Running")
     [placement] = outbox.placements(job)
 
-    def finished_meanwhile(state) -> None:
-        if state.is_select and state.statement._for_update_arg is not None and not finished_meanwhile.done:
+    def finished_meanwhile(state) -> None:  # before fail-over's first read of jobs: its lock (lock_jobs)
+        if state.is_select and state.statement.column_descriptions[0]["entity"] is Job and not finished_meanwhile.done:
             finished_meanwhile.done = True
             connection = state.session.connection()
             connection.execute(update(Placement).where(Placement.id == placement.id).values(state="Succeeded"))
