@@ -98,10 +98,13 @@ class CommitOutcome:
     dropped: list[int] = field(default_factory=list)  # placed or cancelled by someone else meanwhile
     placements: int = 0
     preempted: int = 0  # placements marked Deleting
-    reasons_written: int = 0
     changed: list[Waiting] = field(default_factory=list)  # the waiting jobs whose reasons were written
     stale: bool = False  # another scheduler committed since the read: nothing was written
     fence: int = 0  # newest placement id once committed
+
+    @property
+    def reasons_written(self) -> int:
+        return len(self.changed)
 
 
 # -- 1. the read -------------------------------------------------------------------------------------
@@ -503,7 +506,7 @@ def commit_cycle(database: Database, inventory: Inventory, result: CycleResult) 
         for start in range(0, len(changed), REASONS_PER_TRANSACTION):
             with database.write() as session:
                 write_reasons(session, inventory, changed[start:start + REASONS_PER_TRANSACTION])
-        outcome.reasons_written, outcome.changed = len(changed), changed
+        outcome.changed = changed
     return outcome
 
 
