@@ -279,12 +279,33 @@ def request_deletions(session: Session, now: datetime) -> Changes:
 
 # Status from the members --------------------------------------------------------------------------
 
+def record_statuses(session: Session, reports: Iterable[tuple[int, dict[str, Any], bool]], now: datetime) -> Changes:
+    """Member JobSets of the broker as watches or a list saw them — (cluster id, object, deleted) each, in the order
+    seen — in one transaction. The jobs and placements they report on are locked first, ids ascending as every
+    batch locks them (`lock_jobs`): two batches never wait for each other in a cycle."""
+    reports = list(reports)
+    placement_ids = sorted({i for i in (_placement_id(obj) for _, obj, _ in reports) if i is not None})
+    lock_jobs(session, [job_id for chunk in in_chunks(placement_ids) for job_id in session.scalars(
+        select(Placement.job_id).where(Placement.id.in_(chunk)))])
+    changes = Changes()
+    for cluster_id, obj, deleted in reports:
+        changes.add(record_status(session, cluster_id, obj, now, deleted=deleted))
+    return changes
+
+
+def _placement_id(jobset: dict[str, Any]) -> int | None:
+    """The broker placement a member JobSet is a copy of, by its label (None: not one of the broker's)."""
+    try:
+        return int(jobset["metadata"]["labels"]["archipelago.io/placement-id"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def record_status(session: Session, cluster_id: int, jobset: dict[str, Any], now: datetime, *,
                   deleted: bool = False) -> Changes:
     """One member JobSet of the broker as a watch or a list saw it (or its deletion)."""
-    try:
-        placement_id = int(jobset["metadata"]["labels"]["archipelago.io/placement-id"])
-    except (KeyError, TypeError, ValueError):
+    placement_id = _placement_id(jobset)
+    if placement_id is None:
         return Changes()
     row = session.execute(select(Placement.job_id, Placement.cluster_id).where(Placement.id == placement_id)).first()
     if row is None or row.cluster_id != cluster_id:

@@ -2,7 +2,9 @@
 
 Per member one watch on JobSets labelled `archipelago.io/job-id`: a list first (and again after a
 410 Gone or a reconnect, so nothing that happened while the watch was down is missed), then every
-event as it comes, each recorded in its own short transaction (`broker.dispatch.record_status`).
+event as it comes, handed to the service's recorder, which records all the events waiting, of every
+member, in one short transaction (`broker.dispatch.record_statuses`). An event received but not recorded
+(a batch that failed, a process killed) is learned again from the list that restarts its member's watch.
 A member whose API cannot watch is polled by list every ARCHIPELAGO_STATUS_POLL_INTERVAL.
 
 `run_once()` starts the watches of members that have none (and stops those of members removed);
@@ -13,17 +15,18 @@ is how the tests drive it one deterministic step at a time.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from sqlalchemy import select
 
 from broker.db.fencing import Fenced
 from broker.db.models import Cluster, utcnow
 from broker.db.runtime import Database
-from broker.dispatch import Changes, record_missing, record_status
+from broker.dispatch import Changes, record_missing, record_statuses
 from broker.metrics import MEMBER_ERRORS, STATUS_LAG_SECONDS
 from broker.services.loop import LoopService, WatchThread, in_lane
 from broker.services.members import UNAVAILABLE_STATES, MemberClients, backoff
@@ -36,14 +39,17 @@ log = logging.getLogger("archipelago.status")
 
 CANNOT_WATCH = frozenset({400, 405, 406, 415, 501})  # the member's API does not serve watches
 
+# Watch events recorded in one transaction, at most. A takeover brings thousands in its first minutes (every copy
+# the new leader's first cycle placed starts); one transaction each, on SQLite they queued behind one another for
+# the write lock, and the leader's first cycle waited minutes for its own turns (bench/leader_api.py).
+EVENTS_PER_TRANSACTION = 100
+
 
 def record_listed(database: Database, cluster_id: int, items: list[dict], version: str, now: Any) -> Changes:
     """A list of the broker's copies on a member (the status loop's, or a pull member's agent's): each one's
     status, and the copies gone since (those the list at `version` no longer shows)."""
     with database.write() as session:
-        changes = Changes()
-        for obj in items:
-            changes.add(record_status(session, cluster_id, obj, now))
+        changes = record_statuses(session, ((cluster_id, obj, False) for obj in items), now)
         changes.add(record_missing(session, cluster_id, {o["metadata"]["uid"] for o in items}, version, now))
     return changes
 
@@ -59,6 +65,10 @@ class StatusService(LoopService):
         self._watches: dict[int, _StatusWatch] = {}
         self._polled: set[int] = set()  # members that answered a watch with "not served"
         self._pool = ThreadPoolExecutor(settings.member_workers, thread_name_prefix="status")
+        self._events: queue.SimpleQueue[tuple[int, dict, float] | None] = queue.SimpleQueue()  # the watches' events
+        self._recorder: threading.Thread | None = None
+        self._starting = threading.Lock()  # guards `_recorder` and `_stopped`
+        self._stopped = False
 
     def run_once(self) -> dict[str, int | str]:
         """Start missing watches; list the members that are polled. Returns, per member listed, the
@@ -93,15 +103,54 @@ class StatusService(LoopService):
         record_listed(self.database, cluster_id, items, version, self.now()).wake(self.wake)
         return len(items), version
 
-    def record(self, cluster_id: int, event: dict, received: float) -> None:
-        """One watch event, in its own transaction."""
-        if event.get("type") not in ("ADDED", "MODIFIED", "DELETED"):
+    def received(self, cluster_id: int, event: dict) -> None:
+        """A watch event, for the recorder."""
+        with self._starting:
+            if self._stopped:
+                return
+            if self._recorder is None:
+                self._recorder = threading.Thread(target=self._record_loop, name="status-recorder", daemon=True)
+                self._recorder.start()
+        self._events.put((cluster_id, event, time.monotonic()))
+
+    def record(self, events: Sequence[tuple[int, dict, float]]) -> None:
+        """Watch events — (cluster id, event, monotonic time received) each — in one transaction."""
+        events = [e for e in events if e[1].get("type") in ("ADDED", "MODIFIED", "DELETED")]
+        if not events:
             return
         with self.database.write() as session:
-            changes = record_status(session, cluster_id, event["object"], self.now(),
-                                    deleted=event["type"] == "DELETED")
-        STATUS_LAG_SECONDS.observe(time.monotonic() - received)
+            changes = record_statuses(session, ((cluster_id, event["object"], event["type"] == "DELETED")
+                                                for cluster_id, event, _ in events), self.now())
+        recorded = time.monotonic()
+        for _, _, received in events:
+            STATUS_LAG_SECONDS.observe(recorded - received)
         changes.wake(self.wake)
+
+    def _record_loop(self) -> None:
+        """Record the events waiting, up to `EVENTS_PER_TRANSACTION` a transaction, until `stop`. The members of a
+        batch that fails have their watches stopped: the next pass starts them again, with a list."""
+        while (first := self._events.get()) is not None:
+            batch = [first]
+            while len(batch) < EVENTS_PER_TRANSACTION:
+                try:
+                    event = self._events.get_nowait()
+                except queue.Empty:
+                    break
+                if event is None:
+                    return
+                batch.append(event)
+            try:
+                self.record(batch)
+                continue
+            except Fenced as exc:  # this replica no longer carries them: their watches end, as on a refused call
+                log.debug("status: %d watch events refused: %s", len(batch), exc)
+            except Exception:
+                log.exception("status: recording watch events failed (%d in the batch); their members are listed "
+                              "again", len(batch))
+            for cluster_id in {cluster_id for cluster_id, _, _ in batch}:
+                watch = self._watches.get(cluster_id)
+                if watch is not None:
+                    watch.stop()
 
     def retarget(self, lane: frozenset[int]) -> list[threading.Thread]:
         with self._lock:  # the pass lock: no pass under way still holds the old lane's members
@@ -118,6 +167,11 @@ class StatusService(LoopService):
     def stop(self) -> None:
         for watch in self._watches.values():
             watch.stop()
+        with self._starting:
+            self._stopped = True
+        self._events.put(None)
+        if self._recorder is not None:
+            self._recorder.join()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -140,7 +194,7 @@ class _StatusWatch(WatchThread):
                     return
                 for event in self._stream:
                     version = ((event.get("object") or {}).get("metadata") or {}).get("resourceVersion") or version
-                    self.service.record(self.row.id, event, time.monotonic())
+                    self.service.received(self.row.id, event)
                 failures = 0  # the server ended the stream: resume from the last version
             except MemberError as exc:
                 if self._stop_event.is_set():

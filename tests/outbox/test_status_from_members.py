@@ -3,7 +3,13 @@ placement and its job make of it."""
 
 from __future__ import annotations
 
-from broker.dispatch import record_missing, record_status
+import threading
+import time
+
+import pytest
+from sqlalchemy import text
+
+from broker.dispatch import lock_jobs, record_missing, record_status, record_statuses
 from tests.outbox.conftest import NOW, ago, manifest, on_member, seen
 
 SPLIT = manifest("shard-a", "shard-b", failure_policy={"maxRestarts": 2})
@@ -211,3 +217,39 @@ def test_a_copy_missing_from_a_list_after_its_job_ended_is_deleted_then(outbox):
     [placement] = outbox.placements(job)
     assert (placement.state, placement.finished_at) == ("Deleted", NOW)
     assert (outbox.read_job(job).state, outbox.read_job(job).finished_at) == ("Cancelled", NOW)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_batch_of_statuses_locks_its_jobs_in_the_order_every_batch_does(outbox):
+    """PostgreSQL locks rows as a transaction goes. A batch of watch events that reports on the second job, then the
+    first, against a transaction locking the first, then the second (ids ascending, as `lock_jobs` does), would
+    each hold what the other waits for: PostgreSQL would abort one. The batch locks the first job first: it waits
+    for the other transaction to end, then records both."""
+    first, second = (outbox.job({"state": "Starting", "member_uid": "uid-1", "status": seen()}, state="Starting")
+                     for _ in range(2))
+    a, b = (outbox.placements(job)[0].id for job in (first, second))
+    eu_west = outbox.cluster_id("eu-west")
+    batch = [(eu_west, on_member(b, ready=1), False), (eu_west, on_member(a, ready=1), False)]
+    done: list = []
+    recorder = threading.Thread(target=lambda: done.append(outbox.write(record_statuses, batch, NOW)))
+    with outbox.db.write() as session:
+        session.execute(text("SET LOCAL lock_timeout = '10s'"))
+        lock_jobs(session, [first])
+        recorder.start()
+        deadline = time.monotonic() + 10
+        while not _waiting_for_a_lock(outbox.db.engine):
+            assert time.monotonic() < deadline, "the batch never waited for the first job"
+            time.sleep(0.01)
+        lock_jobs(session, [second])  # the batch holds no lock on it yet
+    recorder.join(30)
+    assert len(done) == 1
+    assert [outbox.placements(job)[0].state for job in (first, second)] == ["Running", "Running"]
+
+
+def _waiting_for_a_lock(engine) -> bool:
+    """Does a session of this database wait for a row lock? (A connection of its own: pg_stat_activity is read
+    once per transaction.)"""
+    with engine.connect() as connection:
+        return bool(connection.scalar(text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                           "AND datname = current_database()")))

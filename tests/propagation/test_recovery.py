@@ -3,6 +3,7 @@ and the status watch's resync."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -10,7 +11,7 @@ from sqlalchemy import event, select
 
 from broker.db.models import Event
 from broker.db.session import WRITE_LOCK
-from broker.services import dispatcher
+from broker.services import dispatcher, status
 from clusters.sim.resources import JOBSETS
 from tests.propagation.conftest import jobset
 
@@ -185,6 +186,36 @@ def test_the_status_watch_follows_members_and_relists_after_410(federation, watc
     federation.sim.cluster(member).finish_pods("team-a", "jobset.sigs.k8s.io/jobset-name=watched")
     _wait(lambda: federation.state(job) == "Succeeded")
     assert federation.job(job)["status"]["terminalState"] == "Completed"
+
+
+def test_watch_events_the_database_refuses_are_learned_again_from_a_list(federation, watching, monkeypatch, caplog):
+    """The recorder writes the watches' events in batches; a batch that fails stops its members' watches, and the
+    next pass starts them again with a list, which tells what the lost events told."""
+    job = federation.submit(jobset("watched", annotations=LONG))
+    federation.scheduler.run_once()
+    federation.dispatcher.run_once()
+    watching.run_once()
+    _wait(lambda: federation.state(job) == "Running")
+    [placement] = federation.job(job)["placements"]
+
+    refused = []
+    recorded = status.record_statuses
+
+    def refuse_watch_events(session, reports, now):  # the lists, in the watches' own threads, go through
+        if threading.current_thread().name == "status-recorder":
+            refused.append(list(reports))
+            raise RuntimeError("the database is away")
+        return recorded(session, reports, now)
+    monkeypatch.setattr(status, "record_statuses", refuse_watch_events)
+    federation.sim.cluster(placement["cluster"]).finish_pods("team-a", "jobset.sigs.k8s.io/jobset-name=watched")
+    _wait(lambda: refused)
+    assert federation.state(job) == "Running"
+
+    def relisted() -> bool:
+        watching.run_once()  # a pass: the watches stopped start again, with a list
+        return federation.state(job) == "Succeeded"
+    _wait(relisted)
+    assert "recording watch events failed" in caplog.text
 
 
 def test_a_split_part_lost_with_its_member_is_placed_again_alone_and_the_requeue_names_it(federation):

@@ -21,7 +21,7 @@ def test_a_copy_deleted_by_someone_else_as_the_watch_reports_it_is_reported_and_
     with member.lock:
         member.delete_object(JOBSETS, "team-a", "watched", "Foreground")
     gone = {k: v for k, v in copy.items() if k != "cluster"}
-    federation.status.record(placement.cluster_id, {"type": "DELETED", "object": gone}, time.monotonic())
+    federation.status.record([(placement.cluster_id, {"type": "DELETED", "object": gone}, time.monotonic())])
 
     message = f"JobSet team-a/watched was deleted on {placement.cluster_name} by someone else"
     assert [e["message"] for e in federation.job(job)["events"] if e["reason"] == "Drift"] == [
