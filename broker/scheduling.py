@@ -19,6 +19,7 @@ placement, so the next cycle places it once.
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from types import MappingProxyType
@@ -30,7 +31,7 @@ from sqlalchemy.orm import Session
 from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES,
                               Cluster as ClusterRow, Event, HyperNode as HyperNodeRow, Job, Node as NodeRow,
                               Placement as PlacementRow, Queue as QueueRow, Tenant as TenantRow, as_utc)
-from broker.db.runtime import Database
+from broker.db.runtime import Database, WriteSlices
 from broker.db.session import in_chunks
 from broker.jobset import ON_PREEMPTION_ANNOTATION, JobSetError, PartSpec, parse_jobset
 from broker.placement import (DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Cluster, Config, CycleResult, DryRun, HyperNode,
@@ -491,9 +492,10 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     return outcome
 
 
-# Waiting reasons written per transaction: a new leader's first cycle over 100,000 pending jobs rewrites nearly all
-# of them, and one transaction would hold SQLite's write lock from every submission for seconds (1,000 a slice held
-# it 92 ms typically, 740 ms at p99, in bench/leader_api.py; a submission waits for at most one loop transaction).
+# Waiting reasons written per transaction, at most: a new leader's first cycle over 100,000 pending jobs rewrites
+# nearly all of them, and one transaction would hold SQLite's write lock from every submission for seconds (1,000 a
+# slice held it 92 ms typically, 740 ms at p99, in bench/leader_api.py; a submission waits for at most one loop
+# transaction). Fewer where they take longer than `WriteSlices.budget`.
 REASONS_PER_TRANSACTION = 200
 
 
@@ -503,9 +505,14 @@ def commit_cycle(database: Database, inventory: Inventory, result: CycleResult) 
         outcome = commit_decisions(session, inventory, result)
     if not outcome.stale:
         changed = changed_reasons(inventory, result)
-        for start in range(0, len(changed), REASONS_PER_TRANSACTION):
+        slices, start = WriteSlices(most=REASONS_PER_TRANSACTION), 0
+        while start < len(changed):
+            written = changed[start:start + slices.size]
             with database.write() as session:
-                write_reasons(session, inventory, changed[start:start + REASONS_PER_TRANSACTION])
+                began = time.perf_counter()
+                write_reasons(session, inventory, written)
+                slices.took(len(written), time.perf_counter() - began)
+            start += len(written)
         outcome.changed = changed
     return outcome
 

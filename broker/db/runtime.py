@@ -65,6 +65,26 @@ class WriterQueue:
 
 
 @dataclass
+class WriteSlices:
+    """How many items the next of a series of write transactions takes (the reasons a cycle writes, the watch
+    events the status loop records), so that each holds SQLite's write lock about `budget` seconds: a submission
+    waits for the loop transaction under way (`WriterQueue`). The items' cost is what the last transaction measured:
+    on a slow host, or while the scheduler computes beside them (the GIL), fewer items take as long."""
+
+    most: int
+    budget: float = 0.05
+    size: int = 10
+
+    def __post_init__(self) -> None:
+        self.size = min(self.size, self.most)
+
+    def took(self, items: int, seconds: float) -> None:
+        """The last transaction wrote `items` in `seconds`: at most twice as many next, never fewer than one."""
+        fit = int(self.budget * items / seconds) if seconds > 0 else self.most
+        self.size = max(1, min(self.most, 2 * items, fit))
+
+
+@dataclass
 class Database:
     """Every transaction goes through `read` or `write`; `sessions` is for tests that set rows up."""
 

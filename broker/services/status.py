@@ -25,7 +25,7 @@ from sqlalchemy import select
 
 from broker.db.fencing import Fenced
 from broker.db.models import Cluster, utcnow
-from broker.db.runtime import Database
+from broker.db.runtime import Database, WriteSlices
 from broker.dispatch import Changes, record_missing, record_statuses
 from broker.metrics import MEMBER_ERRORS, STATUS_LAG_SECONDS
 from broker.services.loop import LoopService, WatchThread, in_lane
@@ -39,9 +39,10 @@ log = logging.getLogger("archipelago.status")
 
 CANNOT_WATCH = frozenset({400, 405, 406, 415, 501})  # the member's API does not serve watches
 
-# Watch events recorded in one transaction, at most. A takeover brings thousands in its first minutes (every copy
-# the new leader's first cycle placed starts); one transaction each, on SQLite they queued behind one another for
-# the write lock, and the leader's first cycle waited minutes for its own turns (bench/leader_api.py).
+# Watch events recorded in one transaction, at most (fewer where they take longer than `WriteSlices.budget`). A
+# takeover brings thousands in its first minutes (every copy the new leader's first cycle placed starts); one
+# transaction each, on SQLite they queued behind one another for the write lock, and the leader's first cycle
+# waited minutes for its own turns (bench/leader_api.py).
 EVENTS_PER_TRANSACTION = 100
 
 
@@ -67,6 +68,7 @@ class StatusService(LoopService):
         self._pool = ThreadPoolExecutor(settings.member_workers, thread_name_prefix="status")
         self._events: queue.SimpleQueue[tuple[int, dict, float] | None] = queue.SimpleQueue()  # the watches' events
         self._recorder: threading.Thread | None = None
+        self._slices = WriteSlices(most=EVENTS_PER_TRANSACTION)
         self._starting = threading.Lock()  # guards `_recorder` and `_stopped`
         self._stopped = False
 
@@ -119,19 +121,21 @@ class StatusService(LoopService):
         if not events:
             return
         with self.database.write() as session:
+            began = time.perf_counter()
             changes = record_statuses(session, ((cluster_id, event["object"], event["type"] == "DELETED")
                                                 for cluster_id, event, _ in events), self.now())
+            self._slices.took(len(events), time.perf_counter() - began)
         recorded = time.monotonic()
         for _, _, received in events:
             STATUS_LAG_SECONDS.observe(recorded - received)
         changes.wake(self.wake)
 
     def _record_loop(self) -> None:
-        """Record the events waiting, up to `EVENTS_PER_TRANSACTION` a transaction, until `stop`. The members of a
-        batch that fails have their watches stopped: the next pass starts them again, with a list."""
+        """Record the events waiting, a slice a transaction (`WriteSlices`), until `stop`. The members of a batch that
+        fails have their watches stopped: the next pass starts them again, with a list."""
         while (first := self._events.get()) is not None:
             batch = [first]
-            while len(batch) < EVENTS_PER_TRANSACTION:
+            while len(batch) < self._slices.size:
                 try:
                     event = self._events.get_nowait()
                 except queue.Empty:

@@ -11,7 +11,7 @@ from sqlalchemy import event, select, update
 
 from broker.db.fencing import Fence, Fenced, fenced
 from broker.db.models import LEADER, Lease
-from broker.db.runtime import open_database
+from broker.db.runtime import WriteSlices, open_database
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
@@ -172,3 +172,22 @@ def test_api_writes_on_sqlite_leave_every_other_turn_to_the_loops(db, counter):
     loops = _loops_of(db)
     order = _queue_in_order(db, db, [(f"api-{i}", db) for i in range(3)] + [("loop", loops), ("loop-2", loops)])
     assert order == ["loop", "api-0", "loop-2", "api-1", "api-2"]
+
+
+@pytest.mark.parametrize(("items", "seconds", "next_size"), [
+    pytest.param(40, 0.1, 20, id="twice-the-budget-half-as-many"),
+    pytest.param(40, 0.05, 40, id="on-budget-as-many"),
+    pytest.param(40, 0.01, 80, id="fast-at-most-twice-as-many"),
+    pytest.param(80, 0.001, 100, id="never-above-most"),
+    pytest.param(40, 0.0, 80, id="unmeasurable-twice-as-many"),
+    pytest.param(1, 3.0, 1, id="never-fewer-than-one"),
+])
+def test_write_slices_hold_the_write_lock_about_their_budget(items, seconds, next_size):
+    slices = WriteSlices(most=100, budget=0.05, size=items)
+    slices.took(items, seconds)
+    assert slices.size == next_size
+
+
+def test_write_slices_start_small_and_never_above_most():
+    assert WriteSlices(most=200).size == 10
+    assert WriteSlices(most=2).size == 2

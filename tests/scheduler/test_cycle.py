@@ -343,8 +343,9 @@ def test_a_cycle_is_counted_in_the_metrics(db, setup, scheduler):
 
 
 def test_reasons_are_written_a_slice_per_transaction_after_the_decisions(db, setup, scheduler, monkeypatch):
-    """Five jobs wait, two reasons a transaction: three commits after the decisions' own, and every reason and
-    Waiting event is there; a slice that fails leaves the next cycle to write what is missing."""
+    """Five jobs wait, at most two reasons a transaction (fewer if two took longer than the budget): the third slice
+    fails after the decisions' commit and two slices'; the next cycle writes what is missing, and every reason and
+    Waiting event is there once."""
     from broker import scheduling as scheduler_module
     monkeypatch.setattr(scheduler_module, "REASONS_PER_TRANSACTION", 2)
     with setup() as session:
@@ -364,12 +365,13 @@ def test_reasons_are_written_a_slice_per_transaction_after_the_decisions(db, set
     monkeypatch.setattr(scheduler_module, "write_reasons", failing_third)
     with pytest.raises(RuntimeError):
         scheduler.run_once()
-    assert writes == [2, 2, 1] and len(commits) == 3  # the decisions, then two slices
+    written = sum(writes[:2])
+    assert len(writes) == 3 and max(writes) <= 2 and len(commits) == 3  # the decisions, then two slices
     with db.sessions() as session:
         stored = [session.get(Job, j.id).reason for j in jobs]
-    assert stored.count("no cluster can take it now") == 4 and stored.count(None) == 1
+    assert stored.count("no cluster can take it now") == written and stored.count(None) == 5 - written
     monkeypatch.setattr(scheduler_module, "write_reasons", real_write)
-    assert scheduler.run_once().reasons_written == 1  # read again in full: only the one not written
+    assert scheduler.run_once().reasons_written == 5 - written  # read again in full: only those not written
     with db.sessions() as session:
         assert all(session.get(Job, j.id).reason == "no cluster can take it now" for j in jobs)
         assert all(len(job_events(session, j.id, "Waiting")) == 1 for j in jobs)
