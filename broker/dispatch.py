@@ -307,7 +307,9 @@ def record_status(session: Session, cluster_id: int, jobset: dict[str, Any], now
     placement_id = _placement_id(jobset)
     if placement_id is None:
         return Changes()
-    row = session.execute(select(Placement.job_id, Placement.cluster_id).where(Placement.id == placement_id)).first()
+    locked = session.info.get(LOCKED)  # a batch's rows (`record_statuses`): no query per copy
+    row = (locked.placements.get(placement_id) if locked is not None else None) or session.execute(
+        select(Placement.job_id, Placement.cluster_id).where(Placement.id == placement_id)).first()
     if row is None or row.cluster_id != cluster_id:
         return Changes()  # not a copy the broker placed here: the member's sweep deletes it
     job = _lock_job(session, row.job_id)
