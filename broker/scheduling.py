@@ -19,7 +19,6 @@ placement, so the next cycle places it once.
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from types import MappingProxyType
@@ -508,10 +507,8 @@ def commit_cycle(database: Database, inventory: Inventory, result: CycleResult) 
         slices, start = WriteSlices(most=REASONS_PER_TRANSACTION), 0
         while start < len(changed):
             written = changed[start:start + slices.size]
-            with database.write() as session:
-                began = time.perf_counter()
+            with database.write() as session, slices.timed(len(written)):
                 write_reasons(session, inventory, written)
-                slices.took(len(written), time.perf_counter() - began)
             start += len(written)
         outcome.changed = changed
     return outcome

@@ -120,11 +120,9 @@ class StatusService(LoopService):
         events = [e for e in events if e[1].get("type") in ("ADDED", "MODIFIED", "DELETED")]
         if not events:
             return
-        with self.database.write() as session:
-            began = time.perf_counter()
+        with self.database.write() as session, self._slices.timed(len(events)):
             changes = record_statuses(session, ((cluster_id, event["object"], event["type"] == "DELETED")
                                                 for cluster_id, event, _ in events), self.now())
-            self._slices.took(len(events), time.perf_counter() - began)
         recorded = time.monotonic()
         for _, _, received in events:
             STATUS_LAG_SECONDS.observe(recorded - received)

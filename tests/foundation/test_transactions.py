@@ -4,6 +4,7 @@ on both databases."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -191,3 +192,10 @@ def test_write_slices_hold_the_write_lock_about_their_budget(items, seconds, nex
 def test_write_slices_start_small_and_never_above_most():
     assert WriteSlices(most=200).size == 10
     assert WriteSlices(most=2).size == 2
+
+
+def test_write_slices_size_the_next_slice_by_the_block_they_time():
+    slices = WriteSlices(most=100, budget=0.01, size=40)
+    with slices.timed(40):
+        time.sleep(0.02)  # at least twice the budget: at most half as many next
+    assert slices.size <= 20
