@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from broker import events
 from broker.db.crypto import KubeconfigCipher
 from broker.db.models import (PLACEMENT_LIVE_STATES, PLACEMENT_UNSTARTED_STATES, Cluster, HyperNode, Node, Placement,
-                              as_utc)
+                              as_utc, inventory_changed)
 from broker.errors import Conflict, Invalid, NotFound
 from broker.settings import Settings
 from broker.tenancy import check_name, hash_token
@@ -323,6 +323,8 @@ def write_inventory(session: Session, cluster: Cluster, inventory: MemberInvento
         session, Node, cluster.id, inventory.nodes, _NODE_FIELDS)
     tree = {h.name: {"tier": h.tier, "parent": h.parent, "nodes": list(h.nodes)} for h in inventory.topology.hypernodes}
     result.hypernodes_changed = sum(_write_rows(session, HyperNode, cluster.id, tree, ("tier", "parent", "nodes")))
+    if result.changed:
+        session.execute(inventory_changed(cluster.id))
 
     warnings = inventory.topology.warnings
     result.new_warnings = [w for w in warnings if w not in (cluster.warnings or [])]

@@ -27,7 +27,8 @@ from broker.jobset import (CLUSTER_SELECTOR_ANNOTATION, HIGHEST_TIER_ANNOTATION,
 from broker.placement import Config
 from broker.placement.feasibility import empty, never_fits
 from broker.placement.snapshot import ClusterIndex
-from broker.scheduling import engine_config, read_clusters
+from broker.placement.model import Cluster
+from broker.scheduling import KeptClusters, engine_config, read_clusters
 from broker.settings import Settings
 from broker.tenancy import Principal, QueueChoice, Submitter
 from clusters.labels import parse_selector
@@ -68,8 +69,23 @@ class FederationCapacity:
                        clusters=reasons)
 
 
-def federation_capacity(session: Session) -> FederationCapacity:
-    return FederationCapacity(tuple(empty(cluster) for cluster in read_clusters(session)))
+class KnownClusters:
+    """What one capacity read leaves the next: the clusters' nodes (`KeptClusters`: the next reads the nodes of only
+    the clusters whose inventory changed) and each cluster's empty index, built again only for a changed cluster."""
+
+    def __init__(self) -> None:
+        self.clusters = KeptClusters()
+        self.empty: dict[str, tuple[Cluster, ClusterIndex]] = {}
+        self.lock = threading.Lock()  # a submission's read and the cache's thread may overlap
+
+
+def federation_capacity(session: Session, known: KnownClusters | None = None) -> FederationCapacity:
+    known = known or KnownClusters()
+    with known.lock:
+        clusters = read_clusters(session, known.clusters)
+        known.empty = {c.name: known.empty[c.name] if c.name in known.empty and known.empty[c.name][0] is c
+                       else (c, empty(c)) for c in clusters}
+        return FederationCapacity(tuple(index for _, index in known.empty.values()))
 
 
 class CapacityCache:
@@ -81,11 +97,12 @@ class CapacityCache:
         self._read, self._ttl, self._value, self._at = read, ttl, None, 0.0
         self._generation, self._refreshing = 0, False
         self._lock = threading.Lock()
+        self._known = KnownClusters()
 
     def get(self, session: Session) -> FederationCapacity:
         with self._lock:
             if self._value is None:
-                self._value, self._at = federation_capacity(session), time.monotonic()
+                self._value, self._at = federation_capacity(session, self._known), time.monotonic()
             elif time.monotonic() - self._at > self._ttl and not self._refreshing:
                 self._refreshing = True
                 threading.Thread(target=self._refresh, args=(self._generation,), name="capacity", daemon=True).start()
@@ -95,7 +112,7 @@ class CapacityCache:
         started, value = time.monotonic(), None
         try:
             with self._read() as session:
-                value = federation_capacity(session)
+                value = federation_capacity(session, self._known)
         finally:
             with self._lock:
                 self._refreshing = False

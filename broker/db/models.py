@@ -10,7 +10,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (JSON, BigInteger, Boolean, CheckConstraint, DateTime, Float, ForeignKey, Index,
-                        Integer, LargeBinary, MetaData, String, Text, TypeDecorator, UniqueConstraint, text)
+                        Integer, LargeBinary, MetaData, String, Text, TypeDecorator, UniqueConstraint, Update, event,
+                        text, update)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -108,6 +109,9 @@ class Cluster(Base):
     warnings: Mapped[list[str]] = mapped_column(Json, default=list)
     synced_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    # Grows with every write to its nodes or HyperNodes, in the same transaction (`inventory_changed`): the scheduler
+    # reads again the nodes of only the clusters whose revision moved (`broker.scheduling.KeptClusters`).
+    inventory_revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     nodes: Mapped[list[Node]] = relationship(back_populates="cluster", cascade="all, delete-orphan",
                                              passive_deletes=True)
@@ -148,6 +152,24 @@ class HyperNode(Base):
     nodes: Mapped[list[str]] = mapped_column(Json, default=list)
 
     cluster: Mapped[Cluster] = relationship(back_populates="hypernodes")
+
+
+def inventory_changed(cluster_id: int) -> Update:
+    """The statement that tells the scheduler a cluster's nodes or HyperNodes changed: run it in the transaction that
+    changes them. `write_inventory` does for its bulk writes; the listener below for every write through the ORM."""
+    clusters = Cluster.__table__
+    return update(clusters).where(clusters.c.id == cluster_id).values(
+        inventory_revision=clusters.c.inventory_revision + 1)
+
+
+@event.listens_for(Node, "after_insert")
+@event.listens_for(Node, "after_update")
+@event.listens_for(Node, "after_delete")
+@event.listens_for(HyperNode, "after_insert")
+@event.listens_for(HyperNode, "after_update")
+@event.listens_for(HyperNode, "after_delete")
+def _inventory_written(_mapper, connection, target: Node | HyperNode) -> None:
+    connection.execute(inventory_changed(target.cluster_id))
 
 
 class Tenant(Base):

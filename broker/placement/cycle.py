@@ -29,6 +29,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
@@ -282,7 +283,7 @@ class _Cycle:
         changes = 0
         heap = []
         for name, jobs in queued.items():
-            jobs.sort(key=lambda j: (-j.priority, j.submitted_at, j.id), reverse=True)  # pop() takes the head
+            jobs.sort(key=attrgetter("queue_order"), reverse=True)  # pop() takes the head
             heap.append((self._queue_key(self.snapshot.queues[name], jobs[-1]), name, changes))
         heapq.heapify(heap)
         # Phase 2 and 3: decide queue heads in fairness order; keys are re-checked when popped.

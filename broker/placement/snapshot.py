@@ -41,6 +41,11 @@ class HyperNodeState:
         self.free: dict[str, int] = {}
         self.allocatable: dict[str, int] = {}
 
+    def copy(self) -> HyperNodeState:
+        twin = HyperNodeState(self.name, self.tier, self.nodes)
+        twin.free, twin.allocatable = dict(self.free), self.allocatable
+        return twin
+
 
 @dataclass(slots=True)
 class Binding:
@@ -84,6 +89,19 @@ class ClusterIndex:
         self._eligible_counts: dict[tuple, int] = {}
         self._domains: dict[str, dict[str, list[int]]] = {}
         self._build_hypernodes()
+
+    def copy(self) -> ClusterIndex:
+        """A twin to take and give back capacity in, this one untouched: what depends on the nodes alone (their
+        order, the HyperNode tree, eligibility and domains found so far) is shared, the free amounts are its own."""
+        twin = object.__new__(ClusterIndex)
+        for name in _SHARED:
+            setattr(twin, name, getattr(self, name))
+        twin.free, twin.free_total = [dict(free) for free in self.free], dict(self.free_total)
+        twin.broker_pods, twin.locks = list(self.broker_pods), list(self.locks)
+        twin.hypernodes = {name: state.copy() for name, state in self.hypernodes.items()}
+        twin.node_hypernodes = [[twin.hypernodes[h.name] for h in states] for states in self.node_hypernodes]
+        twin.by_tier = {tier: {r: list(entries) for r, entries in by.items()} for tier, by in self.by_tier.items()}
+        return twin
 
     # -- HyperNode tree and its tier indexes -------------------------------------------------
     def _build_hypernodes(self) -> None:
@@ -318,6 +336,9 @@ class ClusterIndex:
 
 
 _UNCONSTRAINED = ((), (), None)
+# What `ClusterIndex.copy` shares: set once from the cluster's nodes, or caches of what follows from them alone.
+_SHARED = ("cluster", "name", "nodes", "position", "usable", "usable_count", "allocatable_total", "_eligible",
+           "_eligible_counts", "_domains", "tiers")
 
 
 def _eligibility_key(part: PartSpec) -> tuple:
@@ -358,9 +379,22 @@ class Snapshot:
     """
 
     def __init__(self, clusters: Iterable[Cluster], queues: Iterable[Queue],
-                 tenants: Iterable[Tenant] = (), running: Iterable[RunningPlacement] = (), now: float = 0.0):
+                 tenants: Iterable[Tenant] = (), running: Iterable[RunningPlacement] = (), now: float = 0.0,
+                 built: dict[str, ClusterIndex] | None = None):
+        """`built`: the clusters' indexes as a previous snapshot built them, before any placement; this one works on
+        copies of those whose `Cluster` is the same object, builds the others, and leaves it with what it built."""
         self.now = now
-        self.clusters = {c.name: ClusterIndex(c) for c in sorted(clusters, key=lambda c: c.name)}
+        self.clusters = {}
+        for cluster in sorted(clusters, key=lambda c: c.name):
+            if built is None:
+                self.clusters[cluster.name] = ClusterIndex(cluster)
+                continue
+            if cluster.name not in built or built[cluster.name].cluster is not cluster:
+                built[cluster.name] = ClusterIndex(cluster)
+            self.clusters[cluster.name] = built[cluster.name].copy()
+        if built is not None:
+            for gone in built.keys() - self.clusters.keys():
+                del built[gone]
         self.tenants = {t.name: t for t in tenants}
         self.queues = {q.name: QueueState(q, {}) for q in sorted(queues, key=lambda q: q.name)}
         self.cohorts: dict[str, list[QueueState]] = {}

@@ -5,8 +5,10 @@ the submission of a job, a placement that finished or was deleted (capacity free
 that is Ready again, a queue or quota edit. The interval (ARCHIPELAGO_SCHEDULER_INTERVAL) catches
 everything else, e.g. members' capacity reported by the inventory sync.
 
-The pending jobs' rows stay in memory between cycles (`PendingJobs`): a cycle reads only the new ones,
-and all of them every ARCHIPELAGO_SCHEDULER_RESYNC_INTERVAL seconds and after any cycle in doubt.
+The pending jobs' rows stay in memory between cycles (`PendingJobs`): a cycle reads only the new ones, and
+all of them every ARCHIPELAGO_SCHEDULER_RESYNC_INTERVAL seconds and after any cycle in doubt. So do the
+clusters' nodes and the live placements (`KeptClusters`): a cycle reads the nodes of the clusters whose
+inventory changed.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from broker.db.models import utcnow
 from broker.db.runtime import Database
 from broker.metrics import CYCLES_DROPPED, PLACEMENTS_PER_CYCLE, PLACEMENTS_TOTAL, SCHEDULER_CYCLE_SECONDS
 from broker.placement import schedule
-from broker.scheduling import (CommitOutcome, Inventory, PendingJobs, commit_cycle, engine_config, has_pending,
-                               read_inventory)
+from broker.scheduling import (CommitOutcome, Inventory, KeptClusters, PendingJobs, commit_cycle, engine_config,
+                               has_pending, read_inventory)
 from broker.services.loop import LoopService
 from broker.settings import Settings
 
@@ -52,12 +54,13 @@ class SchedulerService(LoopService):
         self.database, self.now = database, now
         self.config = engine_config(settings)
         self.pending = PendingJobs(settings.scheduler_resync_interval)
+        self.clusters = KeptClusters(settings.scheduler_resync_interval)
 
     def read(self) -> Inventory:
         """This cycle's snapshot, with the pending rows kept since the last one brought up to date."""
         full_reads = self.pending.full_reads
         with self.database.read() as session:
-            inventory = read_inventory(session, now=self.now().timestamp(), pending=self.pending)
+            inventory = read_inventory(session, now=self.now().timestamp(), pending=self.pending, kept=self.clusters)
         if self.pending.full_reads != full_reads and len(self.pending.rows) >= LONG_LIVED_ROWS:
             freeze_long_lived()
         return inventory
@@ -75,6 +78,7 @@ class SchedulerService(LoopService):
             outcome = commit_cycle(self.database, inventory, result)
         except BaseException:
             self.pending.forget()  # whatever was written or not, the next cycle reads it all
+            self.clusters.forget()
             raise
         self.pending.committed(inventory, result, outcome)
         SCHEDULER_CYCLE_SECONDS.observe(time.perf_counter() - started)

@@ -19,7 +19,7 @@ def reads(monkeypatch) -> tuple[list[str], threading.Event]:
     lets the thread's reads end."""
     done, may_end = [], threading.Event()
 
-    def read_capacity(session: str) -> str:
+    def read_capacity(session: str, known) -> str:
         done.append(session)
         if session == "refresh":
             assert may_end.wait(10)

@@ -166,8 +166,7 @@ def test_dry_run_of_a_preemption_restores_the_victims():
 
 def test_locality_prefers_the_cluster_the_job_ran_on():
     s = snapshot([cluster("eu"), cluster("us")], [queue("q")])
-    pending = job(pods=4)
-    pending = type(pending)(**{**{f: getattr(pending, f) for f in pending.__slots__}, "previous_clusters": ("us",)})
+    pending = replace(job(pods=4), previous_clusters=("us",))
     assert only(schedule(s, [pending])).cluster == "us"
 
 

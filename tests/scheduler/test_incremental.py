@@ -9,12 +9,15 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select, update
 
-from broker.db.models import Cluster, Job, Node, Placement, Queue
+from broker.db.models import PLACEMENT_LIVE_STATES, Cluster, Job, Node, Placement, Queue, utcnow
+from broker.inventory import PodHold, member_inventory, write_inventory
+from broker.jobs import FederationCapacity, KnownClusters, federation_capacity
 from broker.jobset import parse_jobset
-from broker.placement import Parked, schedule, shape_of
+from broker.placement import Config, Parked, schedule, shape_of
 from broker.scheduling import read_inventory
 from broker.services.scheduler import SchedulerService
-from tests.placement.fixtures import GPU
+from clusters.topology import ResolvedHyperNode, Topology
+from tests.placement.fixtures import GPU, manifest as job_manifest
 from tests.scheduler.conftest import EPOCH, add_cluster, add_queue, crash_at_the_events, submit
 
 
@@ -44,6 +47,9 @@ def assert_same_as_a_full_read(db, scheduler: SchedulerService, foreign_reasons_
     with db.read() as session:
         full = read_inventory(session, now=scheduler.now().timestamp())
     assert sorted(incremental.pending, key=lambda j: j.id) == sorted(full.pending, key=lambda j: j.id)
+    # the kept clusters and live placements: what a full read builds (by name, by id)
+    assert (incremental.inputs[0], incremental.inputs[3], incremental.cluster_ids) == (
+        full.inputs[0], full.inputs[3], full.cluster_ids)
     assert (incremental.unplaceable, incremental.tenant_ids, incremental.generations) == (
         full.unplaceable, full.tenant_ids, full.generations)
     if scheduler.pending.full_reads != foreign_reasons_at:
@@ -57,6 +63,30 @@ def assert_same_as_a_full_read(db, scheduler: SchedulerService, foreign_reasons_
     assert {**full_result.waiting, **{job_id: result.waiting[job_id] for job_id in result.waiting}} == \
         full_result.waiting
     return len(skipped)
+
+
+RDMA = "rdma/hca"
+
+
+def _live(session) -> list[Placement]:
+    return list(session.scalars(select(Placement).where(Placement.state.in_(PLACEMENT_LIVE_STATES))
+                                .order_by(Placement.id)))
+
+
+def report_pods(session, rnd: random.Random) -> None:
+    """As the inventory sync writes one member's rows: the pods of some of its live placements on their nodes (with
+    a device a webhook added, which their reservation lacks), and someone else's pods on some nodes (`write_inventory`,
+    its bulk writes)."""
+    cluster = session.scalar(select(Cluster).where(Cluster.name == rnd.choice(["eu-west", "us-east"])))
+    nodes = {node.name: {"labels": node.labels, "taints": node.taints, "unschedulable": node.unschedulable,
+                         "ready": node.ready, "allocatable": node.allocatable}
+             for node in session.scalars(select(Node).where(Node.cluster_id == cluster.id))}
+    holds = [PodHold(a["node"], {GPU: 1000 * rnd.choice([1, 2]), RDMA: 1000, "pods": 1000}, str(placement.id))
+             for placement in _live(session) if placement.cluster_id == cluster.id and rnd.random() < 0.6
+             for a in placement.assignments]
+    holds += [PodHold(name, {GPU: 2000, "pods": 1000}, None) for name in nodes if rnd.random() < 0.2]
+    topology = Topology([ResolvedHyperNode(h.name, h.tier, h.parent, tuple(h.nodes)) for h in cluster.hypernodes])
+    write_inventory(session, cluster, member_inventory(nodes, holds, topology, "crd"), utcnow())
 
 
 def _jobs(session, state: str) -> list[Job]:
@@ -77,7 +107,8 @@ def test_a_sequence_of_changes_is_decided_as_a_full_read_would(db, setup, settin
                   add_queue(session, "q-b", tenant="vision", preemption="LowerPriority")]
     names, foreign_reasons_at = iter(range(10_000)), None
     for _ in range(40):
-        change = rnd.choice(["submit", "submit", "submit", "cancel", "finish", "evict", "capacity", "time", "other"])
+        change = rnd.choice(["submit", "submit", "submit", "cancel", "finish", "evict", "capacity", "time", "other",
+                             "pods", "pods", "start", "cluster"])
         foreign_admitted = []
         if change == "other":  # capacity freed, and another scheduler places a job this one saw waiting
             with setup() as session:
@@ -115,6 +146,15 @@ def test_a_sequence_of_changes_is_decided_as_a_full_read_would(db, setup, settin
             elif change == "capacity":
                 node = rnd.choice(list(session.scalars(select(Node).order_by(Node.id))))
                 node.allocatable = {**node.allocatable, GPU: rnd.choice([0, 4000, 8000])}
+            elif change == "pods":  # the inventory sync: some placements' pods appear, someone else's come and go
+                report_pods(session, rnd)
+            elif change == "start" and (live := _live(session)):
+                placement = rnd.choice(live)
+                placement.state = rnd.choice(["Running", "Deleting"])
+                placement.started_at = clock()
+            elif change == "cluster":
+                cluster = session.scalar(select(Cluster).where(Cluster.name == rnd.choice(["eu-west", "us-east"])))
+                cluster.state = "NotReady" if cluster.state == "Ready" else "Ready"
             elif change == "time":
                 clock.moment += timedelta(seconds=rnd.choice([20, 20, 20, 1000]))
         assert_same_as_a_full_read(db, scheduler, foreign_reasons_at)
@@ -283,3 +323,23 @@ def test_a_split_job_back_with_a_part_still_held_is_decided_by_the_shape_of_the_
     (pending,) = scheduler.read().pending
     assert [p.name for p in pending.spec.parts] == ["eval"]
     assert pending.shape == shape_of(pending.spec) != whole
+
+
+def test_a_capacity_read_builds_again_only_the_clusters_whose_inventory_changed(db, setup):
+    """The submission check's capacity (`federation_capacity`, kept by the API's cache): a cluster whose nodes did
+    not change keeps its index; one whose node grew is read and built again, and refuses no longer."""
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1)
+        add_cluster(session, "us-east", leaves=1)
+    known, sixteen = KnownClusters(), parse_jobset(job_manifest("big", (("workers", 1, 1, 16),), None, "q"))
+    with db.read() as session:
+        first = {index.name: index for index in federation_capacity(session, known).clusters}
+    assert first.keys() == {"eu-west", "us-east"} and FederationCapacity(tuple(first.values())).refusal(
+        sixteen, Config()) is not None
+    with setup() as session:
+        node = session.scalar(select(Node).where(Node.name == "us-east-leaf-0-n0"))
+        node.allocatable = {**node.allocatable, GPU: 16_000}
+    with db.read() as session:
+        second = {index.name: index for index in federation_capacity(session, known).clusters}
+    assert second["eu-west"] is first["eu-west"] and second["us-east"] is not first["us-east"]
+    assert FederationCapacity(tuple(second.values())).refusal(sixteen, Config()) is None
