@@ -406,7 +406,8 @@ class PendingJobs:
             .join(QueueRow, QueueRow.id == Job.queue_id).join(TenantRow, TenantRow.id == Job.tenant_id)
         ids = _pending_ids(session)
         kept = self.rows
-        if self.fence != fence or now - self.full_read_at >= self.resync_interval:
+        full = self.fence != fence or now - self.full_read_at >= self.resync_interval
+        if full:
             wanted = sorted(ids)
             self.rows, self.ids, self.plain, self.others = {}, set(), {}, set()
             self.parked, self.parts = frozenset(), {}
@@ -423,6 +424,8 @@ class PendingJobs:
                 if missing else {}
             for row in rows:
                 self._keep(row.id, _pending_row(row, kept.get(str(row.id)), manifests.get(row.id), self.parts))
+        if full:  # in the order a cycle sorts each queue in, which then costs it a comparison a job, the new ones aside
+            self.plain = dict(sorted(self.plain.items(), key=lambda item: item[1].queue_order))
 
     def _keep(self, job_id: int, row: _PendingRow) -> None:
         key = str(job_id)
