@@ -3,7 +3,8 @@
 A cycle, after Kueue's scheduler:
 1. `read_inventory`: clusters, nodes, HyperNodes, queues, live placements and pending jobs in one
    consistent read transaction (`Database.read`: REPEATABLE READ on PostgreSQL, a BEGIN on SQLite); the
-   pending rows kept since the last cycle (`PendingJobs`) are brought up to date, not read again.
+   pending rows (`PendingJobs`), the clusters' nodes and the live placements (`KeptClusters`) kept since the
+   last cycle are brought up to date, not read again.
 2. `broker.placement.schedule`: decisions over that snapshot, no I/O.
 3. `commit_cycle`: every decision in one transaction (`commit_decisions`, in a `Database.write`), or none of
    them; then the waiting jobs' reasons that changed (`write_reasons`), a slice per transaction.
@@ -281,7 +282,8 @@ class KeptClusters:
             running[placement_id] = kept[2]
             tenant_ids[str(row.job_id)] = row.tenant_id
         self.placements = placements
-        return clusters, {entry.row.name: cluster_id for cluster_id, entry in self.clusters.items()}, running, tenant_ids
+        cluster_ids = {entry.row.name: cluster_id for cluster_id, entry in self.clusters.items()}
+        return clusters, cluster_ids, running, tenant_ids
 
 
 _LIVE_PLACEMENT = (select(PlacementRow.id, PlacementRow.job_id, PlacementRow.part, PlacementRow.cluster_name,

@@ -13,7 +13,8 @@ from broker.placement.snapshot import ClusterIndex
 from tests.placement.fixtures import GPU, cluster, fabric
 from tests.placement.test_parked_jobs import QUEUES, arrivals, as_running, decided
 
-CLUSTERS = [cluster("a", fabric("a-", leaves=2, nodes_per_leaf=2)), cluster("b", fabric("b-", leaves=1, nodes_per_leaf=4))]
+CLUSTERS = [cluster("a", fabric("a-", leaves=2, nodes_per_leaf=2)),
+            cluster("b", fabric("b-", leaves=1, nodes_per_leaf=4))]
 
 
 def state(index: ClusterIndex) -> tuple:

@@ -97,7 +97,9 @@ def _jobs(session, state: str) -> list[Job]:
 @pytest.mark.parametrize("seed", range(4))
 def test_a_sequence_of_changes_is_decided_as_a_full_read_would(db, setup, settings, seed):
     """Submissions, cancels, finished and evicted (requeued, backing off) jobs, capacity edits, time crossing
-    starvation_after, another scheduler's commit (and one of its jobs evicted at once): before every cycle, the kept pending jobs read as every row."""
+    starvation_after, another scheduler's commit (and one of its jobs evicted at once), the inventory sync's pods,
+    placements starting or being deleted, a cluster NotReady and back: before every cycle, the kept pending jobs,
+    clusters and live placements read as every row."""
     rnd, clock = random.Random(seed), Clock()
     scheduler = SchedulerService(db, settings.model_copy(update={"scheduler_resync_interval": 1e9}), now=clock)
     with setup() as session:
