@@ -74,14 +74,15 @@ def _live(session) -> list[Placement]:
 
 
 def report_pods(session, rnd: random.Random) -> None:
-    """As the inventory sync writes one member's rows: the pods of some of its live placements on their nodes (with
-    a device a webhook added, which their reservation lacks), and someone else's pods on some nodes (`write_inventory`,
-    its bulk writes)."""
+    """As the inventory sync writes one member's rows: the pods of some of its live placements, most on the nodes they
+    were assigned, some where the kube-scheduler put them instead (with a device a webhook added, which their
+    reservation lacks), and someone else's pods on some nodes (`write_inventory`, its bulk writes)."""
     cluster = session.scalar(select(Cluster).where(Cluster.name == rnd.choice(["eu-west", "us-east"])))
     nodes = {node.name: {"labels": node.labels, "taints": node.taints, "unschedulable": node.unschedulable,
                          "ready": node.ready, "allocatable": node.allocatable}
              for node in session.scalars(select(Node).where(Node.cluster_id == cluster.id))}
-    holds = [PodHold(a["node"], {GPU: 1000 * rnd.choice([1, 2]), RDMA: 1000, "pods": 1000}, str(placement.id))
+    holds = [PodHold(a["node"] if rnd.random() < 0.7 else rnd.choice(sorted(nodes)),  # or where the kube-scheduler
+                     {GPU: 1000 * rnd.choice([1, 2]), RDMA: 1000, "pods": 1000}, str(placement.id))  # put it instead
              for placement in _live(session) if placement.cluster_id == cluster.id and rnd.random() < 0.6
              for a in placement.assignments]
     holds += [PodHold(name, {GPU: 2000, "pods": 1000}, None) for name in nodes if rnd.random() < 0.2]
