@@ -156,9 +156,13 @@ def read_clusters(session: Session, kept: KeptClusters | None = None) -> list[Cl
 
 
 _CLUSTER_COLUMNS = (ClusterRow.id, ClusterRow.name, ClusterRow.state, ClusterRow.labels, ClusterRow.taints,
-                    ClusterRow.jobset_crd, ClusterRow.inventory_revision)
+                    ClusterRow.jobset_crd, ClusterRow.created_at, ClusterRow.inventory_revision)
 # What a live placement's row says that changes after its insert; the rest of it is read once.
 _PLACEMENT_CHANGES = (PlacementRow.id, PlacementRow.state, PlacementRow.started_at)
+
+
+def _inventory_of(row: Any) -> tuple[datetime, int]:
+    return row.created_at, row.inventory_revision
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,10 +213,10 @@ class KeptClusters:
     clusters whose inventory changed, the rest of a placement's row only when it is new.
 
     Why nothing is missed: a cluster's nodes and HyperNodes are written only with its `inventory_revision` growing in
-    the same transaction (`broker.db.models.inventory_changed`), and a placement's row changes after its insert only in
-    its state and start, read every cycle. What a node has free depends on which placements are live: a cluster is
-    built again when one whose pods are on it starts or stops being live. Every `resync_interval` seconds and after
-    any doubt (`forget`) everything is read again."""
+    the same transaction (`broker.db.models.inventory_changed`; a cluster is known by its id and registration time),
+    and a placement's row changes after its insert only in its state and start, read every cycle. What a node has
+    free depends on which placements are live: a cluster is built again when one whose pods are on it starts or
+    stops being live. Every `resync_interval` seconds and after any doubt (`forget`) everything is read again."""
 
     def __init__(self, resync_interval: float = 0.0) -> None:
         self.resync_interval = resync_interval
@@ -228,8 +232,9 @@ class KeptClusters:
     def refresh(self, session: Session) -> None:
         """Read the cluster rows, and the nodes and HyperNodes of those whose inventory changed."""
         rows = {row.id: row for row in session.execute(select(*_CLUSTER_COLUMNS).order_by(ClusterRow.id))}
+        # by registration too: SQLite gives a removed cluster's id to the next one, which may have its revision
         changed = [cluster_id for cluster_id, row in rows.items() if cluster_id not in self.clusters
-                   or self.clusters[cluster_id].row.inventory_revision != row.inventory_revision]
+                   or _inventory_of(self.clusters[cluster_id].row) != _inventory_of(row)]
         kept = {cluster_id: entry for cluster_id, entry in self.clusters.items() if cluster_id in rows}
         for cluster_id in rows.keys() & kept.keys():
             kept[cluster_id].row = rows[cluster_id]
