@@ -247,8 +247,8 @@ class Job(Base):
         Index(None, "state", "id"),
         Index(None, "queue_id", "id"),
         Index(None, "finished_at"),  # retention: the oldest finished jobs first
-        # The scheduler's every cycle: which jobs are pending, from this index alone (no row of 100,000 read; with
-        # `state` in it, SQLite prefers it to ix_jobs_state_id).
+        # The scheduler's every cycle: which jobs are pending, from this index alone (no row of 100,000 read; SQLite's
+        # planner takes it once the id is bounded: `broker.scheduling._EVERY_PENDING`).
         Index("ix_jobs_pending", "state", "id", sqlite_where=text(PENDING_SQL), postgresql_where=text(PENDING_SQL)),
         # One live job per namespace/name: two would collide on a member.
         Index("uq_jobs_live_name", "namespace", "name", unique=True,
