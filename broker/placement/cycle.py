@@ -94,6 +94,7 @@ class _Cycle:
         self.answers: dict[tuple, bool] = {}  # `_may_fit`, `_may_fit_preempting`: since the last change
         self.unplaced: dict[tuple, Waiting] = {}  # `_decide_or_recall`: since the last change
         self.within_share: dict[str, bool] = {}  # `_within_share`: since the last change
+        self.standings: dict[str, dict[tuple, tuple]] = {}  # tenant -> `_standing` of its queues' jobs
         self.released_at = -1
         self.inadmissible: set[str] = set()
         self.reserves = "Reservation" in config.filters
@@ -155,12 +156,13 @@ class _Cycle:
     def _standing(self, state: QueueState, job: PendingJob) -> tuple:
         """`_queue_key` but for criteria 7 and 8, for a job that is not starving: it reads the job's demand and
         priority alone, so jobs of one shape and priority share it until the next decision that changes anything
-        (every parked job of the backlog takes its turn, a key each)."""
-        memo = ("standing", state.queue.name, job.shape, job.priority)
-        standing = self.answers.get(memo)
+        (every parked job of the backlog takes its turn, a key each). It reads how much its tenant and that tenant's
+        queues hold alone: kept per tenant until a decision changes that (`_holding_changed`)."""
+        memo = self.standings.setdefault(state.queue.tenant, {})
+        standing = memo.get((state.queue.name, job.shape, job.priority))
         if standing is None or job.shape is None:
             queue, totals, demand = state.queue, self.snapshot.totals, job.spec.requests
-            standing = self.answers[memo] = (
+            standing = memo[queue.name, job.shape, job.priority] = (
                 True, 0.0, bool(queue.nominal_quota) and self._quota(job).borrowing,  # without a quota it never borrows
                 weighted_share(self.snapshot.tenant_usage[queue.tenant], demand,
                                self.snapshot.tenant_weight(queue.tenant), totals),
@@ -192,9 +194,13 @@ class _Cycle:
         (Its queue's new work is no reason: it took what was free, and preempting it gives back no more than that.)"""
         if job.id not in self.parked.jobs or self._may_hold(job):
             return False
-        # jobs of one kind are alike here: one answer per kind until the next decision that changes anything
         if job.shape is None or job.avoided:
             return self._stays_inadmissible(job) and not self._concerned(job)
+        return self._kind_stays(job)
+
+    def _kind_stays(self, job: PendingJob) -> bool:
+        """`_still_inadmissible` for a parked job with a shape and no clusters to avoid that may not hold: jobs of one
+        kind are alike here, one answer per kind until the next decision that changes anything."""
         memo = ("inadmissible", job.shape, job.queue, job.priority, job.tenant)
         verdict = self.answers.get(memo)
         if verdict is None:
@@ -305,6 +311,7 @@ class _Cycle:
                 self.answers.clear()
                 self.unplaced.clear()
                 self.within_share.clear()
+                self._holding_changed(job, outcome.preemptions)
             elif stays and outcome.waiting:
                 self.inadmissible.add(job.id)
             placements += outcome.placements
@@ -320,22 +327,62 @@ class _Cycle:
         return CycleResult(tuple(placements), tuple(preemptions), MappingProxyType(waiting),
                            MappingProxyType(dict(self.holds)), tuple(order), frozenset(self.inadmissible))
 
+    def _holding_changed(self, job: PendingJob, preemptions: list[Preemption]) -> None:
+        """Forget the standings of the tenants whose queues hold more or less now: the job's, and its victims'."""
+        for queue in {job.queue, *(self.snapshot.running[p.job_id][0].queue for p in preemptions)}:
+            if queue in self.snapshot.queues:
+                self.standings.pop(self.snapshot.queues[queue].queue.tenant, None)
+
     def _pop_past_parked(self, state: QueueState, jobs: list[PendingJob], heap: list, changes: int) -> PendingJob | None:
         """The queue's head to decide, past the parked jobs that stay inadmissible: each one's turn passes with nothing
         decided, and while the next head's key comes before every other queue's, its turn is now (no trip through the
-        heap: a backlog of parked jobs costs a key and a verdict each). None once the queue is empty or another queue
-        goes first (this one is back in the heap)."""
+        heap). None once the queue is empty or another queue goes first (this one is back in the heap).
+
+        The walk changes nothing, so what `_still_inadmissible` and `_queue_key` say of a job here is said once per
+        kind (shape, priority, tenant) and reused for the walk: a backlog of parked jobs costs a lookup each."""
+        top = heap[0][0] if heap else None
+        parked, inadmissible = self.parked.jobs, self.inadmissible
+        now, patience = self.snapshot.now, self.config.starvation_after_s
+        holds_left = self.reserves and len(self.holds) < self.config.max_holds
+        kinds: dict[tuple, tuple[bool, int]] = {}  # (shape, priority, tenant) -> `_kind`
+        job = jobs.pop()
         while True:
-            job = jobs.pop()
-            if not self._still_inadmissible(job):
-                return job
-            self.inadmissible.add(job.id)
+            if job.shape is None or job.avoided or job.id not in parked:
+                if not self._still_inadmissible(job):
+                    return job
+            else:
+                if holds_left and now - job.submitted_at >= patience and self._within_share(job.tenant):
+                    return job  # it may take a hold (`_may_hold`)
+                kind = kinds.get((job.shape, job.priority, job.tenant))
+                if kind is None:
+                    kind = kinds[job.shape, job.priority, job.tenant] = self._kind(state, job, top)
+                if not kind[0]:
+                    return job
+            inadmissible.add(job.id)
             if not jobs:
                 return None
-            key = self._queue_key(state, jobs[-1])
-            if heap and key > heap[0][0]:
-                heapq.heappush(heap, (key, state.queue.name, changes))
+            job = jobs.pop()
+            if top is None:
+                continue
+            if job.shape is None or job.avoided or now - job.submitted_at >= patience:
+                after = self._queue_key(state, job) > top  # not of a kind, or maybe starving: its whole key says
+            else:
+                kind = kinds.get((job.shape, job.priority, job.tenant))
+                if kind is None:
+                    kind = kinds[job.shape, job.priority, job.tenant] = self._kind(state, job, top)
+                after = kind[1] > 0 or kind[1] == 0 and self._queue_key(state, job) > top
+            if after:
+                jobs.append(job)
+                heapq.heappush(heap, (self._queue_key(state, job), state.queue.name, changes))
                 return None
+
+    def _kind(self, state: QueueState, job: PendingJob, top: tuple | None) -> tuple[bool, int]:
+        """For `_pop_past_parked`, of a job with a shape and no clusters to avoid: does a parked one of its kind that
+        may not hold stay inadmissible (`_kind_stays`), and does its standing when not starving come before the
+        other queues' first key (-1), after it (1), or tie (0: its submission and id tell)?"""
+        standing = self._standing(state, job)
+        head = standing if top is None else top[:len(standing)]
+        return self._kind_stays(job), (standing > head) - (standing < head)
 
     # -- phase 3: one job -----------------------------------------------------------------------
     def _decide_or_recall(self, job: PendingJob) -> _Outcome:

@@ -22,8 +22,12 @@ RECLAIM_POLICIES = ("Never", "LowerPriority", "Any")  # from the cohort's borrow
 FAIR_SHARE_PREEMPTION_POLICIES = ("Never", "LessThanOrEqualToFinalShare")
 
 
+_NOTHING: Mapping = MappingProxyType({})
+
+
 def _empty() -> Mapping:
-    return MappingProxyType({})
+    """One read-only empty mapping for every default: 100,000 pending jobs need not carry 100,000 of them."""
+    return _NOTHING
 
 
 @dataclass(frozen=True, slots=True)

@@ -489,3 +489,29 @@ def test_room_preempting_would_make_is_looked_for_past_a_hypernode_short_of_cpus
     pending = job("preempts", gpus=8, tenant="t2", priority=2, submitted_at=1.0, cpu=40)
     result = parked_then([pending], [hog, ends, *gpus, running_job("full", "plain", "b", B_NODES)], ["ends"])
     assert result.order == (pending.id,) and result.placements == () and result.preemptions == ()
+
+
+MANY_TENANTS = [queue("a1", tenant="a"), queue("a2", tenant="a", preemption="LowerPriority"),
+                queue("b1", tenant="b", weight=2.0), queue("c1", tenant="c", preemption="LowerPriority")]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_jobs_of_one_shape_take_their_turns_as_jobs_without_shapes_do(seed):
+    """A shared standing is kept per tenant until its queues hold more (a placement) or less (a preemption): the
+    turns of a cycle over shaped jobs of several tenants, some preempting others' running work, are those of the
+    same cycle with every standing computed again for every job."""
+    rnd = random.Random(seed)
+    tenant_of = {q.name: q.tenant for q in MANY_TENANTS}
+    running = [running_job(f"r{i}", name, node[0], [node], tenant=tenant_of[name])  # tenant a over its share
+               for i, (node, name) in enumerate(zip(A_NODES + B_NODES, rnd.choices(["a1", "a2", "a2", "c1"], k=8)))]
+    pending = []
+    for i in range(24):
+        name = rnd.choice(MANY_TENANTS).name
+        arrival = job(name, gpus=rnd.choice([4, 8]), pods=rnd.choice([1, 2]), tenant=tenant_of[name],
+                      priority=rnd.choice([0, 0, 1]), submitted_at=float(i))
+        pending.append(replace(arrival, shape=shape_of(arrival.spec)))
+    tenants = (Tenant("a"), Tenant("b", 2.0), Tenant("c", fair_share_preemption="LessThanOrEqualToFinalShare"))
+    shaped_cycle = schedule(federation(running, queues=MANY_TENANTS, tenants=tenants), pending)
+    reference = schedule(federation(running, queues=MANY_TENANTS, tenants=tenants), unshaped(pending))
+    assert shaped_cycle.order == reference.order
+    assert decided(shaped_cycle) == decided(reference)
