@@ -337,7 +337,9 @@ class _PendingRow:
 
 class PendingJobs:
     """The pending jobs' rows, kept by the scheduler between cycles (after Kueue's in-memory queues), so
-    that a cycle reads only which jobs are pending (their ids, from an index) and the rows of the new ones.
+    that a cycle reads only whether the pending ids are the kept ones and those above the highest (a digest of
+    them, from an index: `_new_ids`), the rows of the new ones, and the earlier placements of those and of the
+    jobs placed before.
 
     Why nothing is missed: a row the scheduler reads changes only by leaving the pending set (admitted,
     cancelled, finished) and coming back to it (requeued with a new reason, back-off and avoided
