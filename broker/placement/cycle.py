@@ -94,7 +94,9 @@ class _Cycle:
         self.answers: dict[tuple, bool] = {}  # `_may_fit`, `_may_fit_preempting`: since the last change
         self.unplaced: dict[tuple, Waiting] = {}  # `_decide_or_recall`: since the last change
         self.within_share: dict[str, bool] = {}  # `_within_share`: since the last change
-        self.standings: dict[str, dict[tuple, tuple]] = {}  # tenant -> `_standing` of its queues' jobs
+        self.standings: dict[str, dict[tuple, tuple]] = {}  # tenant -> (queue, demand) -> `_standing`'s shares
+        self.demands: dict[str, tuple] = {}  # shape -> `_demand_key`
+        self.kinds: dict[tuple, tuple[bool, tuple]] = {}  # `_kind_against`: since the last change
         self.released_at = -1
         self.inadmissible: set[str] = set()
         self.reserves = "Reservation" in config.filters
@@ -154,20 +156,32 @@ class _Cycle:
         return self._standing(state, job) + (job.submitted_at, queue.name, job.id)
 
     def _standing(self, state: QueueState, job: PendingJob) -> tuple:
-        """`_queue_key` but for criteria 7 and 8, for a job that is not starving: it reads the job's demand and
-        priority alone, so jobs of one shape and priority share it until the next decision that changes anything
-        (every parked job of the backlog takes its turn, a key each). It reads how much its tenant and that tenant's
-        queues hold alone: kept per tenant until a decision changes that (`_holding_changed`)."""
-        memo = self.standings.setdefault(state.queue.tenant, {})
-        standing = memo.get((state.queue.name, job.shape, job.priority))
-        if standing is None or job.shape is None:
-            queue, totals, demand = state.queue, self.snapshot.totals, job.spec.requests
-            standing = memo[queue.name, job.shape, job.priority] = (
-                True, 0.0, bool(queue.nominal_quota) and self._quota(job).borrowing,  # without a quota it never borrows
+        """`_queue_key` but for criteria 7 and 8, for a job that is not starving: it reads the job's priority and its
+        demand alone (every parked job of the backlog takes its turn, a key each), and how much its tenant and that
+        tenant's queues hold: shared by the jobs of one demand in a queue, and kept per tenant until a decision
+        changes what it holds (`_holding_changed`)."""
+        queue = state.queue
+        memo = self.standings.setdefault(queue.tenant, {})
+        demand = job.spec.requests
+        key = (queue.name, self._demand_key(job))
+        shares = memo.get(key) if key[1] is not None else None
+        if shares is None:
+            totals = self.snapshot.totals
+            shares = memo[key] = (
+                bool(queue.nominal_quota) and self._quota(job).borrowing,  # without a quota it never borrows
                 weighted_share(self.snapshot.tenant_usage[queue.tenant], demand,
                                self.snapshot.tenant_weight(queue.tenant), totals),
-                weighted_share(state.usage, demand, queue.weight, totals), -job.priority, -queue.priority)
-        return standing
+                weighted_share(state.usage, demand, queue.weight, totals))
+        return (True, 0.0, *shares, -job.priority, -queue.priority)
+
+    def _demand_key(self, job: PendingJob) -> tuple | None:
+        """Its demand, hashable: one per shape (None for a job without one, whose demand is not worth keeping)."""
+        if job.shape is None:
+            return None
+        key = self.demands.get(job.shape)
+        if key is None:
+            key = self.demands[job.shape] = tuple(sorted(job.spec.requests.items()))
+        return key
 
     def _may_preempt_beyond_queue(self, job: PendingJob) -> bool:
         """May it preempt other queues' work (`_candidates`)? Whether those may be taken depends on how much their
@@ -276,14 +290,17 @@ class _Cycle:
         queued: dict[str, list[PendingJob]] = {}
         waiting: dict[str, Waiting] = {}
         placements, preemptions, order = [], [], []
-        pending = list(pending)
-        self.activate(j.tenant for j in pending)
+        tenants, queueless = set(), []
         for job in pending:
+            tenants.add(job.tenant)
             if job.queue in self.snapshot.queues:
                 queued.setdefault(job.queue, []).append(job)
             else:
-                waiting[job.id] = self.decide(job).waiting
-                order.append(job.id)
+                queueless.append(job)
+        self.activate(tenants)
+        for job in queueless:
+            waiting[job.id] = self.decide(job).waiting
+            order.append(job.id)
         # Keys are computed with the snapshot as it is after `changes` decisions that placed, preempted or held
         # something (the others change nothing); a key computed since the last of them is still right.
         changes = 0
@@ -309,6 +326,7 @@ class _Cycle:
             if outcome.placements or outcome.preemptions or job.id in self.holds:
                 changes += 1
                 self.answers.clear()
+                self.kinds.clear()
                 self.unplaced.clear()
                 self.within_share.clear()
                 self._holding_changed(job, outcome.preemptions)
@@ -344,7 +362,7 @@ class _Cycle:
         parked, inadmissible = self.parked.jobs, self.inadmissible
         now, patience = self.snapshot.now, self.config.starvation_after_s
         holds_left = self.reserves and len(self.holds) < self.config.max_holds
-        kinds: dict[tuple, tuple[bool, int]] = {}  # (shape, priority, tenant) -> `_kind`
+        seen: dict[tuple, tuple[bool, int]] = {}  # (shape, priority, tenant) -> `_kind_against`
         job = jobs.pop()
         while True:
             if job.shape is None or job.avoided or job.id not in parked:
@@ -353,10 +371,7 @@ class _Cycle:
             else:
                 if holds_left and now - job.submitted_at >= patience and self._within_share(job.tenant):
                     return job  # it may take a hold (`_may_hold`)
-                kind = kinds.get((job.shape, job.priority, job.tenant))
-                if kind is None:
-                    kind = kinds[job.shape, job.priority, job.tenant] = self._kind(state, job, top)
-                if not kind[0]:
+                if not (seen.get((job.shape, job.priority, job.tenant)) or self._kind_against(state, job, top, seen))[0]:
                     return job
             inadmissible.add(job.id)
             if not jobs:
@@ -367,22 +382,25 @@ class _Cycle:
             if job.shape is None or job.avoided or now - job.submitted_at >= patience:
                 after = self._queue_key(state, job) > top  # not of a kind, or maybe starving: its whole key says
             else:
-                kind = kinds.get((job.shape, job.priority, job.tenant))
-                if kind is None:
-                    kind = kinds[job.shape, job.priority, job.tenant] = self._kind(state, job, top)
-                after = kind[1] > 0 or kind[1] == 0 and self._queue_key(state, job) > top
+                side = (seen.get((job.shape, job.priority, job.tenant)) or self._kind_against(state, job, top, seen))[1]
+                after = side > 0 or side == 0 and self._queue_key(state, job) > top
             if after:
                 jobs.append(job)
                 heapq.heappush(heap, (self._queue_key(state, job), state.queue.name, changes))
                 return None
 
-    def _kind(self, state: QueueState, job: PendingJob, top: tuple | None) -> tuple[bool, int]:
+    def _kind_against(self, state: QueueState, job: PendingJob, top: tuple | None, seen: dict) -> tuple[bool, int]:
         """For `_pop_past_parked`, of a job with a shape and no clusters to avoid: does a parked one of its kind that
         may not hold stay inadmissible (`_kind_stays`), and does its standing when not starving come before the
-        other queues' first key (-1), after it (1), or tie (0: its submission and id tell)?"""
-        standing = self._standing(state, job)
-        head = standing if top is None else top[:len(standing)]
-        return self._kind_stays(job), (standing > head) - (standing < head)
+        other queues' first key, `top` (-1), after it (1), or tie (0: its submission and id tell)? Kept in `seen`."""
+        key = (state.queue.name, job.shape, job.priority, job.tenant)
+        kind = self.kinds.get(key)
+        if kind is None:  # one answer per kind until the next decision that changes anything
+            kind = self.kinds[key] = (self._kind_stays(job), self._standing(state, job))
+        stays, standing = kind
+        edge = standing if top is None else top[:len(standing)]
+        seen[job.shape, job.priority, job.tenant] = answer = (stays, (standing > edge) - (standing < edge))
+        return answer
 
     # -- phase 3: one job -----------------------------------------------------------------------
     def _decide_or_recall(self, job: PendingJob) -> _Outcome:

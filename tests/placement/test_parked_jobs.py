@@ -97,6 +97,7 @@ def test_a_cycle_skipping_parked_jobs_decides_as_one_deciding_them_all(seed):
     assert decided(incremental) == decided(full)
     skipped = set(full.order) - set(incremental.order)
     assert skipped <= parked
+    assert list(incremental.order) == [j for j in full.order if j not in skipped]  # in the same turns
     assert all(incremental.waiting[j] == full.waiting[j] for j in incremental.waiting)
 
 
@@ -465,6 +466,22 @@ def test_a_preemption_gives_quota_back_to_the_victims_tenant_and_its_parked_jobs
     result = schedule(federation(running), [urgent, big], parked=Parked(first.inadmissible))
     assert [p.job_id for p in result.preemptions] == ["low"]
     assert result.order == (urgent.id, big.id) and big.id in result.waiting
+
+
+def test_a_kind_is_answered_again_after_a_decision_between_two_of_its_jobs_changes_something():
+    """Two parked jobs of one kind (40 GPUs: more than the quota queue's 16) either side of an urgent job that
+    preempts the queue's low work: the first is passed over, the second decided again, for its tenant's quota came
+    back in between (it waits, for its quota)."""
+    running = [running_job("low", "quota", "a", A_NODES[:1]), running_job("rest", "plain", "a", A_NODES[1:]),
+               running_job("full", "preempts", "b", B_NODES)]
+    early, late = (shaped(queue_name="quota", gpus=8, pods=5, tenant="t1", priority=2, submitted_at=at)
+                   for at in (1.0, 3.0))
+    first = schedule(federation(running), [early, late])
+    assert first.inadmissible == {early.id, late.id}
+    urgent = job("quota", gpus=8, tenant="t1", priority=2, submitted_at=2.0)
+    result = schedule(federation(running), [early, urgent, late], parked=Parked(first.inadmissible))
+    assert [p.job_id for p in result.preemptions] == ["low"]
+    assert result.order == (urgent.id, late.id) and late.id in result.waiting
 
 
 def test_room_back_is_looked_for_past_a_hypernode_short_of_cpus():
