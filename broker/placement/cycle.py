@@ -363,7 +363,7 @@ class _Cycle:
         now, patience = self.snapshot.now, self.config.starvation_after_s
         holds_left = self.reserves and len(self.holds) < self.config.max_holds
         seen: dict[tuple, tuple[bool, int]] = {}  # (shape, priority, tenant) -> `_kind_against`
-        job = jobs.pop()
+        job, kind = jobs.pop(), None  # kind: the job's `_kind_against`, once looked up
         while True:
             if job.shape is None or job.avoided or job.id not in parked:
                 if not self._still_inadmissible(job):
@@ -371,19 +371,21 @@ class _Cycle:
             else:
                 if holds_left and now - job.submitted_at >= patience and self._within_share(job.tenant):
                     return job  # it may take a hold (`_may_hold`)
-                if not (seen.get((job.shape, job.priority, job.tenant)) or self._kind_against(state, job, top, seen))[0]:
+                kind = kind or seen.get((job.shape, job.priority, job.tenant)) or self._kind_against(
+                    state, job, top, seen)
+                if not kind[0]:
                     return job
             inadmissible.add(job.id)
             if not jobs:
                 return None
-            job = jobs.pop()
+            job, kind = jobs.pop(), None
             if top is None:
                 continue
             if job.shape is None or job.avoided or now - job.submitted_at >= patience:
                 after = self._queue_key(state, job) > top  # not of a kind, or maybe starving: its whole key says
             else:
-                side = (seen.get((job.shape, job.priority, job.tenant)) or self._kind_against(state, job, top, seen))[1]
-                after = side > 0 or side == 0 and self._queue_key(state, job) > top
+                kind = seen.get((job.shape, job.priority, job.tenant)) or self._kind_against(state, job, top, seen)
+                after = kind[1] > 0 or kind[1] == 0 and self._queue_key(state, job) > top
             if after:
                 jobs.append(job)
                 heapq.heappush(heap, (self._queue_key(state, job), state.queue.name, changes))

@@ -484,6 +484,16 @@ def test_a_kind_is_answered_again_after_a_decision_between_two_of_its_jobs_chang
     assert result.order == (urgent.id, late.id) and late.id in result.waiting
 
 
+def test_each_parked_job_of_a_lone_queue_is_answered_for_its_own_kind():
+    """One queue, no other to take turns with: a parked job too big for any cluster, then a small one; room comes
+    back on a. The big one is passed over, the small one decided again, and placed there."""
+    big = shaped(queue_name="plain", gpus=8, pods=20, tenant="t1", submitted_at=1.0)
+    small = shaped(queue_name="plain", gpus=8, tenant="t1", submitted_at=2.0)
+    running = [running_job("ends", "plain", "a", A_NODES), running_job("stays", "plain", "b", B_NODES)]
+    result = parked_then([big, small], running, ["ends"])
+    assert result.order == (small.id,) and [(p.job_id, p.cluster) for p in result.placements] == [(small.id, "a")]
+
+
 def test_room_back_is_looked_for_past_a_hypernode_short_of_cpus():
     """8 GPUs come back on leaf 0 of a, whose nodes have 2 CPUs free each; the parked job's pod asks 8 GPUs and 40
     CPUs. Leaf 0 is passed over; the spine's totals would hold it, so it is decided again (and waits)."""
