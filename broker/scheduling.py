@@ -346,7 +346,7 @@ class PendingJobs:
     clusters); coming back needs an admission first, and only a scheduler admits, inserting placements
     under its commit lock. So while the newest placement id is the one this scheduler's last commit
     left (`fence`), every pending id it knows stands for the row it read; a job that came back since is
-    one it admitted itself and forgot (`committed`). Any doubt — another scheduler placed meanwhile, a
+    one it admitted itself and forgot (`committed`), and shows in the digest of the pending ids (`_IdDigest`). Any doubt — another scheduler placed meanwhile, a
     cycle dropped or failed (`forget`), `resync_interval` seconds passed — makes the next read a full one.
     The stored reasons kept are those this scheduler wrote: only the leader writes them (lease fencing).
     """
@@ -411,10 +411,11 @@ class PendingJobs:
                     row.record, reason=waiting.message, reasons_digest=reasons_digest(waiting.clusters)))
         self.fence = outcome.fence
 
-    def _read(self, session: Session, fence: int, now: float) -> None:
+    def _read(self, session: Session, fence: int, now: float) -> list[int] | None:
         """Refresh the rows: all of them in doubt, else the new ones only (and drop those no longer pending).
         A manifest never changes after submission: those parsed already are kept through a full read.
-        Rows are read a slice at a time, so that no more than a slice's manifests and reasons are in memory at once."""
+        Rows are read a slice at a time, so that no more than a slice's manifests and reasons are in memory at once.
+        Returns the jobs whose earlier placements to read: those just read and those placed before (None: all)."""
         columns = select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason, Job.waiting_reasons,
                          QueueRow.name, TenantRow.name, Job.avoid, Job.requeue_at) \
             .join(QueueRow, QueueRow.id == Job.queue_id).join(TenantRow, TenantRow.id == Job.tenant_id)
@@ -483,28 +484,34 @@ class PendingJobs:
 
 @dataclass(slots=True)
 class _IdDigest:
-    """How many ids a set holds, their sum and the sum of their squares modulo a prime (the database's integers do
-    not overflow): two sets with one digest are the same but by a coincidence of at least two ids in and two out
-    at once, which the next full read repairs."""
+    """How many ids a set holds, and the sums of the ids, their squares and their cubes (the powers modulo a prime,
+    so that the database's integers do not overflow). Sets with one digest are the same unless at least four ids
+    went out and four came in at once, chosen to match (as 1, 5, 8, 12 and 2, 3, 10, 11 do): the next full read
+    repairs that, and meanwhile a cancelled job is only refused at the commit, a requeued one waits."""
 
     count: int = 0
     total: int = 0
     squares: int = 0
+    cubes: int = 0
 
     @staticmethod
     def of_column(column) -> tuple:
-        return func.count(column), func.coalesce(func.sum(column), 0), \
-            func.coalesce(func.sum((column % _PRIME) * (column % _PRIME) % _PRIME), 0)
+        residue = column % _PRIME
+        square = residue * residue % _PRIME
+        return (func.count(column), func.coalesce(func.sum(column), 0), func.coalesce(func.sum(square), 0),
+                func.coalesce(func.sum(square * residue % _PRIME), 0))
 
     def add(self, job_id: int, sign: int = 1) -> None:
+        residue = job_id % _PRIME
+        square = residue * residue % _PRIME
         self.count, self.total = self.count + sign, self.total + sign * job_id
-        self.squares += sign * ((job_id % _PRIME) ** 2 % _PRIME)
+        self.squares, self.cubes = self.squares + sign * square, self.cubes + sign * (square * residue % _PRIME)
 
-    def with_(self, ids: Iterable[int]) -> tuple[int, int, int]:
-        more = _IdDigest(self.count, self.total, self.squares)
+    def with_(self, ids: Iterable[int]) -> tuple[int, int, int, int]:
+        more = _IdDigest(self.count, self.total, self.squares, self.cubes)
         for job_id in ids:
             more.add(job_id)
-        return more.count, more.total, more.squares
+        return more.count, more.total, more.squares, more.cubes
 
 
 _PRIME = 1_000_003

@@ -19,9 +19,11 @@ held for others only shrink. `schedule` reports them; given back as `Parked` wit
 less, the nodes held at the end of that cycle), each keeps its turn in its queue but is decided again
 only if a change concerns it, or it may take a hold now (`_still_inadmissible`); a decision that places
 and holds nothing changes nothing, so the cycle decides as if it had decided them all. A parked job's turn
-costs a few dictionary lookups: between two changes, jobs of one shape, queue and priority share their key
-(but for submission and id, `_standing`) and their verdict, and the turns of a queue's parked jobs follow
-one another without the heap while no other queue's head comes first (`_pop_past_parked`).
+costs a dictionary lookup: between two changes, jobs of one kind (shape, queue, priority) share their verdict
+and where their key falls against the other queues' next one, jobs of one demand in a queue share their standing
+(the key but for submission and id, `_standing`) until a decision changes what their tenant holds, and the turns
+of a queue's parked jobs follow one another without the heap while no other queue's head comes first
+(`_pop_past_parked`).
 """
 
 from __future__ import annotations

@@ -200,27 +200,30 @@ def test_cycles_read_only_new_rows_until_in_doubt(db, setup, settings):
     assert scheduler.pending.full_reads == 4
 
 
-def test_two_jobs_cancelled_while_two_others_come_back_are_read_though_their_ids_add_up_alike(db, setup, settings):
-    """Between two cycles two pending jobs are cancelled and two this scheduler admitted are requeued, their ids
-    summing alike (as many pending, no id above the highest kept): the kept rows still become a full read's."""
+def test_three_jobs_cancelled_while_three_others_come_back_are_read_though_their_ids_and_squares_add_up_alike(
+        db, setup, settings):
+    """Between two cycles three pending jobs are cancelled and three this scheduler admitted are requeued, as many
+    ids, their sums and the sums of their squares alike (1, 5, 6 out and 2, 3, 7 in), none above the highest kept:
+    the kept rows still become a full read's."""
     scheduler = SchedulerService(db, settings.model_copy(update={"scheduler_resync_interval": 1e9}), now=Clock())
+    fitting = (2, 3, 7)
     with setup() as session:
         add_cluster(session, "eu-west", leaves=1)
         queue = add_queue(session)
-        jobs = [submit(session, queue, f"job-{i}", gpus=1 if i in (5, 6) else 8, pods=1 if i in (5, 6) else 64)
-                for i in range(8)]  # 5 and 6 fit, the others never do
+        jobs = [submit(session, queue, f"job-{i}", gpus=1 if i in fitting else 8, pods=1 if i in fitting else 64)
+                for i in range(9)]  # the others never fit
         session.flush()
         ids = [job.id for job in jobs]
-    assert scheduler.run_once().placements == 2
+    assert scheduler.run_once().placements == 3
     with setup() as session:
-        for job_id in (ids[4], ids[7]):
-            session.get(Job, job_id).cancel_requested_at = utcnow()
-        for job_id in (ids[5], ids[6]):  # ids[4] + ids[7] == ids[5] + ids[6]
-            session.execute(update(Placement).where(Placement.job_id == job_id).values(state="Deleted"))
-            session.get(Job, job_id).state = "Queued"
+        for i in (1, 5, 6):
+            session.get(Job, ids[i]).cancel_requested_at = utcnow()
+        for i in fitting:
+            session.execute(update(Placement).where(Placement.job_id == ids[i]).values(state="Deleted"))
+            session.get(Job, ids[i]).state = "Queued"
     assert_same_as_a_full_read(db, scheduler)
     assert scheduler.pending.full_reads == 1  # the digest told, not a resync
-    assert set(scheduler.pending.rows) == {str(i) for i in (*ids[:4], ids[5], ids[6])}
+    assert set(scheduler.pending.rows) == {str(ids[i]) for i in (0, 2, 3, 4, 7, 8)}
 
 
 def _queued(db) -> list[Job]:
