@@ -346,8 +346,9 @@ class PendingJobs:
     clusters); coming back needs an admission first, and only a scheduler admits, inserting placements
     under its commit lock. So while the newest placement id is the one this scheduler's last commit
     left (`fence`), every pending id it knows stands for the row it read; a job that came back since is
-    one it admitted itself and forgot (`committed`), and shows in the digest of the pending ids (`_IdDigest`). Any doubt — another scheduler placed meanwhile, a
-    cycle dropped or failed (`forget`), `resync_interval` seconds passed — makes the next read a full one.
+    one it admitted itself and forgot (`committed`), and shows in the digest of the pending ids (`_IdDigest`).
+    Any doubt — another scheduler placed meanwhile, a cycle dropped or failed (`forget`), `resync_interval`
+    seconds passed — makes the next read a full one.
     The stored reasons kept are those this scheduler wrote: only the leader writes them (lease fencing).
     """
 
@@ -482,6 +483,9 @@ class PendingJobs:
                 self.others.add(job_id)
 
 
+_PRIME = 1_000_003  # `_IdDigest`'s powers are taken modulo it
+
+
 @dataclass(slots=True)
 class _IdDigest:
     """How many ids a set holds, and the sums of the ids, their squares and their cubes (the powers modulo a prime,
@@ -513,8 +517,6 @@ class _IdDigest:
             more.add(job_id)
         return more.count, more.total, more.squares, more.cubes
 
-
-_PRIME = 1_000_003
 
 
 def _pending_ids(session: Session) -> set[int]:
