@@ -365,9 +365,9 @@ class _Cycle:
         now, patience = self.snapshot.now, self.config.starvation_after_s
         holds_left = self.reserves and len(self.holds) < self.config.max_holds
         seen: dict[tuple, tuple[bool, int]] = {}  # (shape, priority, tenant) -> `_kind_against`
-        job, kind = jobs.pop(), None  # kind: the job's `_kind_against`, once looked up
+        job, kind = jobs.pop(), None  # kind: the job's `_kind_against`, once looked up (it is parked, of a kind)
         while True:
-            if job.shape is None or job.avoided or job.id not in parked:
+            if kind is None and (job.shape is None or job.avoided or job.id not in parked):
                 if not self._still_inadmissible(job):
                     return job
             else:
@@ -383,8 +383,8 @@ class _Cycle:
             job, kind = jobs.pop(), None
             if top is None:
                 continue
-            if job.shape is None or job.avoided or now - job.submitted_at >= patience:
-                after = self._queue_key(state, job) > top  # not of a kind, or maybe starving: its whole key says
+            if job.shape is None or job.avoided or job.id not in parked or now - job.submitted_at >= patience:
+                after = self._queue_key(state, job) > top  # not parked, not of a kind, or maybe starving: its key says
             else:
                 kind = seen.get((job.shape, job.priority, job.tenant)) or self._kind_against(state, job, top, seen)
                 after = kind[1] > 0 or kind[1] == 0 and self._queue_key(state, job) > top
@@ -394,7 +394,7 @@ class _Cycle:
                 return None
 
     def _kind_against(self, state: QueueState, job: PendingJob, top: tuple | None, seen: dict) -> tuple[bool, int]:
-        """For `_pop_past_parked`, of a job with a shape and no clusters to avoid: does a parked one of its kind that
+        """For `_pop_past_parked`, of a parked job with a shape and no clusters to avoid: does one of its kind that
         may not hold stay inadmissible (`_kind_stays`), and does its standing when not starving come before the
         other queues' first key, `top` (-1), after it (1), or tie (0: its submission and id tell)? Kept in `seen`."""
         key = (state.queue.name, job.shape, job.priority, job.tenant)
