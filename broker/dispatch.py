@@ -279,14 +279,16 @@ def request_deletions(session: Session, now: datetime) -> Changes:
 
 # Status from the members --------------------------------------------------------------------------
 
-def record_statuses(session: Session, reports: Iterable[tuple[int, dict[str, Any], bool]], now: datetime) -> Changes:
+def record_statuses(session: Session, reports: Iterable[tuple[int, dict[str, Any], bool]], now: datetime, *,
+                    also_locking: Iterable[int] = ()) -> Changes:
     """Member JobSets of the broker as watches or a list saw them — (cluster id, object, deleted) each, in the order
-    seen — in one transaction. The jobs and placements they report on are locked first, ids ascending as every
-    batch locks them (`lock_jobs`): two batches never wait for each other in a cycle."""
+    seen — in one transaction. The jobs and placements they report on are locked first (with the jobs
+    `also_locking` names, that the transaction goes on to change), ids ascending as every batch locks them
+    (`lock_jobs`): two batches never wait for each other in a cycle."""
     reports = list(reports)
     placement_ids = sorted({i for i in (_placement_id(obj) for _, obj, _ in reports) if i is not None})
-    lock_jobs(session, [job_id for chunk in in_chunks(placement_ids) for job_id in session.scalars(
-        select(Placement.job_id).where(Placement.id.in_(chunk)))])
+    lock_jobs(session, [*also_locking, *(job_id for chunk in in_chunks(placement_ids) for job_id in session.scalars(
+        select(Placement.job_id).where(Placement.id.in_(chunk))))])
     changes = Changes()
     for cluster_id, obj, deleted in reports:
         changes.add(record_status(session, cluster_id, obj, now, deleted=deleted))
@@ -341,15 +343,20 @@ def record_status(session: Session, cluster_id: int, jobset: dict[str, Any], now
     return _follow_status(session, job, placement, status, now)
 
 
-def record_missing(session: Session, cluster_id: int, present: set[str], listed_version: str,
-                   now: datetime) -> Changes:
-    """After a list: copies on the member that the list does not show (and that were there before it) are gone."""
-    changes = Changes()
-    for placement_id, job_id, uid, status in session.execute(
-            select(Placement.id, Placement.job_id, Placement.member_uid, Placement.status)
-            .where(Placement.cluster_id == cluster_id, Placement.state.in_(ON_MEMBER_STATES))).all():
-        if uid in present or newer(status, {"resourceVersion": listed_version}):
-            continue
+def record_list(session: Session, cluster_id: int, items: list[dict[str, Any]], listed_version: str,
+                now: datetime) -> Changes:
+    """A list of the broker's copies on a member: what each one shows (`record_statuses`), and the copies gone
+    since — those it does not show that were there before it. The jobs of both are locked together, ids ascending:
+    the gone ones' locked after the shown ones' could wait, holding those, for a batch that holds a gone one and
+    waits for a shown one (PostgreSQL would abort one of the two)."""
+    present = {obj["metadata"]["uid"] for obj in items}
+    gone = [(placement_id, job_id, uid) for placement_id, job_id, uid, status in session.execute(
+        select(Placement.id, Placement.job_id, Placement.member_uid, Placement.status)
+        .where(Placement.cluster_id == cluster_id, Placement.state.in_(ON_MEMBER_STATES))).all()
+        if uid not in present and not newer(status, {"resourceVersion": listed_version})]
+    changes = record_statuses(session, ((cluster_id, obj, False) for obj in items), now,
+                              also_locking=[job_id for _, job_id, _ in gone])
+    for placement_id, job_id, uid in gone:
         job = _lock_job(session, job_id)
         placement = _lock_placement(session, placement_id)
         if placement.state in ON_MEMBER_STATES and placement.member_uid == uid:

@@ -26,7 +26,7 @@ from sqlalchemy import select
 from broker.db.fencing import Fenced
 from broker.db.models import Cluster, utcnow
 from broker.db.runtime import Database, WriteSlices
-from broker.dispatch import Changes, record_missing, record_statuses
+from broker.dispatch import Changes, record_list, record_statuses
 from broker.metrics import MEMBER_ERRORS, STATUS_LAG_SECONDS
 from broker.services.loop import LoopService, WatchThread, in_lane
 from broker.services.members import UNAVAILABLE_STATES, MemberClients, backoff
@@ -50,9 +50,7 @@ def record_listed(database: Database, cluster_id: int, items: list[dict], versio
     """A list of the broker's copies on a member (the status loop's, or a pull member's agent's): each one's
     status, and the copies gone since (those the list at `version` no longer shows)."""
     with database.write() as session:
-        changes = record_statuses(session, ((cluster_id, obj, False) for obj in items), now)
-        changes.add(record_missing(session, cluster_id, {o["metadata"]["uid"] for o in items}, version, now))
-    return changes
+        return record_list(session, cluster_id, items, version, now)
 
 
 class StatusService(LoopService):

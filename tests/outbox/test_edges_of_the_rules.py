@@ -10,7 +10,7 @@ from sqlalchemy import event, select, update
 
 from broker.db.models import Cluster, Event, Job, Placement
 from broker.dispatch import (Work, cancellations_or_fail_over_due, due_work, fail_over, finish_delete, lock_jobs,
-                             overdue_startups, record_missing, record_status, start_apply)
+                             overdue_startups, record_list, record_status, start_apply)
 from tests.outbox.conftest import NOW, ago, manifest, on_member, seen
 
 SPLIT = manifest("shard-a", "shard-b")
@@ -108,7 +108,8 @@ def test_a_list_reports_every_missing_copy_whatever_it_shows_before_them(outbox)
     shown = outbox.job({"state": "Running", "member_uid": "uid-1", "status": seen(ready=1)}, state="Running")
     gone = outbox.job({"state": "Running", "member_uid": "uid-2", "status": seen(uid="uid-2", ready=1)},
                       state="Running")
-    assert outbox.write(record_missing, outbox.cluster_id("eu-west"), {"uid-1"}, "20", NOW).dispatch
+    listed = [on_member(outbox.placements(shown)[0].id, uid="uid-1", version=10, ready=1)]
+    assert outbox.write(record_list, outbox.cluster_id("eu-west"), listed, "20", NOW).dispatch
     assert [p.state for p in outbox.placements(gone)] == ["Applying"]
     assert [p.state for p in outbox.placements(shown)] == ["Running"]
 
@@ -118,7 +119,7 @@ def test_a_list_locks_no_row_of_a_copy_that_is_not_on_the_member(outbox):
     outbox.job({"state": "Succeeded", "member_uid": "uid-1", "status": seen(terminal="Completed")}, state="Succeeded")
     outbox.job({"state": "Decided"}, state="Admitted")
     with outbox.db.write() as session, _reads(session) as reads:
-        assert not record_missing(session, outbox.cluster_id("eu-west"), set(), "20", NOW).dispatch
+        assert not record_list(session, outbox.cluster_id("eu-west"), [], "20", NOW).dispatch
     assert len(reads) == 1  # the list of the member's copies itself
 
 

@@ -1,4 +1,4 @@
-"""record_status and record_missing: what a member's watch or list says of the broker's copies, and what the
+"""record_status and record_list: what a member's watch or list says of the broker's copies, and what the
 placement and its job make of it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 import pytest
 from sqlalchemy import text
 
-from broker.dispatch import lock_jobs, record_missing, record_status, record_statuses
+from broker.dispatch import lock_jobs, record_list, record_status, record_statuses
 from tests.outbox.conftest import NOW, ago, manifest, on_member, seen
 
 SPLIT = manifest("shard-a", "shard-b", failure_policy={"maxRestarts": 2})
@@ -202,7 +202,8 @@ def test_a_list_that_no_longer_shows_a_copy_it_should_have_shown_reports_it_dele
     too_new = outbox.job({"state": "Starting", "member_uid": "uid-3", "status": seen(uid="uid-3", version=30)})
     elsewhere = outbox.job({"state": "Running", "member_uid": "uid-4", "cluster": "us-east",
                             "status": seen(uid="uid-4", version=10)}, state="Running")
-    changes = outbox.write(record_missing, outbox.cluster_id("eu-west"), {"uid-2"}, "20", NOW)
+    listed = [on_member(outbox.placements(shown)[0].id, uid="uid-2", version=10)]
+    changes = outbox.write(record_list, outbox.cluster_id("eu-west"), listed, "20", NOW)
     assert changes.dispatch
     assert [p.state for p in outbox.placements(job)] == ["Applying"]
     assert outbox.events(job)[0][1] == "JobSet research/train was deleted on eu-west by someone else; applying it again"
@@ -213,7 +214,7 @@ def test_a_list_that_no_longer_shows_a_copy_it_should_have_shown_reports_it_dele
 def test_a_copy_missing_from_a_list_after_its_job_ended_is_deleted_then(outbox):
     job = outbox.job({"state": "Running", "member_uid": "uid-1", "status": seen(ready=1)}, state="Running",
                      cancel_requested_at=NOW)
-    outbox.write(record_missing, outbox.cluster_id("eu-west"), set(), "20", NOW)
+    outbox.write(record_list, outbox.cluster_id("eu-west"), [], "20", NOW)
     [placement] = outbox.placements(job)
     assert (placement.state, placement.finished_at) == ("Deleted", NOW)
     assert (outbox.read_job(job).state, outbox.read_job(job).finished_at) == ("Cancelled", NOW)
@@ -245,6 +246,32 @@ def test_a_batch_of_statuses_locks_its_jobs_in_the_order_every_batch_does(outbox
     recorder.join(30)
     assert len(done) == 1
     assert [outbox.placements(job)[0].state for job in (first, second)] == ["Running", "Running"]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_list_locks_the_jobs_of_the_copies_it_misses_with_those_it_shows(outbox):
+    """A list that shows the second job's copy and misses the first's, against a transaction locking the first, then
+    the second: had the list locked the copy it shows before the one it misses, each would hold what the other
+    waits for. It locks both first, ids ascending: it waits for the other transaction to end, then records both."""
+    first = outbox.job({"state": "Running", "member_uid": "uid-1", "status": seen(ready=1)}, state="Running")
+    second = outbox.job({"state": "Starting", "member_uid": "uid-2", "status": seen(uid="uid-2")}, state="Starting")
+    listed = [on_member(outbox.placements(second)[0].id, uid="uid-2", ready=1)]
+    done: list = []
+    lister = threading.Thread(target=lambda: done.append(
+        outbox.write(record_list, outbox.cluster_id("eu-west"), listed, "20", NOW)))
+    with outbox.db.write() as session:
+        session.execute(text("SET LOCAL lock_timeout = '10s'"))
+        lock_jobs(session, [first])
+        lister.start()
+        deadline = time.monotonic() + 10
+        while not _waiting_for_a_lock(outbox.db.engine):
+            assert time.monotonic() < deadline, "the list never waited for the first job"
+            time.sleep(0.01)
+        lock_jobs(session, [second])  # the list holds no lock on it yet
+    lister.join(30)
+    assert len(done) == 1 and done[0].dispatch
+    assert [outbox.placements(job)[0].state for job in (first, second)] == ["Applying", "Running"]
 
 
 def _waiting_for_a_lock(engine) -> bool:

@@ -1,6 +1,6 @@
 """A copy deleted on its member by someone else, as a status watch reports it (a DELETED event, broker/dispatch.py
 `record_status(deleted=True)`): the stepped federation lists instead of watching, so its tests see such a deletion
-through the list (`record_missing`); here the event is handed to the status loop as its watch would."""
+through the list (`record_list`); here the event is handed to the status loop as its watch would."""
 
 from __future__ import annotations
 
