@@ -52,7 +52,7 @@ HEADERS = {"Authorization": f"Bearer {TENANT_TOKEN}"}  # tenants submit; admins 
 
 def jobset(name: str) -> dict:
     container = {"name": "trainer", "image": "ghcr.io/example/trainer:1",
-                 "resources": {"requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"}}}
+                 "resources": {"requests": {"cpu": "8", "memory": "64Gi"}, "limits": {"nvidia.com/gpu": "8"}}}
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
             "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "training"}},
             "spec": {"replicatedJobs": [{"name": "workers", "replicas": 4, "template": {"spec": {

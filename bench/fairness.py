@@ -56,7 +56,8 @@ def clusters() -> list[Cluster]:
 
 
 def spec(pods: int) -> JobSpec:
-    container = {"name": "c", "image": "x", "resources": {"requests": {"cpu": "4", "memory": "16Gi", GPU: "8"}}}
+    container = {"name": "c", "image": "x", "resources": {"requests": {"cpu": "4", "memory": "16Gi"},
+                                                             "limits": {GPU: "8"}}}
     return parse_jobset({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": f"j{pods}"},
                          "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": {
                              "parallelism": pods, "template": {"spec": {"containers": [container]}}}}}]}})

@@ -90,8 +90,8 @@ def manifest(name: str, rnd: random.Random) -> dict:
         gpus = rnd.choice([1, 2, 4, 8, 8])
         return {"name": part_name, "replicas": rnd.choice([1, 1, 2]), "template": {"spec": {
             "parallelism": rnd.choice([1, 2, 4, 4, 8]), "template": {"spec": {"containers": [{
-                "name": "main", "image": "x", "resources": {"requests": {
-                    "cpu": str(4 * gpus), "memory": f"{32 * gpus}Gi", GPU: str(gpus)}}}]}}}}}
+                "name": "main", "image": "x", "resources": {
+                    "requests": {"cpu": str(4 * gpus), "memory": f"{32 * gpus}Gi"}, "limits": {GPU: str(gpus)}}}]}}}}}
 
     kind = rnd.random()
     annotations = {}
@@ -284,7 +284,7 @@ def gang_decision(hypernodes: int, seed: int) -> float:
                              "metadata": {"name": "gang", "annotations": gang_annotations},
                              "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {
                                  "parallelism": pods, "template": {"spec": {"containers": [{
-                                     "name": "m", "image": "x", "resources": {"requests": {GPU: "8"}}}]}}}}}]}})
+                                     "name": "m", "image": "x", "resources": {"limits": {GPU: "8"}}}]}}}}}]}})
         job = PendingJob(f"gang-{pods}", "tenant-0", "q-0-0", 0, 0.0, spec)
         started = time.perf_counter()
         result = schedule(s, [job])

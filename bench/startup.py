@@ -56,7 +56,7 @@ def jobset(name: str, pods: int, gpus: int, minutes: int) -> dict:
             "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": {
                 "parallelism": pods, "completions": pods, "backoffLimit": 0, "template": {"spec": {
                     "restartPolicy": "Never", "containers": [{"name": "main", "image": "trainer", "resources": {
-                        "requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)}}}]}}}}}]}}
+                        "requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": str(gpus)}}}]}}}}}]}}
 
 
 class Federation(Stepper):

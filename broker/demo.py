@@ -54,7 +54,8 @@ OVERRIDES = [
 
 def _container(name: str, cpu: str, memory: str, gpus: int) -> dict:
     requests = {"cpu": cpu, "memory": memory, **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
-    return {"name": name, "image": f"ghcr.io/example/{name}:1", "resources": {"requests": requests}}
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}  # a device is never overcommitted: its limit is needed
+    return {"name": name, "image": f"ghcr.io/example/{name}:1", "resources": {"requests": requests, "limits": limits}}
 
 
 def _rjob(name: str, replicas: int, parallelism: int, container: dict) -> dict:

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from clusters.labels import (NodeSelectorTerm, Selector, TermError, check_annotations, check_labels,
                              node_selector_term, parse_selector)
-from clusters.pods import PodSpecError, as_list, as_mapping, effective_requests
+from clusters.pods import PodSpecError, as_list, as_mapping, check_resource_requirements, effective_requests
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND = "JobSet"
@@ -200,11 +200,14 @@ def _container_names(pod_spec: Mapping, path: str) -> None:
 
 
 def effective_pod_requests(pod_spec: Mapping, path: str = "spec") -> dict[str, int]:
-    """What the kube-scheduler reserves for one pod, per resource, in milli-units (clusters.pods)."""
+    """What the kube-scheduler reserves for one pod, per resource, in milli-units (clusters.pods); a pod the API
+    server would not create is refused here (`check_resource_requirements`)."""
     if not _list(pod_spec.get("containers"), f"{path}.containers"):
         raise JobSetError(f"{path}.containers", "a pod needs at least one container")
     try:
-        return effective_requests(pod_spec)
+        requests = effective_requests(pod_spec)
+        check_resource_requirements(pod_spec)
+        return requests
     except PodSpecError as exc:
         raise JobSetError(f"{path}.{exc.path}", exc.message) from None
 

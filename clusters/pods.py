@@ -65,6 +65,59 @@ def container_requests(container: Any, path: str) -> dict[str, int]:
     return parsed
 
 
+# What a container may ask for by a name without a domain (or in kubernetes.io); hugepages-<size> besides.
+STANDARD_CONTAINER_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
+HUGEPAGES_PREFIX = "hugepages-"
+
+
+def _native(resource: str) -> bool:
+    return "/" not in resource or "kubernetes.io/" in resource
+
+
+def check_resource_requirements(pod_spec: Mapping) -> None:
+    """The API server's rules for its containers' requests and limits (`validateResourceRequirements`): a pod that
+    breaks one is never created, so a JobSet of such pods would hold its nodes on a member and never start. Raises
+    PodSpecError naming the field. For a pod spec whose quantities `effective_requests` parsed."""
+    for field_name in ("initContainers", "containers"):
+        for i, container in enumerate(as_list(pod_spec.get(field_name), field_name)):
+            resources = as_mapping(as_mapping(container, f"{field_name}[{i}]").get("resources"),
+                                   f"{field_name}[{i}].resources")
+            _check_container_resources(resources, f"{field_name}[{i}].resources")
+
+
+def _check_container_resources(resources: Mapping, path: str) -> None:
+    requests, limits = as_mapping(resources.get("requests"), path), as_mapping(resources.get("limits"), path)
+    for source, amounts in (("limits", limits), ("requests", requests)):
+        for resource, quantity in amounts.items():
+            where = f"{path}.{source}.{resource}"
+            native = _native(resource)
+            if native and resource.rpartition("/")[2] not in STANDARD_CONTAINER_RESOURCES \
+                    and not resource.rpartition("/")[2].startswith(HUGEPAGES_PREFIX):
+                raise PodSpecError(where, f"{resource!r} is not a resource a container may ask for: use cpu, memory, "
+                                          f"ephemeral-storage, hugepages-<size>, or a device plugin's resource with "
+                                          f"its domain (e.g. nvidia.com/gpu)")
+            if not native and to_milli(quantity) % 1000:
+                raise PodSpecError(where, f"{quantity!r} is not a whole number: {resource} is counted in whole devices")
+    for resource, quantity in requests.items():
+        overcommitted = _native(resource) and not resource.startswith(HUGEPAGES_PREFIX)
+        if resource not in limits:
+            if not overcommitted:
+                raise PodSpecError(f"{path}.limits.{resource}", f"set a limit for {resource}, equal to the request: "
+                                                                f"Kubernetes never overcommits it (or set only the "
+                                                                f"limit: the request is taken from it)")
+            continue
+        request, limit = to_milli(quantity), to_milli(limits[resource])
+        if not overcommitted and request != limit:
+            raise PodSpecError(f"{path}.requests.{resource}", f"must equal the {resource} limit ({limits[resource]}):"
+                                                              f" Kubernetes never overcommits it")
+        if request > limit:
+            raise PodSpecError(f"{path}.requests.{resource}", f"must not exceed the {resource} limit "
+                                                              f"({limits[resource]})")
+    names = requests.keys() | limits.keys()
+    if any(r.startswith(HUGEPAGES_PREFIX) for r in names) and not names & {"cpu", "memory"}:
+        raise PodSpecError(path, "hugepages need a cpu or memory request or limit beside them")
+
+
 def effective_requests(pod_spec: Mapping) -> dict[str, int]:
     """Per resource, in milli-units: max(app containers + sidecars, the largest init container + the
     sidecars started before it) + the pod overhead. Raises PodSpecError naming the bad field."""

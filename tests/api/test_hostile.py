@@ -129,11 +129,18 @@ QUANTITIES = {
     "negative overhead": (f"{POD}.overhead", {"nvidia.com/gpu": "-8"},
                           "spec.replicatedJobs[0].template.spec.template.spec.overhead.nvidia.com/gpu",
                           "must not be negative"),
+    "a device asked for without a limit": (f"{POD}.containers.0.resources", {"requests": {"nvidia.com/gpu": "8"}},
+                                           "spec.replicatedJobs[0].template.spec.template.spec.containers[0].resources"
+                                           ".limits.nvidia.com/gpu", "set a limit for nvidia.com/gpu"),
+    "half a device": (f"{POD}.containers.0.resources", {"limits": {"nvidia.com/gpu": "0.5"}},
+                      "spec.replicatedJobs[0].template.spec.template.spec.containers[0].resources.limits.nvidia.com/gpu",
+                      "'0.5' is not a whole number"),
 }
 
 
 @pytest.mark.parametrize("case", QUANTITIES)
-def test_a_quantity_out_of_range_or_negative_is_a_422_naming_it(admin, hostile, case):
+def test_a_quantity_out_of_range_or_negative_or_one_kubernetes_refuses_is_a_422_naming_it(admin, hostile, case):
+    """(A device without a limit, or a part of one: the member's API server would create none of its pods.)"""
     path, value, field, says = QUANTITIES[case]
     refused(post(hostile, with_change(jobset("q"), path, value)), 422, field, says)
     assert jobs_stored(admin) == []

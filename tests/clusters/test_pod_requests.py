@@ -7,7 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from clusters.pods import PodSpecError, as_list, as_mapping, container_requests, effective_requests, why_not_ready
+from clusters.pods import (PodSpecError, as_list, as_mapping, check_resource_requirements, container_requests,
+                          effective_requests, why_not_ready)
 from clusters.quantity import add_into, format_quantity, parse_quantity, to_milli
 
 
@@ -158,6 +159,72 @@ def test_a_wrong_pod_spec_names_the_field(pod, path, message):
     with pytest.raises(PodSpecError) as raised:
         effective_requests(pod)
     assert (raised.value.path, raised.value.message) == (path, message)
+
+
+def _resources(requests: dict | None = None, limits: dict | None = None) -> dict:
+    """A pod of one container with these requests and limits."""
+    return {"containers": [{"name": "c", "resources": {"requests": requests or {}, "limits": limits or {}}}]}
+
+
+# Kubernetes' validateResourceRequirements: what the API server refuses in a pod's resources
+REFUSED_RESOURCES = {
+    "a device asked for without a limit": (
+        _resources({"nvidia.com/gpu": "8"}), "containers[0].resources.limits.nvidia.com/gpu",
+        "set a limit for nvidia.com/gpu, equal to the request: Kubernetes never overcommits it (or set only the limit: "
+        "the request is taken from it)"),
+    "a device's request below its limit": (
+        _resources({"nvidia.com/gpu": "4"}, {"nvidia.com/gpu": "8"}), "containers[0].resources.requests.nvidia.com/gpu",
+        "must equal the nvidia.com/gpu limit (8): Kubernetes never overcommits it"),
+    "a part of a device": (
+        _resources(limits={"nvidia.com/gpu": "500m"}), "containers[0].resources.limits.nvidia.com/gpu",
+        "'500m' is not a whole number: nvidia.com/gpu is counted in whole devices"),
+    "hugepages asked for without a limit": (
+        _resources({"hugepages-2Mi": "1Gi", "memory": "1Gi"}), "containers[0].resources.limits.hugepages-2Mi",
+        "set a limit for hugepages-2Mi, equal to the request: Kubernetes never overcommits it (or set only the limit: "
+        "the request is taken from it)"),
+    "hugepages alone": (
+        _resources(limits={"hugepages-2Mi": "1Gi"}), "containers[0].resources",
+        "hugepages need a cpu or memory request or limit beside them"),
+    "a request above its limit": (
+        _resources({"cpu": "4"}, {"cpu": "2"}), "containers[0].resources.requests.cpu",
+        "must not exceed the cpu limit (2)"),
+    "a name without a domain that is no standard resource": (
+        _resources({"gpu": "1"}), "containers[0].resources.requests.gpu",
+        "'gpu' is not a resource a container may ask for: use cpu, memory, ephemeral-storage, hugepages-<size>, or a "
+        "device plugin's resource with its domain (e.g. nvidia.com/gpu)"),
+    "a kubernetes.io name that is no standard resource": (
+        _resources(limits={"kubernetes.io/gpu": "1"}), "containers[0].resources.limits.kubernetes.io/gpu",
+        "'kubernetes.io/gpu' is not a resource a container may ask for: use cpu, memory, ephemeral-storage, "
+        "hugepages-<size>, or a device plugin's resource with its domain (e.g. nvidia.com/gpu)"),
+    "the pod slot": (
+        _resources({"pods": "1"}), "containers[0].resources.requests.pods",
+        "'pods' is not a resource a container may ask for: use cpu, memory, ephemeral-storage, hugepages-<size>, or a "
+        "device plugin's resource with its domain (e.g. nvidia.com/gpu)"),
+    "in an init container": (
+        {"initContainers": [{"name": "i", "resources": {"requests": {"example.com/fpga": "1"}}}],
+         "containers": [{"name": "c"}]}, "initContainers[0].resources.limits.example.com/fpga",
+        "set a limit for example.com/fpga, equal to the request: Kubernetes never overcommits it (or set only the "
+        "limit: the request is taken from it)"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED_RESOURCES)
+def test_resources_the_api_server_refuses_are_refused_naming_the_field(case):
+    pod, path, message = REFUSED_RESOURCES[case]
+    with pytest.raises(PodSpecError) as raised:
+        check_resource_requirements(pod)
+    assert (raised.value.path, raised.value.message) == (path, message)
+
+
+@pytest.mark.parametrize("pod", [
+    _resources(limits={"nvidia.com/gpu": "8"}),  # the request is taken from the limit
+    _resources({"nvidia.com/gpu": "8", "cpu": "1"}, {"nvidia.com/gpu": "8000m", "cpu": "2"}),  # equal, and below
+    _resources({"cpu": "500m", "memory": "1Gi", "ephemeral-storage": "1Gi"}),  # no limit: overcommitted at will
+    _resources({"memory": "1Gi", "hugepages-1Gi": "2Gi"}, {"hugepages-1Gi": "2Gi"}),
+    _resources(limits={"kubernetes.io/cpu": "1"}) | {"initContainers": [{"name": "i"}]},
+])
+def test_resources_the_api_server_takes_are_taken(pod):
+    check_resource_requirements(pod)
 
 
 def _pod(phase: str | None = "Pending", ready: str | None = None, scheduled: dict | None = None,

@@ -61,11 +61,9 @@ def manifest(name: str = "job", parts=(("workers", 1, 1, 8),), annotations=None,
     """A JobSet manifest; each part is (name, replicas, parallelism, gpus per pod)."""
     replicated = []
     for part_name, replicas, parallelism, gpus in parts:
-        requests = {"cpu": str(cpu), "memory": "1Gi"}
-        if gpus:
-            requests[GPU] = str(gpus)
+        resources = {"requests": {"cpu": str(cpu), "memory": "1Gi"}, "limits": {GPU: str(gpus)} if gpus else {}}
         template = {"spec": {"parallelism": parallelism, "template": {"spec": {
-            "containers": [{"name": "c", "image": "x", "resources": {"requests": requests}}],
+            "containers": [{"name": "c", "image": "x", "resources": resources}],
             "tolerations": list(tolerations)}}}}
         replicated.append({"name": part_name, "replicas": replicas, "template": template})
     meta_annotations = dict(annotations or {})
