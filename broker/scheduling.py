@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from operator import itemgetter
 from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -635,7 +636,8 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     """Write one cycle's decisions in a fresh `Database.write()` session, which commits them.
 
     1. Take the commit lock; drop everything if another scheduler placed anything since the read.
-    2. Admit each placed job with a conditional UPDATE; only admitted jobs get placements.
+    2. Lock the jobs it admits and preempts, ids ascending (`_lock_jobs`); admit each placed job with a
+       conditional UPDATE; only admitted jobs get placements.
     3. Insert their placements (state Decided, next generation per job and part).
     4. Mark the live placements their admission preempts Deleting.
     5. One event per admitted job and per preempted job.
@@ -653,6 +655,7 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     by_job: dict[str, list[Placement]] = {}
     for placement in result.placements:
         by_job.setdefault(placement.job_id, []).append(placement)
+    _lock_jobs(session, [*by_job, *(p.job_id for p in result.preemptions)])
     admitted = _admit(session, [int(j) for j in by_job], now)
     outcome.admitted = sorted(admitted)
     outcome.dropped = sorted(int(j) for j in by_job if int(j) not in admitted)
@@ -728,13 +731,14 @@ def changed_reasons(inventory: Inventory, result: CycleResult) -> list[Waiting]:
 def write_reasons(session: Session, inventory: Inventory, changed: Sequence[Waiting]) -> None:
     """Store these jobs' reasons (those still Queued), with a Waiting event for each whose summary changed.
     After the decisions' commit, in slices of `REASONS_PER_TRANSACTION`: a reason is what one cycle saw, and the
-    next one writes it again if it was lost."""
+    next one writes it again if it was lost. Rows ids ascending, the order every batch locks jobs in: in the cycle's
+    order of decisions, a slice and a batch that lock two of them could each hold what the other waits for."""
     now = datetime.now(timezone.utc)
     jobs = Job.__table__
     session.execute(update(jobs).where(jobs.c.id == bindparam("job_id"), jobs.c.state == "Queued")
                     .values(reason=bindparam("new_reason"), waiting_reasons=bindparam("new_reasons")),
-                    [{"job_id": int(w.job_id), "new_reason": w.message, "new_reasons": dict(w.clusters)}
-                     for w in changed])
+                    sorted(({"job_id": int(w.job_id), "new_reason": w.message, "new_reasons": dict(w.clusters)}
+                            for w in changed), key=itemgetter("job_id")))
     events = [_event(w.job_id, "Waiting", w.message, inventory.records[w.job_id].tenant_id, now)
               for w in changed if w.message != inventory.records[w.job_id].reason]
     if events:
@@ -759,6 +763,17 @@ def _fail_on_preemption(session: Session, preempted: Mapping[str, str], inventor
                         .execution_options(synchronize_session=False))
         events.append(_event(job_id, "Failed", reason, inventory.tenant_ids.get(job_id), now, warning=True))
     return events
+
+
+def _lock_jobs(session: Session, job_ids: Iterable[str]) -> None:
+    """Lock the jobs the commit changes (those it admits, those it preempts) before any of their rows, ids ascending,
+    as every batch locks them (`broker.dispatch.lock_jobs`): a commit that took the preemptor's row, then the
+    victim's placements, could wait for a batch that holds the victim and waits for the preemptor, and PostgreSQL
+    would abort one of the two. (SQLite locks the whole database: no statement.)"""
+    if session.get_bind().dialect.name != "postgresql":
+        return
+    for chunk in in_chunks(sorted({int(j) for j in job_ids})):
+        session.execute(select(Job.id).where(Job.id.in_(chunk)).order_by(Job.id).with_for_update())
 
 
 def _admit(session: Session, job_ids: Sequence[int], now: datetime) -> set[int]:

@@ -3,14 +3,10 @@ placement and its job make of it."""
 
 from __future__ import annotations
 
-import threading
-import time
-from typing import Any, Callable
-
 import pytest
-from sqlalchemy import text
 
-from broker.dispatch import lock_jobs, record_list, record_status, record_statuses
+from broker.dispatch import record_list, record_status, record_statuses
+from tests.locks import against_a_transaction_locking
 from tests.outbox.conftest import NOW, ago, manifest, on_member, seen
 
 SPLIT = manifest("shard-a", "shard-b", failure_policy={"maxRestarts": 2})
@@ -233,7 +229,7 @@ def test_a_batch_of_statuses_locks_its_jobs_in_the_order_every_batch_does(outbox
     a, b = (outbox.placements(job)[0].id for job in (first, second))
     eu_west = outbox.cluster_id("eu-west")
     batch = [(eu_west, on_member(b, ready=1), False), (eu_west, on_member(a, ready=1), False)]
-    assert _against_a_transaction_locking(outbox, first, second, lambda: outbox.write(record_statuses, batch, NOW))
+    assert against_a_transaction_locking(outbox.db, first, second, lambda: outbox.write(record_statuses, batch, NOW))
     assert [outbox.placements(job)[0].state for job in (first, second)] == ["Running", "Running"]
 
 
@@ -246,34 +242,7 @@ def test_a_list_locks_the_jobs_of_the_copies_it_misses_with_those_it_shows(outbo
     first = outbox.job({"state": "Running", "member_uid": "uid-1", "status": seen(ready=1)}, state="Running")
     second = outbox.job({"state": "Starting", "member_uid": "uid-2", "status": seen(uid="uid-2")}, state="Starting")
     listed = [on_member(outbox.placements(second)[0].id, uid="uid-2", ready=1)]
-    assert _against_a_transaction_locking(
-        outbox, first, second, lambda: outbox.write(record_list, outbox.cluster_id("eu-west"), listed, "20", NOW)).dispatch
+    eu_west = outbox.cluster_id("eu-west")
+    assert against_a_transaction_locking(outbox.db, first, second,
+                                         lambda: outbox.write(record_list, eu_west, listed, "20", NOW)).dispatch
     assert [outbox.placements(job)[0].state for job in (first, second)] == ["Applying", "Running"]
-
-
-def _against_a_transaction_locking(outbox, first: int, second: int, write: Callable[[], Any]) -> Any:
-    """What `write` returns, run in a thread while a transaction that holds the first job waits until it waits for a
-    lock, then locks the second (the write must hold no lock on it yet) and commits. Fails if PostgreSQL aborted
-    either for a deadlock."""
-    done: list = []
-    writer = threading.Thread(target=lambda: done.append(write()))
-    with outbox.db.write() as session:
-        session.execute(text("SET LOCAL lock_timeout = '10s'"))
-        lock_jobs(session, [first])
-        writer.start()
-        deadline = time.monotonic() + 10
-        while not _waiting_for_a_lock(outbox.db.engine):
-            assert time.monotonic() < deadline, "the write never waited for the first job"
-            time.sleep(0.01)
-        lock_jobs(session, [second])
-    writer.join(30)
-    assert len(done) == 1, "the write did not end: aborted, or still waiting"
-    return done[0]
-
-
-def _waiting_for_a_lock(engine) -> bool:
-    """Does a session of this database wait for a row lock? (A connection of its own: pg_stat_activity is read
-    once per transaction.)"""
-    with engine.connect() as connection:
-        return bool(connection.scalar(text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                                           "AND datname = current_database()")))

@@ -10,6 +10,9 @@ from sqlalchemy import event, select
 from broker.db.models import Job, Node, Placement, Queue
 from broker.services import build_services
 from broker.jobset import JobSetError, parse_jobset
+from broker.placement import Waiting
+from broker.scheduling import read_inventory, write_reasons
+from tests.locks import against_a_transaction_locking
 from tests.placement.fixtures import GPU, manifest
 from tests.scheduler.conftest import EPOCH, add_cluster, add_queue, count, job_events, placements_of, submit
 
@@ -159,6 +162,47 @@ def test_a_higher_priority_job_preempts_and_the_victim_is_marked_deleting(db, se
         [preempted] = job_events(session, low.id, "Preempted")
         assert preempted.type == "Warning" and str(high.id) in preempted.message
         assert placements_of(session, high.id)[0].state == "Decided"
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_commit_locks_its_jobs_before_a_victims_placements_ids_ascending(db, setup, scheduler):
+    """A commit that admits a job and preempts an older one, against a batch that holds the victim and its placements
+    (a status event for it) and then wants the preemptor (a cancellation, say): had the commit taken the preemptor's
+    row, then the victim's placements, each would hold what the other waits for. It locks both jobs first, ids
+    ascending: it waits for the batch to end, then commits."""
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1, nodes_per_leaf=1)
+        queue = add_queue(session, preemption="LowerPriority")
+        low = submit(session, queue, "low", gpus=8, priority=100)
+    scheduler.run_once()
+    with setup() as session:
+        session.get(Job, low.id).state = "Running"
+        placements_of(session, low.id)[0].state = "Running"
+        high = submit(session, session.get(Queue, queue.id), "high", gpus=8, priority=10_000)
+    outcome = against_a_transaction_locking(db, low.id, high.id, scheduler.run_once)
+    assert outcome.admitted == [high.id] and outcome.preempted == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_slice_of_reasons_locks_its_jobs_ids_ascending(db, setup):
+    """Reasons come in the order the cycle decided the jobs; written so, the second job's row, then the first's, against
+    a batch that locks the first, then the second (cancelling both, say), each would hold what the other waits for."""
+    with setup() as session:
+        queue = add_queue(session)
+        first, second = (submit(session, queue, name) for name in ("first", "second"))
+    with db.read() as session:
+        inventory = read_inventory(session, now=EPOCH.timestamp())
+    changed = [Waiting(str(second.id), "no cluster is registered"), Waiting(str(first.id), "no cluster is registered")]
+
+    def write() -> None:
+        with db.write() as session:
+            write_reasons(session, inventory, changed)
+
+    against_a_transaction_locking(db, first.id, second.id, write)
+    with db.sessions() as session:
+        assert [session.get(Job, job.id).reason for job in (first, second)] == ["no cluster is registered"] * 2
 
 
 def test_reclaim_is_committed_with_the_preemptor_and_the_rule_in_both_jobs_events(db, setup, scheduler):

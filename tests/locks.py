@@ -1,0 +1,41 @@
+"""Two transactions that lock the same jobs on PostgreSQL: whether a write takes its row locks in the order every
+batch does (jobs ids ascending, each before its placements), so that PostgreSQL never aborts one for a deadlock."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from sqlalchemy import text
+
+from broker.db.runtime import Database
+from broker.dispatch import lock_jobs
+
+
+def against_a_transaction_locking(db: Database, first: int, second: int, write: Callable[[], Any]) -> Any:
+    """What `write` returns, run in a thread while a transaction that holds the first job (and its placements)
+    waits until it waits for a lock, then locks the second (the write must hold no lock on it yet) and commits.
+    Fails if PostgreSQL aborted either for a deadlock."""
+    done: list = []
+    writer = threading.Thread(target=lambda: done.append(write()))
+    with db.write() as session:
+        session.execute(text("SET LOCAL lock_timeout = '10s'"))
+        lock_jobs(session, [first])
+        writer.start()
+        deadline = time.monotonic() + 10
+        while not waiting_for_a_lock(db):
+            assert time.monotonic() < deadline, "the write never waited for the first job"
+            time.sleep(0.01)
+        lock_jobs(session, [second])
+    writer.join(30)
+    assert len(done) == 1, "the write did not end: aborted, or still waiting"
+    return done[0]
+
+
+def waiting_for_a_lock(db: Database) -> bool:
+    """Does a session of this database wait for a row lock? (A connection of its own: pg_stat_activity is read
+    once per transaction.)"""
+    with db.engine.connect() as connection:
+        return bool(connection.scalar(text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                           "AND datname = current_database()")))
