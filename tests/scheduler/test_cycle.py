@@ -142,7 +142,8 @@ def test_a_changed_reason_is_written_with_an_event(db, setup, scheduler):
         assert len(job_events(session, job.id, "Waiting")) == 1  # the summary line did not change
 
 
-def test_a_higher_priority_job_preempts_and_the_victim_is_marked_deleting(db, setup, scheduler):
+def _running_low_and_pending_high(setup, scheduler) -> tuple[Job, Job]:
+    """A job of low priority running on a cluster it fills, and one of high priority in its `LowerPriority` queue."""
     with setup() as session:
         add_cluster(session, "eu-west", leaves=1, nodes_per_leaf=1)
         queue = add_queue(session, preemption="LowerPriority")
@@ -152,6 +153,11 @@ def test_a_higher_priority_job_preempts_and_the_victim_is_marked_deleting(db, se
         session.get(Job, low.id).state = "Running"
         placements_of(session, low.id)[0].state = "Running"
         high = submit(session, session.get(Queue, queue.id), "high", gpus=8, priority=10_000)
+    return low, high
+
+
+def test_a_higher_priority_job_preempts_and_the_victim_is_marked_deleting(db, setup, scheduler):
+    low, high = _running_low_and_pending_high(setup, scheduler)
     outcome = scheduler.run_once()
     assert outcome.admitted == [high.id] and outcome.preempted == 1
     with db.sessions() as session:
@@ -171,15 +177,7 @@ def test_a_commit_locks_its_jobs_before_a_victims_placements_ids_ascending(db, s
     (a status event for it) and then wants the preemptor (a cancellation, say): had the commit taken the preemptor's
     row, then the victim's placements, each would hold what the other waits for. It locks both jobs first, ids
     ascending: it waits for the batch to end, then commits."""
-    with setup() as session:
-        add_cluster(session, "eu-west", leaves=1, nodes_per_leaf=1)
-        queue = add_queue(session, preemption="LowerPriority")
-        low = submit(session, queue, "low", gpus=8, priority=100)
-    scheduler.run_once()
-    with setup() as session:
-        session.get(Job, low.id).state = "Running"
-        placements_of(session, low.id)[0].state = "Running"
-        high = submit(session, session.get(Queue, queue.id), "high", gpus=8, priority=10_000)
+    low, high = _running_low_and_pending_high(setup, scheduler)
     outcome = against_a_transaction_locking(db, low.id, high.id, scheduler.run_once)
     assert outcome.admitted == [high.id] and outcome.preempted == 1
 
