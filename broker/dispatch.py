@@ -155,6 +155,17 @@ def lock_jobs(session: Session, job_ids: Iterable[int]) -> None:
     session.info[LOCKED] = locked
 
 
+def lock_job_rows(session: Session, job_ids: Iterable[int]) -> None:
+    """Lock these jobs' rows (not their placements), ids ascending, before a write that changes their placements
+    without reading them first: such a write that took a placement first could wait for a transaction that holds
+    its job and waits for a row the write holds, and PostgreSQL would abort one of the two. (SQLite locks the
+    whole database: no statement.)"""
+    if session.get_bind().dialect.name != "postgresql":
+        return
+    for chunk in in_chunks(sorted(set(job_ids))):
+        session.execute(select(Job.id).where(Job.id.in_(chunk)).order_by(Job.id).with_for_update())
+
+
 @dataclass
 class _Locked:
     jobs: dict[int, Job] = field(default_factory=dict)
@@ -178,6 +189,7 @@ def start_apply(session: Session, works: list[Work]) -> set[int]:
     """Decided → Applying (and their jobs Admitted → Dispatching); the placement ids that moved (not
     those cancelled or failed over meanwhile)."""
     moved: set[int] = set()
+    lock_job_rows(session, [w.job_id for w in works])
     ids = [w.placement_id for w in works]
     for chunk in in_chunks(ids):
         moved.update(session.scalars(update(Placement).where(Placement.id.in_(chunk), Placement.state == "Decided",

@@ -124,7 +124,11 @@ def apply_overrides(rules: Iterable[OverrideRule], cluster: str, labels: Mapping
     applying = rules_for(rules, cluster, labels)
     if not applying:
         return dict(jobset), ()
-    before = _demand(jobset)
+    try:
+        before = _demand(jobset)
+    except JobSetError as exc:  # stored by an earlier broker that took what this one refuses
+        raise OverrideError(applying[0].name, f"the JobSet it would rewrite is invalid: {exc.path}: {exc.message}"
+                            ) from None
     result = copy.deepcopy(dict(jobset))
     for rule in applying:
         images = dict(_images(result))

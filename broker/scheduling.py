@@ -34,6 +34,7 @@ from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLAC
                               Placement as PlacementRow, Queue as QueueRow, Tenant as TenantRow, as_utc)
 from broker.db.runtime import Database, WriteSlices
 from broker.db.session import in_chunks
+from broker.dispatch import lock_job_rows
 from broker.jobset import ON_PREEMPTION_ANNOTATION, JobSetError, PartSpec, parse_jobset
 from broker.placement import (DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Cluster, Config, CycleResult, DryRun, HyperNode,
                               Node, Parked, PendingJob, Placement, Queue, RunningPlacement, Snapshot, Tenant, Waiting,
@@ -636,8 +637,8 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     """Write one cycle's decisions in a fresh `Database.write()` session, which commits them.
 
     1. Take the commit lock; drop everything if another scheduler placed anything since the read.
-    2. Lock the jobs it admits and preempts, ids ascending (`_lock_jobs`); admit each placed job with a
-       conditional UPDATE; only admitted jobs get placements.
+    2. Lock the jobs it admits and preempts, ids ascending, as every batch does (`lock_job_rows`); admit each placed
+       job with a conditional UPDATE; only admitted jobs get placements.
     3. Insert their placements (state Decided, next generation per job and part).
     4. Mark the live placements their admission preempts Deleting.
     5. One event per admitted job and per preempted job.
@@ -655,7 +656,7 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     by_job: dict[str, list[Placement]] = {}
     for placement in result.placements:
         by_job.setdefault(placement.job_id, []).append(placement)
-    _lock_jobs(session, [*by_job, *(p.job_id for p in result.preemptions)])
+    lock_job_rows(session, [int(job_id) for job_id in (*by_job, *(p.job_id for p in result.preemptions))])
     admitted = _admit(session, [int(j) for j in by_job], now)
     outcome.admitted = sorted(admitted)
     outcome.dropped = sorted(int(j) for j in by_job if int(j) not in admitted)
@@ -763,17 +764,6 @@ def _fail_on_preemption(session: Session, preempted: Mapping[str, str], inventor
                         .execution_options(synchronize_session=False))
         events.append(_event(job_id, "Failed", reason, inventory.tenant_ids.get(job_id), now, warning=True))
     return events
-
-
-def _lock_jobs(session: Session, job_ids: Iterable[str]) -> None:
-    """Lock the jobs the commit changes (those it admits, those it preempts) before any of their rows, ids ascending,
-    as every batch locks them (`broker.dispatch.lock_jobs`): a commit that took the preemptor's row, then the
-    victim's placements, could wait for a batch that holds the victim and waits for the preemptor, and PostgreSQL
-    would abort one of the two. (SQLite locks the whole database: no statement.)"""
-    if session.get_bind().dialect.name != "postgresql":
-        return
-    for chunk in in_chunks(sorted({int(j) for j in job_ids})):
-        session.execute(select(Job.id).where(Job.id.in_(chunk)).order_by(Job.id).with_for_update())
 
 
 def _admit(session: Session, job_ids: Sequence[int], now: datetime) -> set[int]:

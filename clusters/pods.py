@@ -49,28 +49,33 @@ def _not_quantity(quantity: Any, error: Exception) -> str:
 
 
 def container_requests(container: Any, path: str) -> dict[str, int]:
-    """A container's requests in milli-units; as in Kubernetes, a limit without a request is the request."""
+    """A container's requests in milli-units; as in Kubernetes, a limit without a request is the request. Its limits
+    are parsed too, a limit a request shadows as well: the API server refuses a bad one either way."""
     resources = as_mapping(as_mapping(container, path).get("resources"), f"{path}.resources")
-    merged = {**as_mapping(resources.get("limits"), f"{path}.resources.limits"),
-              **as_mapping(resources.get("requests"), f"{path}.resources.requests")}
-    source = "requests" if resources.get("requests") else "limits"
+    limits, requests = (_quantities(resources.get(source), f"{path}.resources.{source}")
+                        for source in ("limits", "requests"))
+    return {**limits, **requests}
+
+
+def _quantities(amounts: Any, path: str) -> dict[str, int]:
     parsed = {}
-    for resource, quantity in merged.items():
+    for resource, quantity in as_mapping(amounts, path).items():
         try:
             parsed[resource] = to_milli(quantity)
         except (ValueError, TypeError) as exc:
-            raise PodSpecError(f"{path}.resources.{source}.{resource}", _not_quantity(quantity, exc)) from None
+            raise PodSpecError(f"{path}.{resource}", _not_quantity(quantity, exc)) from None
         if parsed[resource] < 0:
-            raise PodSpecError(f"{path}.resources.{source}.{resource}", "must not be negative")
+            raise PodSpecError(f"{path}.{resource}", "must not be negative")
     return parsed
 
 
-# What a container may ask for by a name without a domain (or in kubernetes.io); hugepages-<size> besides.
+# What a container may ask for by a name without a domain; hugepages-<size> besides.
 STANDARD_CONTAINER_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
 HUGEPAGES_PREFIX = "hugepages-"
 
 
 def _native(resource: str) -> bool:
+    """Kubernetes' own resources: those without a domain, and those in a kubernetes.io domain."""
     return "/" not in resource or "kubernetes.io/" in resource
 
 
@@ -90,14 +95,18 @@ def _check_container_resources(resources: Mapping, path: str) -> None:
     for source, amounts in (("limits", limits), ("requests", requests)):
         for resource, quantity in amounts.items():
             where = f"{path}.{source}.{resource}"
-            native = _native(resource)
-            if native and resource.rpartition("/")[2] not in STANDARD_CONTAINER_RESOURCES \
-                    and not resource.rpartition("/")[2].startswith(HUGEPAGES_PREFIX):
+            if "/" not in resource and resource not in STANDARD_CONTAINER_RESOURCES \
+                    and not resource.startswith(HUGEPAGES_PREFIX):
                 raise PodSpecError(where, f"{resource!r} is not a resource a container may ask for: use cpu, memory, "
                                           f"ephemeral-storage, hugepages-<size>, or a device plugin's resource with "
                                           f"its domain (e.g. nvidia.com/gpu)")
-            if not native and to_milli(quantity) % 1000:
-                raise PodSpecError(where, f"{quantity!r} is not a whole number: {resource} is counted in whole devices")
+            if _native(resource):
+                continue
+            if resource.startswith("requests."):
+                raise PodSpecError(where, f"{resource!r} is not an extended resource name: drop the \"requests.\" "
+                                          f"prefix (it names a quota, not a resource)")
+            if to_milli(quantity) % 1000:
+                raise PodSpecError(where, f"{quantity!r} is not a whole number: {resource} is counted in whole units")
     for resource, quantity in requests.items():
         overcommitted = _native(resource) and not resource.startswith(HUGEPAGES_PREFIX)
         if resource not in limits:

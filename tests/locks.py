@@ -10,18 +10,20 @@ from typing import Any, Callable
 from sqlalchemy import text
 
 from broker.db.runtime import Database
-from broker.dispatch import lock_jobs
+from broker.dispatch import lock_job_rows, lock_jobs
 
 
-def against_a_transaction_locking(db: Database, first: int, second: int, write: Callable[[], Any]) -> Any:
-    """What `write` returns, run in a thread while a transaction that holds the first job (and its placements)
-    waits until it waits for a lock, then locks the second (the write must hold no lock on it yet) and commits.
-    Fails if PostgreSQL aborted either for a deadlock."""
+def against_a_transaction_locking(db: Database, first: int, second: int, write: Callable[[], Any], *,
+                                  first_without_placements: bool = False) -> Any:
+    """What `write` returns, run in a thread while a transaction that holds the first job (and its placements, or
+    only its row as a scheduling commit first does) waits until it waits for a lock, then locks the second (the
+    write must hold no lock on it yet) and its placements, and commits. Fails if PostgreSQL aborted either for a
+    deadlock."""
     done: list = []
     writer = threading.Thread(target=lambda: done.append(write()))
     with db.write() as session:
         session.execute(text("SET LOCAL lock_timeout = '10s'"))
-        lock_jobs(session, [first])
+        (lock_job_rows if first_without_placements else lock_jobs)(session, [first])
         writer.start()
         deadline = time.monotonic() + 10
         while not waiting_for_a_lock(db):

@@ -78,6 +78,14 @@ def test_a_limit_without_a_request_is_the_request():
     (_container({"cpu": None}), "c.resources.requests.cpu",
      "None is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"),
     (_container({"memory": "-1"}), "c.resources.requests.memory", "must not be negative"),
+    # a limit a request shadows is parsed all the same: the API server refuses it either way
+    (_container({"cpu": "1"}, {"cpu": "lots"}), "c.resources.limits.cpu",
+     "'lots' is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"),
+    (_container({"cpu": "1"}, {"cpu": "-2"}), "c.resources.limits.cpu", "must not be negative"),
+    (_container({"cpu": "1"}, {"cpu": "1e5000"}), "c.resources.limits.cpu",
+     "'1e5000' is out of range: a quantity is at most 9223372036854775807"),
+    (_container({"cpu": "lots"}, {"cpu": "1"}), "c.resources.requests.cpu",
+     "'lots' is not a resource quantity (write e.g. \"500m\", \"4\", \"16Gi\")"),
     ({"resources": []}, "c.resources", "must be an object, got list"),
     ({"resources": {"requests": "1"}}, "c.resources.requests", "must be an object, got str"),
     ({"resources": {"limits": ["1"]}}, "c.resources.limits", "must be an object, got list"),
@@ -177,7 +185,11 @@ REFUSED_RESOURCES = {
         "must equal the nvidia.com/gpu limit (8): Kubernetes never overcommits it"),
     "a part of a device": (
         _resources(limits={"nvidia.com/gpu": "500m"}), "containers[0].resources.limits.nvidia.com/gpu",
-        "'500m' is not a whole number: nvidia.com/gpu is counted in whole devices"),
+        "'500m' is not a whole number: nvidia.com/gpu is counted in whole units"),
+    "a request prefix on an extended resource": (
+        _resources(limits={"requests.nvidia.com/gpu": "1"}), "containers[0].resources.limits.requests.nvidia.com/gpu",
+        "'requests.nvidia.com/gpu' is not an extended resource name: drop the \"requests.\" prefix (it names a "
+        "quota, not a resource)"),
     "hugepages asked for without a limit": (
         _resources({"hugepages-2Mi": "1Gi", "memory": "1Gi"}), "containers[0].resources.limits.hugepages-2Mi",
         "set a limit for hugepages-2Mi, equal to the request: Kubernetes never overcommits it (or set only the limit: "
@@ -192,10 +204,6 @@ REFUSED_RESOURCES = {
         _resources({"gpu": "1"}), "containers[0].resources.requests.gpu",
         "'gpu' is not a resource a container may ask for: use cpu, memory, ephemeral-storage, hugepages-<size>, or a "
         "device plugin's resource with its domain (e.g. nvidia.com/gpu)"),
-    "a kubernetes.io name that is no standard resource": (
-        _resources(limits={"kubernetes.io/gpu": "1"}), "containers[0].resources.limits.kubernetes.io/gpu",
-        "'kubernetes.io/gpu' is not a resource a container may ask for: use cpu, memory, ephemeral-storage, "
-        "hugepages-<size>, or a device plugin's resource with its domain (e.g. nvidia.com/gpu)"),
     "the pod slot": (
         _resources({"pods": "1"}), "containers[0].resources.requests.pods",
         "'pods' is not a resource a container may ask for: use cpu, memory, ephemeral-storage, hugepages-<size>, or a "
@@ -222,6 +230,9 @@ def test_resources_the_api_server_refuses_are_refused_naming_the_field(case):
     _resources({"cpu": "500m", "memory": "1Gi", "ephemeral-storage": "1Gi"}),  # no limit: overcommitted at will
     _resources({"memory": "1Gi", "hugepages-1Gi": "2Gi"}, {"hugepages-1Gi": "2Gi"}),
     _resources(limits={"kubernetes.io/cpu": "1"}) | {"initContainers": [{"name": "i"}]},
+    # Kubernetes' own resources in a kubernetes.io domain: overcommitted at will, in parts, with no standard name
+    _resources({"kubernetes.io/batch-cpu": "500m", "scheduling.kubernetes.io/slot": "1"}),
+    _resources({"example.com/fpga": "2"}, {"example.com/fpga": "2"}),
 ])
 def test_resources_the_api_server_takes_are_taken(pod):
     check_resource_requirements(pod)

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from broker.db.models import ClusterOverride, Placement
 from broker.dispatch import Work, due_work, finish_apply, kept_placements, request_deletions, start_apply
+from tests.locks import against_a_transaction_locking
 from tests.outbox.conftest import NOW, manifest, on_member, seen
 
 SPLIT = manifest("shard-a", "shard-b")
@@ -68,6 +71,24 @@ def test_the_override_rules_of_the_members_cluster_rewrite_its_copy_or_refuse_it
     assert refused.jobset is None and "override rule 'strip'" in refused.refused
 
 
+def test_a_job_an_earlier_broker_took_is_refused_by_a_rule_that_cannot_check_it(outbox, db):
+    """A JobSet stored before the broker refused a device asked for without a limit: a rule that would rewrite it
+    cannot tell whether it changes what placement reserved, so its placement fails, naming the field."""
+    stored = manifest()
+    container = stored["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    container["resources"] = {"requests": {"nvidia.com/gpu": "8"}}
+    outbox.job({"state": "Decided"}, spec=stored)
+    with db.write() as session:
+        session.add(ClusterOverride(name="eu-mirror", apply_order=1, selector="region=eu",
+                                    changes={"image": {"registry": "mirror.eu:5000"}}))
+    [refused] = _due(outbox)
+    assert refused.jobset is None
+    assert refused.refused == ("override rule 'eu-mirror': the JobSet it would rewrite is invalid: spec.replicatedJobs"
+                               "[0].template.spec.template.spec.containers[0].resources.limits.nvidia.com/gpu: set a "
+                               "limit for nvidia.com/gpu, equal to the request: Kubernetes never overcommits it (or "
+                               "set only the limit: the request is taken from it)")
+
+
 def test_applying_starts_only_what_is_still_decided_for_a_job_meant_to_run(outbox):
     job = outbox.job({"state": "Decided"}, state="Admitted")
     cancelled = outbox.job({"state": "Decided"}, state="Admitted", cancel_requested_at=NOW)
@@ -80,6 +101,19 @@ def test_applying_starts_only_what_is_still_decided_for_a_job_meant_to_run(outbo
     for other in (cancelled, failed, moved):
         assert outbox.read_job(other).state in ("Admitted", "Failed")
         assert outbox.placements(other)[0].state in ("Decided", "Deleting")
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_applying_locks_its_jobs_before_their_placements(outbox):
+    """A scheduling commit that preempts a job locks its row, then its placements. Had applying taken the job's
+    placement (Decided → Applying) before its row, each would hold what the other waits for and PostgreSQL would
+    abort one. Applying locks the job first: it waits for the commit to end, then starts what is still Decided."""
+    job = outbox.job({"state": "Decided"}, state="Admitted")
+    work = _due(outbox)
+    assert against_a_transaction_locking(outbox.db, job, job, lambda: outbox.write(start_apply, work),
+                                         first_without_placements=True) == {outbox.placements(job)[0].id}
+    assert outbox.read_job(job).state == "Dispatching"
 
 
 def _applying(outbox, **placement) -> tuple[int, Work]:
