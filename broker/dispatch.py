@@ -605,6 +605,18 @@ def overdue_startups(session: Session, now: datetime, default_timeout: float,
     return overdue
 
 
+def evict_all_unready(session: Session, overdue: Iterable[tuple[Unready, str]], now: datetime,
+                      policy: StartupPolicy) -> Changes:
+    """`evict_unready` for each (placement, what its member said of its pods), their jobs locked first, ids
+    ascending, as every batch locks them: in the order found, a job placed again after a requeue comes first."""
+    overdue = list(overdue)
+    lock_jobs(session, [unready.job_id for unready, _ in overdue])
+    changes = Changes()
+    for unready, pods in overdue:
+        changes.add(evict_unready(session, unready, pods, now, policy))
+    return changes
+
+
 def evict_unready(session: Session, unready: Unready, pods: str, now: datetime, policy: StartupPolicy) -> Changes:
     """Its pods did not all become ready in time: the whole gang goes (parts already done stay done); the
     job is placed again after an exponential back-off, away from that member for a while, or fails once

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from broker import events
 from broker.db.crypto import KubeconfigCipher
+from broker.dispatch import lock_job_rows
 from broker.db.models import (PLACEMENT_LIVE_STATES, PLACEMENT_UNSTARTED_STATES, Cluster, HyperNode, Node, Placement,
                               as_utc, inventory_changed)
 from broker.errors import Conflict, Invalid, NotFound
@@ -434,6 +435,9 @@ def remove_cluster(session: Session, name: str, *, force: bool = False, settings
                        f"{jobsets.JOB_ID_LABEL} there")
     elif live and settings is not None:
         left_behind = _delete_copies(settings, cluster)
+    # the placements that name it lose their cluster (ON DELETE SET NULL): their jobs are locked first, ids
+    # ascending, as every batch locks them, or the UPDATE could take one another transaction's job holds next
+    lock_job_rows(session, session.scalars(select(Placement.job_id).where(Placement.cluster_id == cluster.id)))
     session.delete(cluster)
     message = f"removed{f' with {live} live placement(s) (forced)' if live else ''}{left_behind}"
     events.record(session, "cluster", name, "Removed", message, warning=bool(live))

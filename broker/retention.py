@@ -10,6 +10,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from broker.db.models import JOB_FINISHED_STATES, Event, Job
+from broker.dispatch import lock_job_rows
 
 BATCH = 1000  # rows of a table deleted in one transaction
 
@@ -35,7 +36,8 @@ def prune_batch(session: Session, before: datetime) -> Pruned:
     the caller commits. A job still live, however old, is never touched."""
     job_ids = session.scalars(select(Job.id).where(Job.state.in_(JOB_FINISHED_STATES), Job.finished_at < before)
                               .order_by(Job.finished_at).limit(BATCH)).all()
-    if job_ids:  # their placements go with them (ON DELETE CASCADE)
+    if job_ids:  # their placements go with them (ON DELETE CASCADE), after their jobs, as every batch locks them
+        lock_job_rows(session, job_ids)  # a DELETE locks rows in the order it scans them, not ids ascending
         session.execute(delete(Job).where(Job.id.in_(job_ids)))
     event_ids = session.scalars(select(Event.id).where(Event.time < before).order_by(Event.time).limit(BATCH)).all()
     if event_ids:

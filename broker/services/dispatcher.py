@@ -37,7 +37,7 @@ from broker import events
 from broker.db.models import PLACEMENT_ACTIVE_STATES, Cluster, Job, Placement, utcnow
 from broker.db.runtime import Database
 from broker.dispatch import (KEPT_STATES, Changes, StartupPolicy, Unready, Work, cancellations_or_fail_over_due,
-                             due_work, evict_unready, fail_apply, fail_over, finish_apply, finish_delete,
+                             due_work, evict_all_unready, fail_apply, fail_over, finish_apply, finish_delete,
                              kept_placements, lock_jobs, overdue_startups, placement_owner, request_deletions,
                              retry_later, start_apply)
 from broker.metrics import MEMBER_ERRORS
@@ -90,9 +90,12 @@ class DispatcherService(LoopService):
             with self.database.read() as session:
                 due = cancellations_or_fail_over_due(session, now, self.settings.failover_toleration)
             if due:  # else no write lock for this step (the read decided nothing: the write asks again)
+                # one transaction each: each locks its jobs ids ascending, and two such runs in one transaction
+                # are not one ascending run (a batch holding a job of the second could wait for one of the first)
                 with self.database.write() as session:
-                    changes.add(request_deletions(session, now)).add(
-                        fail_over(session, now, self.settings.failover_toleration))
+                    changes.add(request_deletions(session, now))
+                with self.database.write() as session:
+                    changes.add(fail_over(session, now, self.settings.failover_toleration))
             changes.add(self._evict_on_pull_members(now))
         with self.database.read() as session:
             members = {row.id: row for row in session.execute(in_lane(
@@ -203,11 +206,8 @@ class DispatcherService(LoopService):
     def _evict_saying(self, overdue: list[Unready], why, now: datetime) -> Changes:
         policy = StartupPolicy(self.settings.startup_timeout, self.settings.startup_backoff,
                                self.settings.startup_avoid, self.settings.startup_eviction_limit)
-        changes = Changes()
         with self.database.write() as session:
-            for unready, pods in zip(overdue, why):
-                changes.add(evict_unready(session, unready, pods, now, policy))
-        return changes
+            return evict_all_unready(session, zip(overdue, why), now, policy)
 
     def _not_ready(self, member: Any, unready: Unready) -> str:
         try:

@@ -1,15 +1,20 @@
 """Recovery in the outbox: fail_over off members that cannot keep their placements, and the startup timeout
-(overdue_startups, evict_unready)."""
+(overdue_startups, evict_unready); and the order in which each locks its jobs on PostgreSQL."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import event, update
 from sqlalchemy.orm import Session
 
 from broker.db.models import Cluster, Event, Job, Placement
-from broker.dispatch import StartupPolicy, Unready, evict_unready, fail_over, overdue_startups
+from broker.dispatch import StartupPolicy, Unready, evict_all_unready, evict_unready, fail_over, overdue_startups
+from broker.inventory import remove_cluster
+from broker.services.dispatcher import DispatcherService
+from broker.services.members import MemberClients
+from tests.locks import against_a_transaction_locking
 from tests.outbox.conftest import NOW, ago, manifest, seen
 
 POLICY = StartupPolicy(timeout=300, backoff=30, avoid=600, eviction_limit=3)
@@ -204,3 +209,57 @@ def test_every_member_that_cannot_keep_its_placements_loses_them_in_the_same_pas
     jobs = [outbox.job({"state": "Decided", "cluster": name}, state="Admitted") for name in ("eu-west", "us-east")]
     removed = outbox.job({"state": "Decided", "cluster": "gone", "cluster_id": None}, state="Admitted")
     assert outbox.write(fail_over, NOW, 300.0).requeued == {*jobs, removed}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_evictions_lock_their_jobs_ids_ascending_whatever_order_they_were_found_in(outbox):
+    """A job placed again after a requeue has a newer placement than a younger job's, so the overdue copies can
+    come younger job first. Evicted in that order against a batch holding the older job and asking for the younger,
+    each would hold what the other waits for. The evictions lock both jobs first, ids ascending: they wait, then
+    evict both."""
+    older, younger = _starting(outbox, 400), _starting(outbox, 400)
+    overdue = [(_unready(outbox, younger), ""), (_unready(outbox, older), "")]
+    changes = against_a_transaction_locking(outbox.db, older, younger,
+                                            lambda: outbox.write(evict_all_unready, overdue, NOW, POLICY))
+    assert changes.freed
+    assert [outbox.read_job(job).evictions for job in (older, younger)] == [1, 1]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_dispatcher_pass_cancels_and_fails_over_in_transactions_that_each_lock_ids_ascending(outbox, settings):
+    """The older job's copy has not started on a draining member (fail-over's); the younger job was cancelled
+    (its deletion's). Locked cancellations first, then fail-overs, in one transaction — two ascending runs, not one —
+    against a batch holding the older job and asking for the younger, each would hold what the other waits for.
+    The pass does each in a transaction of its own: the second waits, then fails the older job over."""
+    older = outbox.job({"state": "Starting", "cluster": "us-east"}, state="Starting")
+    younger = outbox.job({"state": "Running", "status": seen(ready=1)}, state="Running", cancel_requested_at=NOW)
+    _member(outbox, "us-east", "Draining")
+    dispatcher = DispatcherService(outbox.db, settings, MemberClients(settings), lane=frozenset(), now=lambda: NOW)
+    changes = against_a_transaction_locking(outbox.db, older, younger, dispatcher.run_once)
+    assert changes.freed
+    assert [outbox.placements(job)[0].state for job in (older, younger)] == ["Deleting", "Deleting"]
+    assert outbox.read_job(older).state == "Queued"
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_removing_a_member_locks_the_jobs_of_its_placements_before_it_unlinks_them(outbox):
+    """Both jobs run on us-east, and each left a copy's placement on eu-west (the younger's Deleted, scanned
+    first). Removing eu-west unlinks its placements (ON DELETE SET NULL); had it locked them as found, against a
+    batch holding the older job (with its placements) and asking for the younger, each would hold what the other
+    waits for. The removal locks their jobs first, ids ascending: it waits, then unlinks both."""
+    older = outbox.job({"state": "Succeeded"}, {"state": "Running", "cluster": "us-east", "generation": 2})
+    younger = outbox.job({"state": "Deleted"}, {"state": "Running", "cluster": "us-east", "generation": 2})
+    with outbox.db.write() as session:  # the older job's row on eu-west rewritten: a later tuple, as in the index
+        session.execute(update(Placement).where(Placement.job_id == older, Placement.cluster_name == "eu-west")
+                        .values(attempts=1))
+
+    def remove() -> None:
+        with outbox.db.write() as session:
+            remove_cluster(session, "eu-west")
+
+    against_a_transaction_locking(outbox.db, older, younger, remove)
+    assert [[p.cluster_id for p in outbox.placements(job)] for job in (older, younger)] == [
+        [None, outbox.cluster_id("us-east")]] * 2

@@ -7,12 +7,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from api.app import create_app
 from broker import retention
 from broker.db.models import Event, Job, Placement, Queue, Tenant
 from broker.services.retention import RetentionService
+from tests.locks import against_a_transaction_locking
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 LONG_AGO, RECENTLY = NOW - timedelta(days=40), NOW - timedelta(days=3)
@@ -91,3 +92,28 @@ def test_listings_say_how_far_back_history_goes(db, settings, days, expected):
                 continue
             age = datetime.now(timezone.utc) - datetime.fromisoformat(shown)
             assert timedelta(days=30) - timedelta(minutes=5) < age < timedelta(days=30) + timedelta(minutes=5)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_batch_locks_its_jobs_ids_ascending_whatever_order_its_delete_scans_them(db):
+    """A member's list locks the jobs of the finished copies it still shows, ids ascending. A DELETE locks rows in
+    the order it scans them: here the older job's row was rewritten last (a later tuple), so a scan of the table
+    meets it second; deleting in that order against a list holding the older job and asking for the younger, each
+    would hold what the other waits for. The batch locks both ids ascending first: it waits, then deletes both."""
+    _history(db, old_finished=2)
+    with db.write() as session:
+        older, younger = session.scalars(select(Job.id).where(Job.name.in_(["old-0", "old-1"])).order_by(Job.id))
+        session.execute(text("UPDATE jobs SET reason = 'rewritten' WHERE id = :id"), {"id": older})
+    with db.read() as session:
+        assert list(session.scalars(text("SELECT id FROM jobs WHERE id IN (:a, :b) ORDER BY ctid"),
+                                    {"a": older, "b": younger})) == [younger, older]
+
+    def prune() -> retention.Pruned:
+        with db.write() as session:  # the plan a table of many finished jobs gets: a scan in table order
+            session.execute(text("SET LOCAL enable_indexscan = off"))
+            session.execute(text("SET LOCAL enable_bitmapscan = off"))
+            return retention.prune_batch(session, NOW - timedelta(days=30))
+
+    assert against_a_transaction_locking(db, older, younger, prune).jobs == 2
+    assert _names(db) == {"recent", "old-but-running"}
