@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, exists, insert, or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, defer
 
 from broker import events
@@ -234,6 +234,9 @@ def accept_jobs(tenant: Submitter, manifests: list[Any], settings: Settings,
     return accepted
 
 
+# Two batches that hold some names in opposite orders each wait at the unique index for a name the other inserted:
+# PostgreSQL aborts one with this SQLSTATE. The one aborted lost a race for a name, as on a duplicate key.
+DEADLOCK_DETECTED = "40P01"
 _INSERT_JOBS = insert(Job.__table__).returning(Job.id, sort_by_parameter_order=True)  # built once, as for queries
 _INSERT_EVENTS = insert(Event.__table__)
 
@@ -252,7 +255,9 @@ def store_jobs(session: Session, tenant: Submitter, accepted: list, settings: Se
     connection = session.connection()
     try:
         ids = connection.execute(_INSERT_JOBS, rows).scalars().all()
-    except IntegrityError:
+    except (IntegrityError, OperationalError) as exc:
+        if isinstance(exc, OperationalError) and getattr(exc.orig, "sqlstate", None) != DEADLOCK_DETECTED:
+            raise
         session.rollback()  # nothing was written before the jobs
         _refuse_live_names(session, names)
         raise Conflict("a job of the same namespace/name was submitted at the same moment; retry") from None

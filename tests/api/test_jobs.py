@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 import yaml
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from api.app import create_app
 from broker.db.crypto import KubeconfigCipher
-from broker.db.models import Cluster, Node, Queue
+from broker.db.models import Cluster, Job, Node, Queue
 from clusters.quantity import to_milli
 from tests.api.conftest import add_cluster_with_leaves, make_tenant
 from tests.api.jobsets import jobset, with_change
 from tests.examples import example, jobset_examples
+from tests.locks import waiting_for_a_lock
 
 YAML = {"Content-Type": "application/yaml"}
 
@@ -86,6 +89,41 @@ def test_a_batch_is_all_or_nothing(research):
     assert answer.status_code == 422
     assert answer.json()["errors"][0]["field"] == "[1].spec.replicatedJobs[0].replicas"
     assert research.get("/api/v1/jobs").json()["items"] == []
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_two_batches_that_name_the_same_jobs_in_opposite_orders_are_told_to_retry(research, db):
+    """A batch [b, a] holds b and waits at the unique index for a batch [a, b] that holds a and waits for b:
+    PostgreSQL aborts one of the two (here the API's, the first to wait). It lost a race for a name, as on a
+    duplicate key: a 409 that says so, not a 500."""
+    answers: list = []
+    with db.write() as session:
+        session.execute(text("SET LOCAL deadlock_timeout = '10s'"))  # the other transaction checks first
+        queue = session.scalar(select(Queue).where(Queue.name == "training"))
+
+        def insert(name: str) -> None:
+            session.add(Job(tenant_id=queue.tenant_id, queue_id=queue.id, namespace="research", name=name,
+                            manifest=jobset(name), state="Queued"))
+            session.flush()
+
+        insert("b")
+        batch = threading.Thread(target=lambda: answers.append(submit(research, [jobset("a"), jobset("b")])))
+        batch.start()
+        deadline = time.monotonic() + 10
+        while not waiting_for_a_lock(db):
+            assert time.monotonic() < deadline, "the batch never waited for b"
+            time.sleep(0.01)
+        insert("a")  # waits for the batch's a, until PostgreSQL aborts the batch
+    batch.join(30)
+    [answer] = answers
+    assert answer.status_code == 409, answer.text
+    # the name it lost, once the other batch committed; else (not yet) that it lost one
+    assert answer.json()["detail"] in ("a job of the same namespace/name was submitted at the same moment; retry",
+                                       *(f"[{i}].metadata.name: job {job['id']} (research/{job['name']}) is still "
+                                         f"Queued; pick another name or cancel it first"
+                                         for i, job in enumerate(sorted(research.get("/api/v1/jobs").json()["items"],
+                                                                        key=lambda job: job["name"]))))
 
 
 INVALID = [
