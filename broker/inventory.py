@@ -435,12 +435,23 @@ def remove_cluster(session: Session, name: str, *, force: bool = False, settings
                        f"{jobsets.JOB_ID_LABEL} there")
     elif live and settings is not None:
         left_behind = _delete_copies(settings, cluster)
-    # the placements that name it lose their cluster (ON DELETE SET NULL): their jobs are locked first, ids
-    # ascending, as every batch locks them, or the UPDATE could take one another transaction's job holds next
-    lock_job_rows(session, session.scalars(select(Placement.job_id).where(Placement.cluster_id == cluster.id)))
+    _lock_jobs_placed_on(session, cluster)
     session.delete(cluster)
     message = f"removed{f' with {live} live placement(s) (forced)' if live else ''}{left_behind}"
     events.record(session, "cluster", name, "Removed", message, warning=bool(live))
+
+
+def _lock_jobs_placed_on(session: Session, cluster: Cluster) -> None:
+    """The placements that name the cluster lose it with its row (ON DELETE SET NULL): their jobs are locked first,
+    ids ascending, as every batch locks them, or that UPDATE could lock a placement whose job another transaction
+    holds while it waits for one of ours. A placement the scheduler committed there while we waited for a lock
+    would be unlinked without its job's: then the removal is refused, to be asked again."""
+    placed = select(Placement.job_id).where(Placement.cluster_id == cluster.id)
+    jobs = set(session.scalars(placed))
+    lock_job_rows(session, jobs)
+    if session.get_bind().dialect.name == "postgresql" and not set(session.scalars(placed)) <= jobs:
+        raise Conflict(f"cluster {cluster.name!r} got a placement while it was being removed; cordon it, then "
+                       f"remove it again")
 
 
 def _delete_copies(settings: Settings, cluster: Cluster) -> str:

@@ -637,8 +637,8 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     """Write one cycle's decisions in a fresh `Database.write()` session, which commits them.
 
     1. Take the commit lock; drop everything if another scheduler placed anything since the read.
-    2. Lock the jobs it admits and preempts, ids ascending, as every batch does (`lock_job_rows`); admit each placed
-       job with a conditional UPDATE; only admitted jobs get placements.
+    2. Lock the jobs it admits and preempts, ids ascending, before any of their placements, as every batch locks
+       them (`lock_job_rows`); admit each placed job with a conditional UPDATE; only admitted jobs get placements.
     3. Insert their placements (state Decided, next generation per job and part).
     4. Mark the live placements their admission preempts Deleting.
     5. One event per admitted job and per preempted job.

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_KEY = re.compile(rf"({_SUBDOMAIN}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?")
 _VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 
@@ -65,10 +66,16 @@ class Selector:
         return ",".join(str(r) for r in self.requirements)
 
 
+def is_qualified_name(key: Any) -> bool:
+    """Kubernetes' qualified name (a label or annotation key, a resource name): an optional DNS subdomain of at most
+    253 characters and '/', then at most 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric."""
+    return isinstance(key, str) and _KEY.fullmatch(key) is not None and len(key.rpartition("/")[0]) <= 253
+
+
 def check_labels(labels: Mapping[str, str]) -> None:
     """Raise ValueError naming the first key or value that Kubernetes would not accept as a label."""
     for key, value in labels.items():
-        if not isinstance(key, str) or not _KEY.match(key) or len(key.partition("/")[0]) > 253:
+        if not is_qualified_name(key):
             raise ValueError(f"invalid label key {key!r}")
         if not isinstance(value, str) or not _VALUE.match(value):
             raise ValueError(f"invalid value {value!r} of label {key!r}: at most 63 characters, alphanumerics, "
@@ -82,7 +89,7 @@ MAX_ANNOTATIONS_BYTES = 256 * 1024
 def check_annotations(annotations: Mapping[str, str]) -> None:
     """Raise ValueError naming the first key Kubernetes would not accept, or the total size if over its bound."""
     for key in annotations:
-        if not isinstance(key, str) or not _KEY.match(key) or len(key.partition("/")[0]) > 253:
+        if not is_qualified_name(key):
             raise ValueError(f"invalid annotation key {key!r}: an optional DNS prefix and '/', then at most 63 "
                              "alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric")
     size = sum(len(key.encode()) + len(str(value).encode()) for key, value in annotations.items())
@@ -92,7 +99,7 @@ def check_annotations(annotations: Mapping[str, str]) -> None:
 
 
 def _check_key(key: str, text: str) -> str:
-    if not _KEY.match(key):
+    if not is_qualified_name(key):
         raise ValueError(f"invalid label key {key!r} in selector {text!r}")
     return key
 
@@ -207,7 +214,7 @@ def node_requirement(expr: Mapping, field: bool) -> Requirement:
             raise ValueError(f"{operator} on {NODE_NAME_FIELD} takes exactly one value (use one term per node), "
                              f"got {len(values)}")
         return Requirement(key, operator, tuple(values))
-    if not isinstance(key, str) or not _KEY.match(key):
+    if not is_qualified_name(key):
         raise ValueError(f"key {key!r} is not a label key")
     if operator not in _OPERATORS:
         raise ValueError(f"operator {operator!r} is not one of {', '.join(_OPERATORS)}")

@@ -6,11 +6,13 @@ agree to the milli-unit.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from clusters.quantity import QuantityRangeError, to_milli
+from clusters.labels import is_qualified_name
+from clusters.quantity import QuantityRangeError, parse_quantity, to_milli
 
 
 class PodSpecError(ValueError):
@@ -72,6 +74,17 @@ def _quantities(amounts: Any, path: str) -> dict[str, int]:
 # What a container may ask for by a name without a domain; hugepages-<size> besides.
 STANDARD_CONTAINER_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
 HUGEPAGES_PREFIX = "hugepages-"
+QUOTA_PREFIX = "requests."  # an extended resource's quota is named so: no resource is
+
+
+def _whole_pages(resource: str, quantity: Any) -> bool:
+    """Is the amount a positive whole number of the pages its name sizes (hugepages-2Mi: 4Mi, not 3Mi)?"""
+    try:
+        size = math.ceil(parse_quantity(resource[len(HUGEPAGES_PREFIX):]))
+    except ValueError:
+        return False
+    amount = math.ceil(parse_quantity(quantity))
+    return size > 0 and amount > 0 and amount % size == 0
 
 
 def _native(resource: str) -> bool:
@@ -95,6 +108,12 @@ def _check_container_resources(resources: Mapping, path: str) -> None:
     for source, amounts in (("limits", limits), ("requests", requests)):
         for resource, quantity in amounts.items():
             where = f"{path}.{source}.{resource}"
+            if not is_qualified_name(resource):
+                raise PodSpecError(where, f"{resource!r:.80} is not a resource name: an optional domain and '/', then "
+                                          f"at most 63 alphanumerics, '-', '_' or '.' (e.g. nvidia.com/gpu)")
+            if resource.startswith(HUGEPAGES_PREFIX) and not _whole_pages(resource, quantity):
+                raise PodSpecError(where, f"{quantity!r} is not a positive whole number of {resource} pages "
+                                          f"(hugepages-<page size>, e.g. hugepages-2Mi: 1Gi)")
             if "/" not in resource and resource not in STANDARD_CONTAINER_RESOURCES \
                     and not resource.startswith(HUGEPAGES_PREFIX):
                 raise PodSpecError(where, f"{resource!r} is not a resource a container may ask for: use cpu, memory, "
@@ -102,9 +121,12 @@ def _check_container_resources(resources: Mapping, path: str) -> None:
                                           f"its domain (e.g. nvidia.com/gpu)")
             if _native(resource):
                 continue
-            if resource.startswith("requests."):
+            if resource.startswith(QUOTA_PREFIX):
                 raise PodSpecError(where, f"{resource!r} is not an extended resource name: drop the \"requests.\" "
                                           f"prefix (it names a quota, not a resource)")
+            if not is_qualified_name(QUOTA_PREFIX + resource):  # its quota's name: the domain 9 characters longer
+                raise PodSpecError(where, f"{resource!r:.80} is not an extended resource name: its domain is longer "
+                                          f"than 244 characters")
             if to_milli(quantity) % 1000:
                 raise PodSpecError(where, f"{quantity!r} is not a whole number: {resource} is counted in whole units")
     for resource, quantity in requests.items():

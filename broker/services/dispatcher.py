@@ -206,6 +206,7 @@ class DispatcherService(LoopService):
     def _evict_saying(self, overdue: list[Unready], why, now: datetime) -> Changes:
         policy = StartupPolicy(self.settings.startup_timeout, self.settings.startup_backoff,
                                self.settings.startup_avoid, self.settings.startup_eviction_limit)
+        why = list(why)  # the members' answers, before the write lock: not while holding it
         with self.database.write() as session:
             return evict_all_unready(session, zip(overdue, why), now, policy)
 

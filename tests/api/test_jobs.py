@@ -9,7 +9,7 @@ import time
 import pytest
 import yaml
 from fastapi.testclient import TestClient
-from sqlalchemy import select, text
+from sqlalchemy import select
 
 from api.app import create_app
 from broker.db.crypto import KubeconfigCipher
@@ -98,8 +98,7 @@ def test_two_batches_that_name_the_same_jobs_in_opposite_orders_are_told_to_retr
     PostgreSQL aborts one of the two (here the API's, the first to wait). It lost a race for a name, as on a
     duplicate key: a 409 that says so, not a 500."""
     answers: list = []
-    with db.write() as session:
-        session.execute(text("SET LOCAL deadlock_timeout = '10s'"))  # the other transaction checks first
+    with db.write() as session:  # it waits second: the batch, waiting first, is the first to look for a deadlock
         queue = session.scalar(select(Queue).where(Queue.name == "training"))
 
         def insert(name: str) -> None:
@@ -118,12 +117,13 @@ def test_two_batches_that_name_the_same_jobs_in_opposite_orders_are_told_to_retr
     batch.join(30)
     [answer] = answers
     assert answer.status_code == 409, answer.text
-    # the name it lost, once the other batch committed; else (not yet) that it lost one
-    assert answer.json()["detail"] in ("a job of the same namespace/name was submitted at the same moment; retry",
-                                       *(f"[{i}].metadata.name: job {job['id']} (research/{job['name']}) is still "
-                                         f"Queued; pick another name or cancel it first"
-                                         for i, job in enumerate(sorted(research.get("/api/v1/jobs").json()["items"],
-                                                                        key=lambda job: job["name"]))))
+    ids = {job["name"]: job["id"] for job in research.get("/api/v1/jobs").json()["items"]}
+    assert set(ids) == {"a", "b"}
+    # the name it lost, once the other transaction committed; else (not yet) that it lost one
+    assert answer.json()["detail"] in (
+        "a job of the same namespace/name was submitted at the same moment; retry",
+        f"[0].metadata.name: job {ids['a']} (research/a) is still Queued; pick another name or cancel it first",
+        f"[1].metadata.name: job {ids['b']} (research/b) is still Queued; pick another name or cancel it first")
 
 
 INVALID = [

@@ -131,6 +131,9 @@ def test_a_label_selector_object_matches_labels_and_expressions():
     ({"Example.com/a": "b"}, "invalid label key 'Example.com/a'"),
     ({"a" * 253 + "/k": "v"}, None),  # a prefix is a DNS subdomain: at most 253 characters
     ({"a" * 254 + "/k": "v"}, f"invalid label key {'a' * 254 + '/k'!r}"),
+    ({"a..b/k": "v"}, "invalid label key 'a..b/k'"),  # each part of the subdomain starts and ends alphanumeric
+    ({"a.-b/k": "v"}, "invalid label key 'a.-b/k'"),
+    ({"k\n": "v"}, "invalid label key 'k\\n'"),  # the whole key, not a line of it
     ({"a": "b_"}, "invalid value 'b_' of label 'a': at most 63 characters, alphanumerics, '-', '_' or '.', "
                   "starting and ending with an alphanumeric"),
 ])

@@ -194,6 +194,31 @@ REFUSED_RESOURCES = {
         _resources({"hugepages-2Mi": "1Gi", "memory": "1Gi"}), "containers[0].resources.limits.hugepages-2Mi",
         "set a limit for hugepages-2Mi, equal to the request: Kubernetes never overcommits it (or set only the limit: "
         "the request is taken from it)"),
+    "hugepages that are not whole pages": (
+        _resources(limits={"hugepages-2Mi": "3Mi", "memory": "1Gi"}), "containers[0].resources.limits.hugepages-2Mi",
+        "'3Mi' is not a positive whole number of hugepages-2Mi pages (hugepages-<page size>, e.g. hugepages-2Mi: 1Gi)"),
+    "hugepages of no page size": (
+        _resources(limits={"hugepages-huge": "1Gi", "memory": "1Gi"}), "containers[0].resources.limits.hugepages-huge",
+        "'1Gi' is not a positive whole number of hugepages-huge pages (hugepages-<page size>, e.g. hugepages-2Mi: "
+        "1Gi)"),
+    "no hugepages at all": (
+        _resources(limits={"hugepages-1Gi": "0", "memory": "1Gi"}), "containers[0].resources.limits.hugepages-1Gi",
+        "'0' is not a positive whole number of hugepages-1Gi pages (hugepages-<page size>, e.g. hugepages-2Mi: 1Gi)"),
+    "a name in capitals": (
+        _resources(limits={"NVIDIA.com/gpu": "0"}), "containers[0].resources.limits.NVIDIA.com/gpu",
+        "'NVIDIA.com/gpu' is not a resource name: an optional domain and '/', then at most 63 alphanumerics, '-', '_' "
+        "or '.' (e.g. nvidia.com/gpu)"),
+    "a domain and no name": (
+        _resources({"kubernetes.io/": "1"}), "containers[0].resources.requests.kubernetes.io/",
+        "'kubernetes.io/' is not a resource name: an optional domain and '/', then at most 63 alphanumerics, '-', '_' "
+        "or '.' (e.g. nvidia.com/gpu)"),
+    "two slashes": (
+        _resources(limits={"nvidia.com/gpu/x": "1"}), "containers[0].resources.limits.nvidia.com/gpu/x",
+        "'nvidia.com/gpu/x' is not a resource name: an optional domain and '/', then at most 63 alphanumerics, '-', "
+        "'_' or '.' (e.g. nvidia.com/gpu)"),
+    "a domain too long for the resource's quota": (
+        _resources(limits={"a" * 245 + "/gpu": "1"}), f"containers[0].resources.limits.{'a' * 245}/gpu",
+        f"{'a' * 245 + '/gpu'!r:.80} is not an extended resource name: its domain is longer than 244 characters"),
     "hugepages alone": (
         _resources(limits={"hugepages-2Mi": "1Gi"}), "containers[0].resources",
         "hugepages need a cpu or memory request or limit beside them"),
@@ -233,6 +258,8 @@ def test_resources_the_api_server_refuses_are_refused_naming_the_field(case):
     # Kubernetes' own resources in a kubernetes.io domain: overcommitted at will, in parts, with no standard name
     _resources({"kubernetes.io/batch-cpu": "500m", "scheduling.kubernetes.io/slot": "1"}),
     _resources({"example.com/fpga": "2"}, {"example.com/fpga": "2"}),
+    _resources(limits={"a" * 244 + "/gpu": "1"}),  # "requests." and its domain: 253 characters, as a quota's may be
+    _resources(limits={"hugepages-2Mi": "1Gi", "cpu": "1"}),  # 512 pages
 ])
 def test_resources_the_api_server_takes_are_taken(pod):
     check_resource_requirements(pod)

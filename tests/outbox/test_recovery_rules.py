@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -10,11 +12,13 @@ from sqlalchemy import event, update
 from sqlalchemy.orm import Session
 
 from broker.db.models import Cluster, Event, Job, Placement
-from broker.dispatch import StartupPolicy, Unready, evict_all_unready, evict_unready, fail_over, overdue_startups
+from broker.dispatch import (StartupPolicy, Unready, evict_all_unready, evict_unready, fail_over, lock_jobs,
+                             overdue_startups)
+from broker.errors import Conflict
 from broker.inventory import remove_cluster
 from broker.services.dispatcher import DispatcherService
 from broker.services.members import MemberClients
-from tests.locks import against_a_transaction_locking
+from tests.locks import against_a_transaction_locking, waiting_for_a_lock
 from tests.outbox.conftest import NOW, ago, manifest, seen
 
 POLICY = StartupPolicy(timeout=300, backoff=30, avoid=600, eviction_limit=3)
@@ -263,3 +267,35 @@ def test_removing_a_member_locks_the_jobs_of_its_placements_before_it_unlinks_th
     against_a_transaction_locking(outbox.db, older, younger, remove)
     assert [[p.cluster_id for p in outbox.placements(job)] for job in (older, younger)] == [
         [None, outbox.cluster_id("us-east")]] * 2
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_member_placed_on_while_its_removal_waits_for_a_lock_is_not_removed(outbox):
+    """The removal locks the jobs of the member's placements; while it waits for one, the scheduler commits a
+    placement there for another job. Unlinking that one would lock it without its job: the removal is refused, and
+    the member keeps its placements."""
+    held = outbox.job({"state": "Succeeded"})
+    newcomer = outbox.job()
+    answers: list = []
+
+    def remove() -> None:
+        try:
+            with outbox.db.write() as session:
+                remove_cluster(session, "eu-west")
+        except Conflict as exc:
+            answers.append(str(exc))
+
+    remover = threading.Thread(target=remove)
+    with outbox.db.write() as session:
+        lock_jobs(session, [held])
+        remover.start()
+        deadline = time.monotonic() + 10
+        while not waiting_for_a_lock(outbox.db):
+            assert time.monotonic() < deadline, "the removal never waited for the held job"
+            time.sleep(0.01)
+        session.add(Placement(job_id=newcomer, cluster_name="eu-west", cluster_id=outbox.cluster_id("eu-west"),
+                              state="Decided"))
+    remover.join(30)
+    assert answers == ["cluster 'eu-west' got a placement while it was being removed; cordon it, then remove it again"]
+    assert [p.cluster_id for p in outbox.placements(newcomer)] == [outbox.cluster_id("eu-west")]
