@@ -541,7 +541,12 @@ def fail_over(session: Session, now: datetime, toleration: float) -> Changes:
     changes = Changes()
     targets = _fail_over_targets(session, now, toleration)
     lock_jobs(session, {p.job_id for p, _ in targets})
+    # read again under the locks: while it waited for them, a copy on a draining member may have started (it stays),
+    # a member may have come back or been uncordoned
+    still = {p.id for p, _ in _fail_over_targets(session, now, toleration)}
     for placement, message in targets:
+        if placement.id not in still:
+            continue
         job = _lock_job(session, placement.job_id)
         placement = _lock_placement(session, placement.id)
         if placement.state not in PLACEMENT_LIVE_STATES:

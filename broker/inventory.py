@@ -58,8 +58,15 @@ def connect(settings: Settings, kubeconfig: str, context: str | None = None) -> 
                                         budget=RequestBudget(settings.member_qps, settings.member_burst))
 
 
-def get_cluster(session: Session, name: str) -> Cluster:
-    cluster = session.scalar(select(Cluster).where(Cluster.name == name))
+# A write that reads a cluster's row to change it locks it first (FOR NO KEY UPDATE: placements inserted meanwhile may
+# still name it), or it could write back what it read over what another replica committed in between (a cordon).
+FOR_CLUSTER_WRITE = {"key_share": True}
+
+
+def get_cluster(session: Session, name: str, *, for_update: bool = False) -> Cluster:
+    query = select(Cluster).where(Cluster.name == name)
+    cluster = session.scalar(query.with_for_update(**FOR_CLUSTER_WRITE) if for_update else query,
+                             execution_options={"populate_existing": True} if for_update else {})
     if cluster is None:
         raise NotFound(f"cluster {name!r} is not registered")
     return cluster
@@ -393,13 +400,13 @@ def _set_admin_state(session: Session, cluster: Cluster, cordon: str | None, rea
 
 def cordon_cluster(session: Session, name: str) -> Cluster:
     """No new placements on the cluster; what runs there stays."""
-    cluster = get_cluster(session, name)
+    cluster = get_cluster(session, name, for_update=True)
     _set_admin_state(session, cluster, "Cordoned", "Cordoned", "no new placements")
     return cluster
 
 
 def uncordon_cluster(session: Session, name: str) -> Cluster:
-    cluster = get_cluster(session, name)
+    cluster = get_cluster(session, name, for_update=True)
     _set_admin_state(session, cluster, None, "Uncordoned", "placements allowed again")
     return cluster
 
@@ -407,7 +414,7 @@ def uncordon_cluster(session: Session, name: str) -> Cluster:
 def drain_cluster(session: Session, name: str) -> tuple[Cluster, int]:
     """Cordon, and ask the placement layer to move what has not started: while a cluster is
     Draining, its placements in PLACEMENT_UNSTARTED_STATES are to be placed elsewhere. Returns their count."""
-    cluster = get_cluster(session, name)
+    cluster = get_cluster(session, name, for_update=True)
     waiting = session.scalar(select(func.count()).select_from(Placement).where(
         Placement.cluster_id == cluster.id, Placement.state.in_(PLACEMENT_UNSTARTED_STATES))) or 0
     _set_admin_state(session, cluster, "Draining", "Draining",
@@ -425,7 +432,7 @@ def remove_cluster(session: Session, name: str, *, force: bool = False, settings
 
     Forced, the broker first deletes its copies on the member if it still answers (the jobs are placed
     elsewhere, and two live copies must never run); if it does not, the event says what may be left."""
-    cluster = get_cluster(session, name)
+    cluster = get_cluster(session, name, for_update=True)
     live = live_placements(session, cluster.id)
     if live and not force:
         raise Conflict(f"cluster {name!r} has {live} live placement(s); drain it and wait, or remove it with force")
@@ -473,7 +480,7 @@ def _delete_copies(settings: Settings, cluster: Cluster) -> str:
 def update_cluster(session: Session, name: str, *, labels: Mapping[str, str | None] | None = None,
                    taints: Sequence[Mapping[str, Any]] | None = None) -> Cluster:
     """Labels merge (a None value removes the label); taints, when given, replace the old ones."""
-    cluster = get_cluster(session, name)
+    cluster = get_cluster(session, name, for_update=True)
     if labels is not None:
         merged = {**cluster.labels, **{k: v for k, v in labels.items() if v is not None}}
         for key in (k for k, v in labels.items() if v is None):

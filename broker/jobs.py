@@ -380,8 +380,13 @@ def request_cancel(session: Session, principal: Principal, job_id: int) -> Job:
     if job.state in JOB_FINISHED_STATES:
         raise Conflict(f"job {job_id} is already {job.state}; there is nothing to cancel")
     now = utcnow()
-    first_request = session.execute(update(Job).where(Job.id == job.id, Job.cancel_requested_at.is_(None))
+    first_request = session.execute(update(Job).where(Job.id == job.id, Job.cancel_requested_at.is_(None),
+                                                      Job.state.not_in(JOB_FINISHED_STATES))
                                     .values(cancel_requested_at=now)).rowcount == 1
+    if not first_request:  # asked before, or finished since it was read (a status batch held it meanwhile)
+        session.refresh(job)
+        if job.state in JOB_FINISHED_STATES:
+            raise Conflict(f"job {job_id} is already {job.state}; there is nothing to cancel")
     live = exists().where(Placement.job_id == Job.id, Placement.state.in_(PLACEMENT_LIVE_STATES))
     cancelled_now = session.execute(
         update(Job).where(Job.id == job.id, Job.state == "Queued", ~live)

@@ -638,7 +638,8 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
 
     1. Take the commit lock; drop everything if another scheduler placed anything since the read.
     2. Lock the jobs it admits and preempts, ids ascending, before any of their placements, as every batch locks
-       them (`lock_job_rows`); admit each placed job with a conditional UPDATE; only admitted jobs get placements.
+       them (`lock_job_rows`); admit each placed job still Queued as read, with a conditional UPDATE (`_admit`);
+       only admitted jobs get placements.
     3. Insert their placements (state Decided, next generation per job and part).
     4. Mark the live placements their admission preempts Deleting.
     5. One event per admitted job and per preempted job.
@@ -657,7 +658,7 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     for placement in result.placements:
         by_job.setdefault(placement.job_id, []).append(placement)
     lock_job_rows(session, [int(job_id) for job_id in (*by_job, *(p.job_id for p in result.preemptions))])
-    admitted = _admit(session, [int(j) for j in by_job], now)
+    admitted = _admit(session, inventory, [int(j) for j in by_job], now)
     outcome.admitted = sorted(admitted)
     outcome.dropped = sorted(int(j) for j in by_job if int(j) not in admitted)
 
@@ -766,10 +767,14 @@ def _fail_on_preemption(session: Session, preempted: Mapping[str, str], inventor
     return events
 
 
-def _admit(session: Session, job_ids: Sequence[int], now: datetime) -> set[int]:
-    """Queued → Admitted for the jobs still Queued and not cancelled; returns those it moved."""
+def _admit(session: Session, inventory: Inventory, job_ids: Sequence[int], now: datetime) -> set[int]:
+    """Queued → Admitted for the jobs still Queued and not cancelled, and not requeued since the cycle's read (their
+    reason is the one it read: a split job's part that failed meanwhile is requeued with the job still Queued, and
+    the cycle placed only the parts it saw lost); returns those it moved. Their rows are locked (`lock_job_rows`)."""
     admitted: set[int] = set()
     for chunk in in_chunks(job_ids):
+        chunk = [job_id for job_id, reason in session.execute(select(Job.id, Job.reason).where(Job.id.in_(chunk)))
+                 if reason == inventory.records[str(job_id)].reason]
         admitted.update(session.scalars(
             update(Job).where(Job.id.in_(chunk), Job.state == "Queued", Job.cancel_requested_at.is_(None))
             .values(state="Admitted", admitted_at=now, reason=None, waiting_reasons={})

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
-from sqlalchemy import bindparam, exists, func, select
+from sqlalchemy import bindparam, exists, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -83,11 +83,18 @@ def queue_fair_shares(session: Session) -> dict[int, float]:
                        {queue: (tenant, weight) for queue, weight, tenant, _ in rows}, active)
 
 
+# PostgreSQL advisory lock key ("nmsp") held while a tenant's namespaces are checked and given: no table constraint
+# says a namespace belongs to one tenant (they are a JSON list per tenant).
+NAMESPACES_LOCK = 0x6E6D7370
+
+
 def _check_namespaces(session: Session, namespaces: list[str], tenant_id: int | None) -> list[str]:
     for i, namespace in enumerate(namespaces):
         check_name(namespace, f"namespaces[{i}]")
     if len(set(namespaces)) != len(namespaces):
         raise Invalid("namespaces", "a namespace is listed twice")
+    if session.get_bind().dialect.name == "postgresql":  # two replicas giving one namespace away at once: in turn
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": NAMESPACES_LOCK})
     for other in session.scalars(select(Tenant).where(Tenant.id != (tenant_id or -1))):
         shared = set(other.namespaces) & set(namespaces)
         if shared:

@@ -25,14 +25,19 @@ def against_a_transaction_locking(db: Database, first: int, second: int, write: 
         session.execute(text("SET LOCAL lock_timeout = '10s'"))
         (lock_job_rows if first_without_placements else lock_jobs)(session, [first])
         writer.start()
-        deadline = time.monotonic() + 10
-        while not waiting_for_a_lock(db):
-            assert time.monotonic() < deadline, "the write never waited for the first job"
-            time.sleep(0.01)
+        until_waiting_for_a_lock(db, "the write never waited for the first job")
         lock_jobs(session, [second])
     writer.join(30)
     assert len(done) == 1, "the write did not end: aborted, or still waiting"
     return done[0]
+
+
+def until_waiting_for_a_lock(db: Database, failure: str) -> None:
+    """Return once a session of this database waits for a lock; fail with `failure` if none does within 10 s."""
+    deadline = time.monotonic() + 10
+    while not waiting_for_a_lock(db):
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.01)
 
 
 def waiting_for_a_lock(db: Database) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 import yaml
@@ -18,7 +17,7 @@ from clusters.quantity import to_milli
 from tests.api.conftest import add_cluster_with_leaves, make_tenant
 from tests.api.jobsets import jobset, with_change
 from tests.examples import example, jobset_examples
-from tests.locks import waiting_for_a_lock
+from tests.locks import until_waiting_for_a_lock
 
 YAML = {"Content-Type": "application/yaml"}
 
@@ -109,10 +108,7 @@ def test_two_batches_that_name_the_same_jobs_in_opposite_orders_are_told_to_retr
         insert("b")
         batch = threading.Thread(target=lambda: answers.append(submit(research, [jobset("a"), jobset("b")])))
         batch.start()
-        deadline = time.monotonic() + 10
-        while not waiting_for_a_lock(db):
-            assert time.monotonic() < deadline, "the batch never waited for b"
-            time.sleep(0.01)
+        until_waiting_for_a_lock(db, "the batch never waited for b")
         insert("a")  # waits for the batch's a, until PostgreSQL aborts the batch
     batch.join(30)
     [answer] = answers

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -13,13 +12,13 @@ from sqlalchemy.orm import Session
 
 from broker.db.models import Cluster, Event, Job, Placement
 from broker.dispatch import (StartupPolicy, Unready, evict_all_unready, evict_unready, fail_over, lock_jobs,
-                             overdue_startups)
+                             overdue_startups, record_statuses)
 from broker.errors import Conflict
 from broker.inventory import remove_cluster
 from broker.services.dispatcher import DispatcherService
 from broker.services.members import MemberClients
-from tests.locks import against_a_transaction_locking, waiting_for_a_lock
-from tests.outbox.conftest import NOW, ago, manifest, seen
+from tests.locks import against_a_transaction_locking, until_waiting_for_a_lock
+from tests.outbox.conftest import NOW, ago, manifest, on_member, seen
 
 POLICY = StartupPolicy(timeout=300, backoff=30, avoid=600, eviction_limit=3)
 
@@ -290,12 +289,32 @@ def test_a_member_placed_on_while_its_removal_waits_for_a_lock_is_not_removed(ou
     with outbox.db.write() as session:
         lock_jobs(session, [held])
         remover.start()
-        deadline = time.monotonic() + 10
-        while not waiting_for_a_lock(outbox.db):
-            assert time.monotonic() < deadline, "the removal never waited for the held job"
-            time.sleep(0.01)
+        until_waiting_for_a_lock(outbox.db, "the removal never waited for the held job")
         session.add(Placement(job_id=newcomer, cluster_name="eu-west", cluster_id=outbox.cluster_id("eu-west"),
                               state="Decided"))
     remover.join(30)
     assert answers == ["cluster 'eu-west' got a placement while it was being removed; cordon it, then remove it again"]
     assert [p.cluster_id for p in outbox.placements(newcomer)] == [outbox.cluster_id("eu-west")]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_copy_that_starts_on_a_draining_member_while_fail_over_waits_for_its_job_stays(outbox):
+    """Fail-over reads its targets, then locks their jobs. A status batch that holds the job sees its copy on the
+    draining member start; once it commits, the copy is Running, and a drain keeps what runs: fail-over reads its
+    targets again under the locks and leaves it."""
+    _member(outbox, "eu-west", "Draining")
+    job = outbox.job({"state": "Starting", "member_uid": "uid-1", "status": seen()}, state="Starting")
+    [placement] = outbox.placements(job)
+    eu_west = outbox.cluster_id("eu-west")
+    changes: list = []
+    fail_over_pass = threading.Thread(target=lambda: changes.append(outbox.write(fail_over, NOW, 300.0)))
+    with outbox.db.write() as session:
+        record_statuses(session, [(eu_west, on_member(placement.id, ready=1), False)], NOW)
+        session.flush()
+        fail_over_pass.start()
+        until_waiting_for_a_lock(outbox.db, "fail-over never waited for the job")
+    fail_over_pass.join(30)
+    assert changes and not changes[0].requeued
+    assert [p.state for p in outbox.placements(job)] == ["Running"]
+    assert "FailedOver" not in [reason for reason, _ in outbox.events(job)]

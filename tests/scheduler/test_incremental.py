@@ -14,7 +14,7 @@ from broker.inventory import PodHold, member_inventory, write_inventory
 from broker.jobs import FederationCapacity, KnownClusters, federation_capacity
 from broker.jobset import parse_jobset
 from broker.placement import Config, Parked, schedule, shape_of
-from broker.scheduling import read_inventory
+from broker.scheduling import commit_cycle, read_inventory
 from broker.services.scheduler import SchedulerService
 from clusters.topology import ResolvedHyperNode, Topology
 from tests.placement.fixtures import GPU, manifest as job_manifest
@@ -352,6 +352,37 @@ def test_a_split_job_back_with_a_part_still_held_is_decided_by_the_shape_of_the_
     (pending,) = scheduler.read().pending
     assert [p.name for p in pending.spec.parts] == ["eval"]
     assert pending.shape == shape_of(pending.spec) != whole
+
+
+def test_a_split_job_requeued_between_the_read_and_the_commit_is_not_admitted_with_the_parts_it_had(db, setup,
+                                                                                                    settings):
+    """The cycle read the job with its workers running and placed its eval part alone; before the commit, the
+    workers failed and a status batch requeued it (still Queued). Admitted with eval alone, its workers would never
+    be placed again: the commit leaves it, and the next cycle places both parts."""
+    scheduler = SchedulerService(db, settings, now=Clock())
+    with setup() as session:
+        cluster = add_cluster(session, "eu-west", leaves=1)
+        job = submit(session, add_queue(session), "pair", parts=(("workers", 1, 2, 8), ("eval", 1, 1, 4)),
+                     annotations={"archipelago.io/placement": "split"})
+        session.flush()
+        for part, state in (("workers", "Running"), ("eval", "Failed")):
+            session.add(Placement(job_id=job.id, part=part, cluster_id=cluster.id, cluster_name="eu-west",
+                                  state=state, generation=1))
+    inventory = scheduler.read()
+    result = schedule(inventory.snapshot, inventory.pending, scheduler.config)
+    assert [p.part for p in result.placements] == ["eval"]
+    with setup() as session:
+        session.execute(update(Placement).where(Placement.job_id == job.id, Placement.part == "workers")
+                        .values(state="Failed"))
+        session.execute(update(Job).where(Job.id == job.id).values(reason="workers on eu-west: failed; restarting"))
+    outcome = commit_cycle(db, inventory, result)
+    assert (outcome.admitted, outcome.dropped) == ([], [job.id])
+    scheduler.pending.committed(inventory, result, outcome)
+    assert scheduler.run_once().admitted == [job.id]
+    with db.read() as session:
+        assert sorted(session.scalars(select(Placement.part).where(Placement.job_id == job.id,
+                                                                    Placement.state == "Decided"))) == [
+            "eval", "workers"]
 
 
 def test_a_capacity_read_builds_again_only_the_clusters_whose_inventory_changed(db, setup):
