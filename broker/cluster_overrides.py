@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from broker.db.models import Cluster, ClusterOverride, utcnow
@@ -90,7 +91,10 @@ def create_override(session: Session, raw: Mapping[str, Any]) -> ClusterOverride
     row = ClusterOverride(name=rule.name)
     _write(row, rule, raw)
     session.add(row)
-    session.flush()
+    try:
+        session.flush()
+    except IntegrityError:  # a concurrent create of the same name
+        raise Conflict(f"override rule {rule.name!r} exists; replace it with PUT /overrides/{rule.name}") from None
     return row
 
 

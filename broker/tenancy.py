@@ -49,8 +49,11 @@ def parse_resources(amounts: Mapping[str, Any] | None, path: str) -> dict[str, i
 
 # Tenants ---------------------------------------------------------------------------------------
 
-def get_tenant(session: Session, name: str) -> Tenant:
-    tenant = session.scalar(select(Tenant).where(Tenant.name == name))
+def get_tenant(session: Session, name: str, *, for_update: bool = False) -> Tenant:
+    """`for_update`: locked (FOR NO KEY UPDATE: jobs and queues may still be inserted that name it) for a write that
+    decides from what the tenant holds, e.g. which of its queues is the default."""
+    query = select(Tenant).where(Tenant.name == name)
+    tenant = session.scalar(query.with_for_update(key_share=True) if for_update else query)
     if tenant is None:
         raise NotFound(f"tenant {name!r} does not exist")
     return tenant
@@ -123,7 +126,10 @@ def create_tenant(session: Session, name: str, namespaces: list[str] | None = No
                     weight=_check_weight(weight),
                     fair_share_preemption=_check_fair_share_preemption(fair_share_preemption))
     session.add(tenant)
-    session.flush()
+    try:
+        session.flush()
+    except IntegrityError:  # a concurrent create of the same name
+        raise Conflict(f"tenant {name!r} already exists") from None
     events.record(session, "tenant", name, "Created", f"tenant {name} created with namespaces "
                   f"{', '.join(tenant.namespaces)} and weight {weight:g}", tenant_id=tenant.id)
     return tenant
@@ -207,6 +213,7 @@ def _apply_queue_changes(session: Session, queue: Queue, changes: QueueChanges) 
             raise Invalid("reclaim_within_cohort", f"must be one of {', '.join(RECLAIM_POLICIES)}")
         queue.reclaim_within_cohort = changes.reclaim_within_cohort
     if changes.default:
+        session.execute(select(Tenant.id).where(Tenant.id == queue.tenant_id).with_for_update(key_share=True))
         for other in session.scalars(select(Queue).where(Queue.tenant_id == queue.tenant_id, Queue.id != queue.id,
                                                          Queue.is_default.is_(True))):
             other.is_default = False
@@ -217,7 +224,7 @@ def _apply_queue_changes(session: Session, queue: Queue, changes: QueueChanges) 
 
 def create_queue(session: Session, name: str, tenant_name: str, changes: QueueChanges) -> Queue:
     check_name(name)
-    tenant = get_tenant(session, tenant_name)
+    tenant = get_tenant(session, tenant_name, for_update=True)  # its first queue is its default: one at a time
     if session.scalar(select(Queue.id).where(Queue.name == name)) is not None:
         raise Conflict(f"queue {name!r} already exists")
     first = session.scalar(select(func.count()).select_from(Queue).where(Queue.tenant_id == tenant.id)) == 0

@@ -1,6 +1,6 @@
 """Two replicas changing one thing at once on PostgreSQL: a write that reads a cluster's row to change it locks it
-first, a job's cancellation is conditional on what it read, and namespaces are given to tenants in turn, so that
-none acts on what another committed over in between."""
+first, a job's cancellation is conditional on what it read, namespaces and default queues are given in turn, and a
+name taken meanwhile is a conflict, so that none acts on what another committed over in between."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import threading
 import pytest
 from sqlalchemy import select, update
 
-from broker.db.models import Cluster, Job
+from broker.cluster_overrides import create_override
+from broker.db.models import Cluster, Job, Queue, Tenant
 from broker.errors import Conflict
 from broker.inventory import cordon_cluster, update_cluster
 from broker.jobs import request_cancel
-from broker.tenancy import Principal, create_tenant
 from broker.services.inventory import MemberMirror, flush
+from broker.tenancy import Principal, QueueChanges, create_queue, create_tenant, update_queue
 from tests.locks import until_waiting_for_a_lock
 
 
@@ -107,3 +108,49 @@ def test_two_tenants_asking_for_one_namespace_at_once_do_not_both_get_it(outbox)
         return "created"
 
     assert _while_held(outbox, vision, audio) == "namespace 'shared' already belongs to tenant 'vision'"
+
+
+
+def _refused(outbox, write) -> str:
+    """What Conflict a write in a transaction of its own raised ("done" if none)."""
+    try:
+        with outbox.db.write() as session:
+            write(session)
+    except Conflict as exc:
+        return str(exc)
+    return "done"
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_tenant_or_a_rule_named_meanwhile_is_a_conflict_not_an_error(outbox):
+    held = _while_held(outbox, lambda session: create_tenant(session, "vision", ["images"]),
+                       lambda: _refused(outbox, lambda session: create_tenant(session, "vision", ["videos"])))
+    assert held == "tenant 'vision' already exists"
+    rule = {"name": "mirror", "cluster": "eu-west", "image": {"registry": "mirror.eu:5000"}}
+    held = _while_held(outbox, lambda session: create_override(session, rule),
+                       lambda: _refused(outbox, lambda session: create_override(session, rule)))
+    assert held == "override rule 'mirror' exists; replace it with PUT /overrides/mirror"
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_tenant_keeps_one_default_queue_whatever_edits_meet(outbox):
+    """Its first two queues created at once: the first is its default. Then two queues made its default at once:
+    the last one is."""
+    with outbox.db.write() as session:
+        create_tenant(session, "vision")
+
+    def defaults() -> dict[str, bool]:
+        with outbox.db.read() as session:
+            return dict(session.execute(select(Queue.name, Queue.is_default).join(Queue.tenant)
+                                        .where(Tenant.name == "vision")).all())
+
+    _while_held(outbox, lambda session: create_queue(session, "images", "vision", QueueChanges()),
+                lambda: _refused(outbox, lambda session: create_queue(session, "videos", "vision", QueueChanges())))
+    assert defaults() == {"images": True, "videos": False}
+    with outbox.db.write() as session:
+        create_queue(session, "audio", "vision", QueueChanges())
+    _while_held(outbox, lambda session: update_queue(session, "videos", QueueChanges(default=True)),
+                lambda: _refused(outbox, lambda session: update_queue(session, "audio", QueueChanges(default=True))))
+    assert defaults() == {"images": False, "videos": False, "audio": True}
