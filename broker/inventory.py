@@ -19,9 +19,9 @@ from sqlalchemy.orm import Session
 
 from broker import events
 from broker.db.crypto import KubeconfigCipher
-from broker.dispatch import lock_job_rows
 from broker.db.models import (PLACEMENT_LIVE_STATES, PLACEMENT_UNSTARTED_STATES, Cluster, HyperNode, Node, Placement,
                               as_utc, inventory_changed)
+from broker.dispatch import lock_job_rows
 from broker.errors import Conflict, Invalid, NotFound
 from broker.settings import Settings
 from broker.tenancy import check_name, hash_token
@@ -61,6 +61,11 @@ def connect(settings: Settings, kubeconfig: str, context: str | None = None) -> 
 # A write that reads a cluster's row to change it locks it first (FOR NO KEY UPDATE: placements inserted meanwhile may
 # still name it), or it could write back what it read over what another replica committed in between (a cordon).
 FOR_CLUSTER_WRITE = {"key_share": True}
+
+
+def cluster_to_change(session: Session, cluster_id: int) -> Cluster | None:
+    """The cluster's row, locked for a write that changes it (`FOR_CLUSTER_WRITE`); None if it was removed."""
+    return session.get(Cluster, cluster_id, with_for_update=FOR_CLUSTER_WRITE, populate_existing=True)
 
 
 def get_cluster(session: Session, name: str, *, for_update: bool = False) -> Cluster:

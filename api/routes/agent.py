@@ -42,7 +42,7 @@ AgentDep = Annotated[int, Depends(agent_of)]
 def writing(request: Request, cluster_id: int) -> Iterator[tuple[Session, Cluster]]:
     """The agent's cluster in a write of its own."""
     with request.app.state.db.write() as session:
-        cluster = session.get(Cluster, cluster_id, with_for_update=inventory.FOR_CLUSTER_WRITE, populate_existing=True)
+        cluster = inventory.cluster_to_change(session, cluster_id)
         if cluster is None:
             raise Problem(404, "this pull member was removed meanwhile")
         yield session, cluster

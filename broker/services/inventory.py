@@ -28,8 +28,8 @@ from sqlalchemy import select
 from broker.db.fencing import Fenced
 from broker.db.models import Cluster, as_utc, utcnow
 from broker.db.runtime import Database
-from broker.inventory import (FOR_CLUSTER_WRITE, PodHold, WriteResult, member_inventory, node_row, pod_usage,
-                              record_probe, record_sync_error, resolve_topology, write_inventory)
+from broker.inventory import (FOR_CLUSTER_WRITE, PodHold, WriteResult, cluster_to_change, member_inventory,
+                              node_row, pod_usage, record_probe, record_sync_error, resolve_topology, write_inventory)
 from broker.services.loop import LoopService, WatchThread, in_lane
 from broker.services.members import MemberClients, backoff
 from broker.settings import Settings
@@ -176,7 +176,7 @@ def flush(database: Database, settings: Settings, cluster_id: int, mirror: Membe
     """Write the mirror's rows for one cluster (None if it was removed meanwhile)."""
     inventory = mirror.inventory(settings.topology_tier_labels)
     with database.write() as session:
-        cluster = session.get(Cluster, cluster_id, with_for_update=FOR_CLUSTER_WRITE, populate_existing=True)
+        cluster = cluster_to_change(session, cluster_id)
         if cluster is None:
             return None
         result = write_inventory(session, cluster, inventory, utcnow())
@@ -250,7 +250,7 @@ class InventorySyncService(LoopService):
             member.due = self.clock() + backoff(member.failures, max(self.settings.cluster_sync_interval, 1.0))
             log.warning("inventory sync of %s failed (%d in a row): %s", row.name, member.failures, exc)
             with self.database.write() as session:
-                cluster = session.get(Cluster, row.id, with_for_update=FOR_CLUSTER_WRITE, populate_existing=True)
+                cluster = cluster_to_change(session, row.id)
                 if cluster is not None:
                     record_sync_error(session, cluster, f"sync: {exc}")
             return str(exc)
