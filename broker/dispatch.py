@@ -68,11 +68,15 @@ class Changes:
     requeued: set[int] = field(default_factory=set)  # jobs back in their queue: wake the scheduler
     freed: bool = False  # capacity returned to the snapshot: wake the scheduler
     dispatch: bool = False  # new member work: wake the dispatcher
+    # copies applied to a member removed meanwhile, their uids in `member_uid`: the dispatcher that made them deletes
+    # them, as no placement is left to
+    orphans: list[Work] = field(default_factory=list)
 
     def add(self, other: Changes) -> Changes:
         self.requeued |= other.requeued
         self.freed |= other.freed
         self.dispatch |= other.dispatch
+        self.orphans += other.orphans
         return self
 
     def wake(self, wake: Callable[[str], None]) -> None:
@@ -207,7 +211,9 @@ def finish_apply(session: Session, work: Work, jobset: dict[str, Any], now: date
     """Applying → Starting (or further, if the member's status already says so)."""
     job = _lock_job(session, work.job_id)
     placement = _lock_placement(session, work.placement_id)
-    if job is None or placement is None or placement.state != "Applying":
+    if placement is None or placement.cluster_id != work.cluster_id:  # its member was removed while the call ran
+        return Changes(orphans=[replace(work, member_uid=jobset["metadata"]["uid"])])
+    if job is None or placement.state != "Applying":
         return Changes()  # cancelled or failed over meanwhile: its Deleting step removes the copy
     status = member_status(jobset)
     seen = placement.status or {}

@@ -140,8 +140,11 @@ class DispatcherService(LoopService):
                        if w.state == "Applying" or w.placement_id in started]
         groups = sorted({(w.cluster_id, w.namespace) for w in applies})
         found = dict(zip(groups, self._pool.map(lambda g: self._existing(reachable[g[0]], g[1]), groups)))
-        changes.add(self._in_lanes(applies, lambda w: self._apply(w, reachable[w.cluster_id],
-                                                                  found[(w.cluster_id, w.namespace)]), "applied")[1])
+        applied = self._in_lanes(applies, lambda w: self._apply(w, reachable[w.cluster_id],
+                                                                found[(w.cluster_id, w.namespace)]), "applied")[1]
+        if applied.orphans:
+            self._delete_orphans(applied.orphans, reachable)
+        changes.add(applied)
 
         changes.wake(self.wake)
         return changes
@@ -297,6 +300,24 @@ class DispatcherService(LoopService):
                                   f"{jobsets.placement_id_of(obj)}), a copy the broker no longer owns",
                                   warning=True)
         return True
+
+    def _delete_orphans(self, orphans: list[Work], members: dict[int, Any]) -> None:
+        """Copies applied to members removed while the calls ran (the removal deleted what it found before them):
+        deleted now, through the client the pass still holds, or the event says what is left there."""
+        said = list(self._pool.map(lambda w: self._delete_orphan(w, members[w.cluster_id]), orphans))
+        with self.database.write() as session:
+            for work, (reason, message) in zip(orphans, said):
+                events.record(session, "cluster", work.cluster, reason, message, warning=True)
+
+    def _delete_orphan(self, work: Work, member: Any) -> tuple[str, str]:
+        what = f"{work.namespace}/{work.name} (placement {work.placement_id})"
+        self.database.ensure_leading()
+        try:
+            jobsets.delete_copy(self._client(member), work.namespace, work.name, work.placement_id, work.member_uid)
+        except (MemberError, KubeconfigError, ValueError) as exc:
+            return "StaleCopyLeft", (f"{what} was applied as the member was being removed and could not be deleted "
+                                     f"({exc}): delete it there")
+        return "StaleCopyDeleted", f"deleted {what}, applied as the member was being removed"
 
     def _kept(self, placement_ids: set[int]) -> set[int]:
         with self.database.read() as session:

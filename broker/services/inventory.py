@@ -172,13 +172,17 @@ def relist_all(client: MemberClient, mirror: MemberMirror) -> None:
             relist(client, mirror, kind)
 
 
-def flush(database: Database, settings: Settings, cluster_id: int, mirror: MemberMirror) -> WriteResult | None:
-    """Write the mirror's rows for one cluster (None if it was removed meanwhile)."""
+def flush(database: Database, settings: Settings, cluster_id: int, mirror: MemberMirror, *,
+          first: bool = False) -> WriteResult | None:
+    """Write the mirror's rows for one cluster (None if it was removed meanwhile). `first`: only if no sync has
+    written it yet."""
     inventory = mirror.inventory(settings.topology_tier_labels)
     with database.write() as session:
         cluster = cluster_to_change(session, cluster_id)
         if cluster is None:
             return None
+        if first and cluster.synced_at is not None:
+            return WriteResult()
         result = write_inventory(session, cluster, inventory, utcnow())
         if cluster.last_error is not None and cluster.unreachable_since is None:
             cluster.last_error = None  # the sync that failed before works again
@@ -186,10 +190,11 @@ def flush(database: Database, settings: Settings, cluster_id: int, mirror: Membe
 
 
 def first_sync(database: Database, settings: Settings, cluster_id: int, client: MemberClient) -> WriteResult | None:
-    """The inventory of a cluster just registered, before the API answers."""
+    """The inventory of a cluster just registered, before the API answers; none if a loop's sync wrote one first
+    (it listed after the registration too, and its watches carry it on: this list may be the older)."""
     mirror = MemberMirror()
     relist_all(client, mirror)
-    return flush(database, settings, cluster_id, mirror)
+    return flush(database, settings, cluster_id, mirror, first=True)
 
 
 @dataclass

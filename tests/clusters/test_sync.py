@@ -11,6 +11,7 @@ from sqlalchemy import event, select
 
 from broker.db.models import Cluster, Event, HyperNode, Node
 from broker.inventory import cluster_capacity
+from broker.services import inventory as inventory_service
 from broker.services.inventory import InventorySyncService
 from clusters.quantity import to_milli
 from clusters.sim.scenario import LEAF, SPINE
@@ -72,6 +73,23 @@ def test_used_resources_are_the_members_own_accounting(api, sim, db, syncer):
     sim.cluster("crd").finish_pods("default")
     syncer.run_once()
     assert all(node.used == {} for node in _nodes(db, "crd").values())
+
+
+def test_a_registrations_list_older_than_the_loops_sync_does_not_overwrite_it(api, sim, db, syncer, monkeypatch):
+    """The API lists a new member and writes its first inventory before it answers; a loop's sync (here, or in the
+    replica whose lane has the member) may list it meanwhile and write first. The registration's list, written
+    last, would put back nodes emptier than they are until the next change or resync."""
+    listed_by_the_loop = inventory_service.relist_all
+
+    def list_then_let_the_loop_sync(client, mirror) -> None:
+        listed_by_the_loop(client, mirror)
+        monkeypatch.setattr(inventory_service, "relist_all", listed_by_the_loop)  # only the registration's list
+        _run_pods(sim, "crd", 5)
+        assert syncer.run_once()["crd"].changed
+    monkeypatch.setattr(inventory_service, "relist_all", list_then_let_the_loop_sync)
+    register(api, sim, "crd")
+    used = {name: node.used for name, node in _nodes(db, "crd").items() if node.used}
+    assert used == sim.cluster("crd").usage() and sum(u["nvidia.com/gpu"] for u in used.values()) == 5000
 
 
 def test_crd_tree_resolves_exact_regex_and_label_members(api, sim, db):

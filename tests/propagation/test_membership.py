@@ -8,6 +8,8 @@ import yaml
 from sqlalchemy import select
 
 from broker.db.models import Cluster
+from broker.dispatch import fail_over
+from broker.services import dispatcher
 from tests.propagation.conftest import SCENARIO, jobset
 
 LONG = {"sim.archipelago.io/duration": "1h"}
@@ -69,3 +71,35 @@ def test_one_member_under_another_spelling_of_its_url_is_the_same_member(federat
                                                          "kubeconfig": yaml.safe_dump(kubeconfig)})
     assert again.status_code == 409, again.text
     assert "is already registered as cluster 'eu-west'" in again.json()["detail"]
+
+
+@pytest.mark.parametrize("failed_over", [True, False], ids=["failed over meanwhile", "not failed over yet"])
+def test_a_copy_applied_while_its_member_was_force_removed_is_deleted_from_that_member(federation, monkeypatch,
+                                                                                       failed_over):
+    """The removal deletes the copies it finds; an apply already under way lands after it, on a member the broker
+    no longer follows, while the job is placed again elsewhere: the dispatcher that made the copy deletes it."""
+    job = federation.submit(jobset("late-copy", annotations=LONG))
+    federation.scheduler.run_once()
+    [decided] = federation.placements(job)
+    gone = decided.cluster_name
+
+    def remove_then_fail_over() -> None:
+        answer = federation.api.delete(f"/api/v1/clusters/{gone}", params={"force": "true"})
+        assert answer.status_code == 204, answer.text
+        if failed_over:  # the leader's pass, in another replica, fails the placement over
+            with federation.db.write() as session:
+                fail_over(session, federation.now(), 0.0)
+
+    def crash_point(step: str) -> None:
+        if step == "applying":
+            remove_then_fail_over()
+    monkeypatch.setattr(dispatcher, "crash_point", crash_point)
+    federation.dispatcher.run_once()
+    assert federation.copies(job, cluster=gone) == []
+    removed = [e for e in federation.api.get("/api/v1/events", params={"kind": "cluster", "object": gone}).json()[
+        "items"] if e["reason"] == "StaleCopyDeleted"]
+    assert len(removed) == 1 and f"placement {decided.id}" in removed[0]["message"]
+    monkeypatch.undo()
+    federation.run_until(lambda: federation.state(job) == "Running")
+    assert [c["cluster"] for c in federation.copies(job)] != [gone]
+    assert len(federation.copies(job)) == 1
