@@ -1,7 +1,7 @@
 """What one pod reserves on a node, as the kube-scheduler counts it; and why pods are not ready.
 
-Shared by the broker (job demand, member usage) and the simulator (binding), so that all three
-agree to the milli-unit.
+The broker's (job demand, member usage). The simulator counts with its own reading of the kube-scheduler's rules
+(clusters/sim/requests.py), so that a pod the broker counts differently from a member shows in the tests.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from clusters.labels import is_qualified_name
-from clusters.quantity import QuantityRangeError, parse_quantity, to_milli
+from clusters.quantity import QuantityRangeError, format_quantity, parse_quantity, to_milli
 
 
 class PodSpecError(ValueError):
@@ -93,14 +93,54 @@ def _native(resource: str) -> bool:
 
 
 def check_resource_requirements(pod_spec: Mapping) -> None:
-    """The API server's rules for its containers' requests and limits (`validateResourceRequirements`): a pod that
-    breaks one is never created, so a JobSet of such pods would hold its nodes on a member and never start. Raises
-    PodSpecError naming the field. For a pod spec whose quantities `effective_requests` parsed."""
+    """The API server's rules for its containers' requests and limits (`validateResourceRequirements`), and for the
+    pod's own (`validatePodResources`): a pod that breaks one is never created, so a JobSet of such pods would hold
+    its nodes on a member and never start. Raises PodSpecError naming the field. For a pod spec whose quantities
+    `effective_requests` parsed."""
     for field_name in ("initContainers", "containers"):
         for i, container in enumerate(as_list(pod_spec.get(field_name), field_name)):
             resources = as_mapping(as_mapping(container, f"{field_name}[{i}]").get("resources"),
                                    f"{field_name}[{i}].resources")
             _check_container_resources(resources, f"{field_name}[{i}].resources")
+    if as_mapping(pod_spec.get("resources"), "resources"):
+        _check_pod_resources(pod_spec)
+
+
+def _at_pod_level(resource: str) -> bool:
+    """Resources a pod may ask for as a whole (`spec.resources`, Kubernetes' PodLevelResources)."""
+    return resource in ("cpu", "memory") or resource.startswith(HUGEPAGES_PREFIX)
+
+
+def _check_pod_resources(pod_spec: Mapping) -> None:
+    """Pod-level requests and limits: of cpu, memory or hugepages only, not on Windows, a request at least what the
+    containers ask for together, and no container's limit above the pod's."""
+    resources = as_mapping(pod_spec.get("resources"), "resources")
+    if as_mapping(pod_spec.get("os"), "os").get("name") == "windows":
+        raise PodSpecError("resources", "pod-level resources may not be set for a Windows pod: set them on its "
+                                        "containers")
+    for source in ("limits", "requests"):
+        for resource in as_mapping(resources.get(source), f"resources.{source}"):
+            if not _at_pod_level(resource):
+                raise PodSpecError(f"resources.{source}.{resource}",
+                                   f"{resource!r:.80} cannot be asked for by the pod as a whole: only cpu, memory and "
+                                   f"hugepages-<size> can; ask for it in a container's resources")
+    _check_container_resources(resources, "resources")
+    requests = _quantities(resources.get("requests"), "resources.requests")
+    limits = _quantities(resources.get("limits"), "resources.limits")
+    together = _containers_together(pod_spec)
+    for resource, amount in requests.items():
+        if amount < together.get(resource, 0):
+            raise PodSpecError(f"resources.requests.{resource}",
+                               f"must be at least what the containers ask for together "
+                               f"({format_quantity(together[resource], resource)})")
+    for i, container in enumerate(as_list(pod_spec.get("containers"), "containers")):
+        for resource, amount in _quantities(as_mapping(as_mapping(container, f"containers[{i}]").get("resources"),
+                                                       f"containers[{i}].resources").get("limits"),
+                                            f"containers[{i}].resources.limits").items():
+            if resource in limits and amount > limits[resource]:
+                raise PodSpecError(f"containers[{i}].resources.limits.{resource}",
+                                   f"must not exceed the pod's {resource} limit "
+                                   f"({format_quantity(limits[resource], resource)})")
 
 
 def _check_container_resources(resources: Mapping, path: str) -> None:
@@ -150,8 +190,29 @@ def _check_container_resources(resources: Mapping, path: str) -> None:
 
 
 def effective_requests(pod_spec: Mapping) -> dict[str, int]:
-    """Per resource, in milli-units: max(app containers + sidecars, the largest init container + the
-    sidecars started before it) + the pod overhead. Raises PodSpecError naming the bad field."""
+    """Per resource, in milli-units: what the containers ask for together (`_containers_together`), each resource
+    the pod asks for as a whole replaced by that (a pod-level limit alone is the request of a resource no container
+    asks for: the API server's defaulting), + the pod overhead. Raises PodSpecError naming the bad field."""
+    effective = _containers_together(pod_spec)
+    resources = as_mapping(pod_spec.get("resources"), "resources")
+    requests = _quantities(resources.get("requests"), "resources.requests")
+    for resource, amount in _quantities(resources.get("limits"), "resources.limits").items():
+        if resource not in requests and resource not in effective:
+            requests[resource] = amount
+    effective.update((resource, amount) for resource, amount in requests.items() if _at_pod_level(resource))
+    for resource, quantity in as_mapping(pod_spec.get("overhead"), "overhead").items():
+        try:
+            amount = to_milli(quantity)
+        except (ValueError, TypeError) as exc:
+            raise PodSpecError(f"overhead.{resource}", _not_quantity(quantity, exc)) from None
+        if amount < 0:  # it would lower the pod's demand below what its containers take
+            raise PodSpecError(f"overhead.{resource}", "must not be negative")
+        effective[resource] = effective.get(resource, 0) + amount
+    return {r: a for r, a in sorted(effective.items()) if a > 0}
+
+
+def _containers_together(pod_spec: Mapping) -> dict[str, int]:
+    """max(app containers + sidecars, the largest init container + the sidecars started before it)."""
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
     for i, container in enumerate(as_list(pod_spec.get("initContainers"), "initContainers")):
@@ -168,16 +229,7 @@ def effective_requests(pod_spec: Mapping) -> dict[str, int]:
     for i, container in enumerate(as_list(pod_spec.get("containers"), "containers")):
         for resource, amount in container_requests(container, f"containers[{i}]").items():
             running[resource] = running.get(resource, 0) + amount
-    effective = {r: max(running.get(r, 0), init_peak.get(r, 0)) for r in running.keys() | init_peak.keys()}
-    for resource, quantity in as_mapping(pod_spec.get("overhead"), "overhead").items():
-        try:
-            amount = to_milli(quantity)
-        except (ValueError, TypeError) as exc:
-            raise PodSpecError(f"overhead.{resource}", _not_quantity(quantity, exc)) from None
-        if amount < 0:  # it would lower the pod's demand below what its containers take
-            raise PodSpecError(f"overhead.{resource}", "must not be negative")
-        effective[resource] = effective.get(resource, 0) + amount
-    return {r: a for r, a in sorted(effective.items()) if a > 0}
+    return {r: max(running.get(r, 0), init_peak.get(r, 0)) for r in running.keys() | init_peak.keys()}
 
 
 def why_not_ready(pods: Iterable[Mapping[str, Any]], limit: int = 3) -> str:

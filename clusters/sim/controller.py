@@ -18,9 +18,9 @@ from collections import Counter
 from typing import TYPE_CHECKING, Iterable
 
 from clusters.labels import NodeSelectorTerm, node_selector_term
-from clusters.pods import effective_requests
 from clusters.quantity import to_milli
 from clusters.sim.clock import rfc3339
+from clusters.sim.requests import pod_requests
 from clusters.sim.resources import JOBS, JOBSETS, NAMESPACES, NODES, PODS, SERVICES
 from clusters.sim.validation import JOBSET_CONTROLLER
 from clusters.taints import untolerated
@@ -63,11 +63,6 @@ def parse_duration(text: str | int | float) -> float:
         raise ValueError(f"not a duration: {text!r}")
     scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
     return sum(float(a) * scale[b] for a, b in parts)
-
-
-def pod_requests(spec: dict) -> dict[str, int]:
-    """Effective requests in milli-units (clusters.pods), plus the pod's slot."""
-    return {**effective_requests(spec), "pods": 1000}
 
 
 def node_allocatable(node: dict) -> dict[str, int]:

@@ -10,6 +10,7 @@ import pytest
 from clusters.pods import (PodSpecError, as_list, as_mapping, check_resource_requirements, container_requests,
                           effective_requests, why_not_ready)
 from clusters.quantity import add_into, format_quantity, parse_quantity, to_milli
+from clusters.sim.requests import pod_requests as sim_pod_requests
 
 
 @pytest.mark.parametrize("text, value", [
@@ -145,6 +146,55 @@ def test_the_largest_init_container_counts_with_the_sidecars_started_before_it()
                               ) == {"cpu": 4000, "memory": 3000}
 
 
+def test_what_the_pod_asks_for_as_a_whole_replaces_its_containers_total():
+    """Kubernetes' pod-level resources: the kube-scheduler reserves them instead of what the containers ask for."""
+    pod = {"resources": {"requests": {"cpu": "40"}, "limits": {"memory": "8Gi"}},
+           "containers": [_container({"cpu": "1", "nvidia.com/gpu": "1"}, {"nvidia.com/gpu": "1"}),
+                          _container({"cpu": "2"})], "overhead": {"cpu": "250m"}}
+    # cpu: the pod's 40, not the containers' 3, + the overhead; memory: no container asks, so the limit is the request
+    assert effective_requests(pod) == {"cpu": 40250, "memory": 8 * 2**30 * 1000, "nvidia.com/gpu": 1000}
+    pod["containers"][1] = _container({"cpu": "2", "memory": "1Gi"})  # a container asks: its request stands
+    assert effective_requests(pod)["memory"] == 2**30 * 1000
+
+
+# Pods and what each reserves: read by the broker (clusters/pods.py) and, on its own, by the simulator's scheduler
+# (clusters/sim/requests.py). The two must agree, or the broker places pods a member will not bind.
+AS_THE_SCHEDULER_COUNTS = {
+    "containers and overhead": ({"containers": [_container({"cpu": "1", "memory": "1Gi"}), _container({"cpu": "1m"})],
+                                 "overhead": {"cpu": "100m", "example.com/slot": "1"}},
+                                {"cpu": 1101, "memory": 2**30 * 1000, "example.com/slot": 1000}),
+    "a limit alone": ({"containers": [_container(limits={"nvidia.com/gpu": "8", "cpu": "2"})]},
+                      {"nvidia.com/gpu": 8000, "cpu": 2000}),
+    "the largest init container beside the sidecars before it": (
+        {"initContainers": [_container({"cpu": "1"}, restartPolicy="Always"), _container({"cpu": "4", "memory": "1"}),
+                            _container({"cpu": "2"}, restartPolicy="Always"), _container({"cpu": "2"})],
+         "containers": [_container({"cpu": "1", "memory": "2"})]}, {"cpu": 5000, "memory": 2000}),
+    "sidecars beside the containers": (
+        {"initContainers": [_container({"memory": "3"}, restartPolicy="Always"), _container({"cpu": "4"})],
+         "containers": [_container({"cpu": "3"})]}, {"cpu": 4000, "memory": 3000}),
+    "the pod's own requests": ({"resources": {"requests": {"cpu": "40", "memory": "1Gi"}},
+                                "containers": [_container({"cpu": "1", "nvidia.com/gpu": "1"},
+                                                          {"nvidia.com/gpu": "1"})]},
+                               {"cpu": 40000, "memory": 2**30 * 1000, "nvidia.com/gpu": 1000}),
+    "the pod's own limit, no container asking": ({"resources": {"limits": {"cpu": "8"}},
+                                                  "containers": [_container({"memory": "1"})]},
+                                                 {"cpu": 8000, "memory": 1000}),
+    "the pod's own limit, a container asking": ({"resources": {"limits": {"cpu": "8"}},
+                                                 "containers": [_container({"cpu": "3"})]}, {"cpu": 3000}),
+    "the pod's own hugepages and overhead": (
+        {"resources": {"requests": {"hugepages-2Mi": "4Mi", "memory": "1Gi"}, "limits": {"hugepages-2Mi": "4Mi"}},
+         "containers": [_container({"cpu": "1"})], "overhead": {"memory": "1Mi"}},
+        {"cpu": 1000, "memory": (2**30 + 2**20) * 1000, "hugepages-2Mi": 4 * 2**20 * 1000}),
+}
+
+
+@pytest.mark.parametrize("case", AS_THE_SCHEDULER_COUNTS)
+def test_the_broker_and_the_simulated_scheduler_count_a_pod_alike(case):
+    pod, expected = AS_THE_SCHEDULER_COUNTS[case]
+    assert effective_requests(pod) == expected
+    assert sim_pod_requests(pod) == {**expected, "pods": 1000}
+
+
 @pytest.mark.parametrize("pod, path, message", [
     ({"containers": {}}, "containers", "must be a list, got dict"),
     ({"initContainers": "x"}, "initContainers", "must be a list, got str"),
@@ -233,6 +283,22 @@ REFUSED_RESOURCES = {
         _resources({"pods": "1"}), "containers[0].resources.requests.pods",
         "'pods' is not a resource a container may ask for: use cpu, memory, ephemeral-storage, hugepages-<size>, or a "
         "device plugin's resource with its domain (e.g. nvidia.com/gpu)"),
+    "a device asked for by the pod as a whole": (
+        {"resources": {"limits": {"nvidia.com/gpu": "8"}}, "containers": [{"name": "c"}]},
+        "resources.limits.nvidia.com/gpu", "'nvidia.com/gpu' cannot be asked for by the pod as a whole: only cpu, "
+        "memory and hugepages-<size> can; ask for it in a container's resources"),
+    "a pod's request below what its containers ask for together": (
+        {"resources": {"requests": {"cpu": "2"}}, "containers": [_resources({"cpu": "1500m"})["containers"][0]] * 2},
+        "resources.requests.cpu", "must be at least what the containers ask for together (3)"),
+    "a container's limit above the pod's": (
+        {"resources": {"limits": {"memory": "1Gi"}}, **_resources(limits={"memory": "2Gi"})},
+        "containers[0].resources.limits.memory", "must not exceed the pod's memory limit (1Gi)"),
+    "a pod's request above its limit": (
+        {"resources": {"requests": {"cpu": "4"}, "limits": {"cpu": "2"}}, "containers": [{"name": "c"}]},
+        "resources.requests.cpu", "must not exceed the cpu limit (2)"),
+    "pod-level resources on Windows": (
+        {"os": {"name": "windows"}, "resources": {"requests": {"cpu": "1"}}, "containers": [{"name": "c"}]},
+        "resources", "pod-level resources may not be set for a Windows pod: set them on its containers"),
     "in an init container": (
         {"initContainers": [{"name": "i", "resources": {"requests": {"example.com/fpga": "1"}}}],
          "containers": [{"name": "c"}]}, "initContainers[0].resources.limits.example.com/fpga",
@@ -260,6 +326,8 @@ def test_resources_the_api_server_refuses_are_refused_naming_the_field(case):
     _resources({"example.com/fpga": "2"}, {"example.com/fpga": "2"}),
     _resources(limits={"a" * 244 + "/gpu": "1"}),  # "requests." and its domain: 253 characters, as a quota's may be
     _resources(limits={"hugepages-2Mi": "1Gi", "cpu": "1"}),  # 512 pages
+    {"resources": {"requests": {"cpu": "3", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},  # the pod's own
+     **_resources({"cpu": "3", "memory": "512Mi"}, {"memory": "2Gi"})},
 ])
 def test_resources_the_api_server_takes_are_taken(pod):
     check_resource_requirements(pod)

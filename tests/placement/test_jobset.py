@@ -65,6 +65,18 @@ def test_a_pod_spec_without_a_list_of_containers_is_refused_naming_spec_containe
     assert (refused.value.path, refused.value.message) == ("spec.containers", message)
 
 
+def test_a_pods_own_resources_are_its_demand_and_a_device_among_them_is_refused_naming_the_field():
+    m = manifest()
+    pod = m["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["resources"] = {"requests": {"cpu": "40"}}
+    assert parse_jobset(m).parts[0].pod_requests["cpu"] == 40_000
+    pod["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
+    with pytest.raises(JobSetError) as refused:
+        parse_jobset(m)
+    assert refused.value.path == "spec.replicatedJobs[0].template.spec.template.spec.resources.limits.nvidia.com/gpu"
+    assert "cannot be asked for by the pod as a whole" in refused.value.message
+
+
 def test_completions_below_parallelism_caps_concurrent_pods():
     m = manifest()
     m["spec"]["replicatedJobs"][0]["template"]["spec"].update(parallelism=8, completions=2)

@@ -50,6 +50,30 @@ def test_pods_that_do_not_exist_yet_still_hold_their_nodes_so_nothing_is_overboo
     assert [federation.state(job) for job in jobs if job not in admitted] == ["Queued", "Queued"]
 
 
+def test_what_a_pod_asks_for_as_a_whole_is_what_holds_its_node(federation):
+    """Pods of 1 GPU that ask, as pods, for 40 of a node's 64 CPUs (Kubernetes' pod-level resources): the member's
+    scheduler binds one to a node, not eight. Eight nodes on eu-west take two JobSets of four such pods; the third
+    waits for us-east, and no pod is left Pending."""
+    federation.sim.make_unreachable("us-east")
+    assert federation.health.run_once()["us-east"] == "NotReady"
+    manifests = [jobset(f"wide-{i}", parts=(("workers", 1, 4, 1),), annotations=LONG) for i in range(3)]
+    for manifest in manifests:
+        manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["resources"] = {
+            "requests": {"cpu": "40"}}
+    jobs = [federation.submit(manifest) for manifest in manifests]
+    federation.step(5)
+    states = [federation.state(job) for job in jobs]
+    assert sorted(states) == ["Queued", "Starting", "Starting"], states
+    waiting = federation.job(jobs[states.index("Queued")])
+    assert waiting["waiting_reasons"]["eu-west"].startswith("free capacity is fragmented"), waiting["waiting_reasons"]
+    for job, state in zip(jobs, states):
+        if state == "Starting":
+            federation.until_state(job, "Running")
+            pods = _pods(federation, "eu-west", job)
+            assert len(pods) == 4 and all(p["status"]["phase"] == "Running" for p in pods)
+            assert len({p["spec"]["nodeName"] for p in pods}) == 4  # one a node: as the broker counted
+
+
 def test_a_copy_given_up_on_a_lost_member_frees_its_queues_quota_but_not_its_nodes(federation):
     """research has a 32-GPU quota and runs a 32-GPU JobSet on one member; that member dies: the job is
     placed on the other at once. When the member comes back, its nodes were never offered to anyone
