@@ -543,7 +543,7 @@ class _Cycle:
     def _no_fit(self, request: Request, cluster: ClusterIndex) -> str:
         """Why the search found no place, after the filters passed: the gang's pods do not fit nodes."""
         part = max(request.parts, key=lambda p: p.pods)
-        what = pods_phrase(part.pods, part.pod_requests)
+        what = pods_phrase(part.pods, part.pod_requests, cluster.scarcest(part.pod_requests))
         if request.bound is not None:
             return (f"needs {amount(request.primary, request.need)} in one tier-{request.bound} "
                     f"HyperNode; those with enough free cannot hold {what} on their nodes")

@@ -33,14 +33,11 @@ def shortfall(demand: Resources, free: Resources) -> tuple[str, int, int] | None
     return None
 
 
-def pods_phrase(count: int, pod: Resources) -> str:
-    """"4 pods of 8 GPUs" — the shape a gang's pods need on one node."""
-    if GPU in pod:
-        shape = amount(GPU, pod[GPU])
-    elif "cpu" in pod:
-        shape = amount("cpu", pod["cpu"])
-    else:
-        shape = "no requests"
+def pods_phrase(count: int, pod: Resources, scarce: str | None = None) -> str:
+    """"4 pods of 8 GPUs" — the shape a gang's pods need on one node: its GPUs, and the resource the nodes are
+    short of (`scarce`) when that is another ("4 pods of 1 GPU and 40 CPUs")."""
+    named = [resource for resource in (GPU, scarce) if resource in pod] or [r for r in ("cpu",) if r in pod]
+    shape = " and ".join(amount(resource, pod[resource]) for resource in dict.fromkeys(named)) or "no requests"
     return f"{count} pod{'' if count == 1 else 's'} of {shape}"
 
 

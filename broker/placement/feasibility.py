@@ -59,16 +59,16 @@ def _reasons(request: Request, clusters: list[ClusterIndex], filters: list) -> d
                        if (why := f.filter(request, cluster))), None)
         if reason is None and known and cluster.search(request.parts, request.demand, request.bound,
                                                        _EVERY_CANDIDATE, bind=True) is None:
-            reason = _cannot_hold(request)
+            reason = _cannot_hold(request, cluster)
         if reason is None:
             return {}
         reasons[cluster.name] = reason
     return reasons
 
 
-def _cannot_hold(request: Request) -> str:
+def _cannot_hold(request: Request, cluster: ClusterIndex) -> str:
     part = max(request.parts, key=lambda p: p.pods)
-    what = pods_phrase(part.pods, part.pod_requests)
+    what = pods_phrase(part.pods, part.pod_requests, cluster.scarcest(part.pod_requests))
     if request.bound is not None:
         return (f"even empty, no HyperNode of tier {request.bound} or lower can hold "
                 f"{amount(request.primary, request.need)} as {what} on its nodes")

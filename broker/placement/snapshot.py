@@ -229,6 +229,14 @@ class ClusterIndex:
             room = min(room, available // amount)
         return room
 
+    def scarcest(self, pod: Resources) -> str | None:
+        """The resource the usable nodes have room for the fewest pods of this shape by (GPUs first on a tie): what
+        a reason names when the pods fit nowhere (their pod slots aside)."""
+        room = {resource: sum(free.get(resource, 0) // amount for free, usable in zip(self.free, self.usable)
+                              if usable)
+                for resource, amount in pod.items() if amount > 0 and resource != POD_SLOT}
+        return min(room, key=lambda resource: (room[resource], resource != GPU, resource), default=None)
+
     def _fill(self, part: PartSpec, count: int, nodes: Sequence[int], binding: Binding) -> bool:
         """Best-fit `count` pods onto nodes: the smallest node that takes all the rest, else fill the largest."""
         pod = part.pod_requests

@@ -65,7 +65,7 @@ def test_a_hard_gang_whose_gpus_fit_a_leaf_but_not_its_cpus_is_told_what_cannot_
     answer = dry_run(state, job(gpus=8, pods=8, cpu=65, annotations=hard(1)))  # 520 CPUs; a leaf has 512
     assert answer.clusters == (ClusterVerdict(
         "eu", None, "needs 64 GPUs in one tier-1 HyperNode; those with enough free cannot hold 8 pods of 8 GPUs "
-                    "on their nodes"),)
+                    "and 65 CPUs on their nodes"),)
 
 
 def test_a_placement_keeps_its_score_to_six_places_where_the_dry_run_shows_three():

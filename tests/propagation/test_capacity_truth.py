@@ -65,7 +65,8 @@ def test_what_a_pod_asks_for_as_a_whole_is_what_holds_its_node(federation):
     states = [federation.state(job) for job in jobs]
     assert sorted(states) == ["Queued", "Starting", "Starting"], states
     waiting = federation.job(jobs[states.index("Queued")])
-    assert waiting["waiting_reasons"]["eu-west"].startswith("free capacity is fragmented"), waiting["waiting_reasons"]
+    assert waiting["waiting_reasons"]["eu-west"] == "free capacity is fragmented: its nodes cannot hold 4 pods of 1 GPU " \
+                                                    "and 40 CPUs"
     for job, state in zip(jobs, states):
         if state == "Starting":
             federation.until_state(job, "Running")
