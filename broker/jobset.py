@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from clusters.labels import (NodeSelectorTerm, Selector, TermError, check_annotations, check_labels,
                              node_selector_term, parse_selector)
 from clusters.pods import PodSpecError, as_list, as_mapping, check_resource_requirements, effective_requests
+from clusters.taints import toleration_error
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND = "JobSet"
@@ -269,6 +270,9 @@ def _part(raw: Any, path: str, job_exclusive: str | None) -> PartSpec:
     _container_names(pod_spec, pod_path)
     tolerations = tuple(_mapping(t, f"{pod_path}.tolerations[{i}]")
                         for i, t in enumerate(_list(pod_spec.get("tolerations"), f"{pod_path}.tolerations")))
+    for i, toleration in enumerate(tolerations):
+        if (wrong := toleration_error(toleration)) is not None:
+            raise JobSetError(f"{pod_path}.tolerations[{i}].{wrong[0]}", wrong[1])
     return PartSpec(
         name=name, replicas=replicas, parallelism=parallelism, completions=completions,
         pod_requests=_frozen({**effective_pod_requests(pod_spec, pod_path), POD_SLOT: 1000}),

@@ -72,12 +72,17 @@ def is_qualified_name(key: Any) -> bool:
     return isinstance(key, str) and _KEY.fullmatch(key) is not None and len(key.rpartition("/")[0]) <= 253
 
 
+def is_label_value(value: Any) -> bool:
+    """At most 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric; or empty."""
+    return isinstance(value, str) and _VALUE.match(value) is not None
+
+
 def check_labels(labels: Mapping[str, str]) -> None:
     """Raise ValueError naming the first key or value that Kubernetes would not accept as a label."""
     for key, value in labels.items():
         if not is_qualified_name(key):
             raise ValueError(f"invalid label key {key!r}")
-        if not isinstance(value, str) or not _VALUE.match(value):
+        if not is_label_value(value):
             raise ValueError(f"invalid value {value!r} of label {key!r}: at most 63 characters, alphanumerics, "
                              "'-', '_' or '.', starting and ending with an alphanumeric")
 

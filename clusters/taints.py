@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from clusters.labels import is_label_value, is_qualified_name
+
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
 def tolerates(toleration: Mapping, taint: Mapping) -> bool:
@@ -14,9 +19,32 @@ def tolerates(toleration: Mapping, taint: Mapping) -> bool:
     key = toleration.get("key")
     if key and key != taint.get("key"):
         return False
-    if toleration.get("operator") == "Exists":  # anything else is Equal, the default
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
         return True
-    return bool(key) and (toleration.get("value") or "") == (taint.get("value") or "")
+    return operator == "Equal" and bool(key) and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def toleration_error(toleration: Mapping) -> tuple[str, str] | None:
+    """(field, what to fix) of a toleration the API server refuses (`validateTolerations`): a pod that carries it is
+    never created."""
+    key, operator, value = toleration.get("key") or "", toleration.get("operator") or "Equal", toleration.get("value")
+    if key and not is_qualified_name(key):
+        return "key", f"{key!r:.80} is not a taint key (a label key, e.g. nvidia.com/gpu)"
+    if operator not in ("Equal", "Exists"):
+        return "operator", f"{operator!r:.40} is not a toleration operator: use Equal or Exists"
+    if operator == "Exists" and value:
+        return "value", "must be empty with operator Exists (it matches every value)"
+    if operator == "Equal" and not key:
+        return "operator", "must be Exists when the key is empty (a toleration of every taint)"
+    if value is not None and not is_label_value(value):
+        return "value", f"{value!r:.80} is not a taint value (a label value)"
+    effect = toleration.get("effect") or ""
+    if effect and effect not in _EFFECTS:
+        return "effect", f"{effect!r:.40} is not a taint effect: use {', '.join(_EFFECTS)}, or none for all"
+    if toleration.get("tolerationSeconds") is not None and effect != "NoExecute":
+        return "tolerationSeconds", "only a NoExecute toleration has a time limit: set effect NoExecute or drop it"
+    return None
 
 
 def untolerated(taints: Iterable[Mapping], tolerations: Iterable[Mapping]) -> list[Mapping]:

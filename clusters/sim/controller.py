@@ -17,13 +17,12 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING, Iterable
 
-from clusters.labels import NodeSelectorTerm, node_selector_term
 from clusters.quantity import to_milli
 from clusters.sim.clock import rfc3339
+from clusters.sim.fit import repelling_taint, selects
 from clusters.sim.requests import pod_requests
 from clusters.sim.resources import JOBS, JOBSETS, NAMESPACES, NODES, PODS, SERVICES
 from clusters.sim.validation import JOBSET_CONTROLLER
-from clusters.taints import untolerated
 
 if TYPE_CHECKING:
     from clusters.sim.cluster import SimCluster
@@ -94,17 +93,6 @@ def job_finished(job: dict) -> str:
 
 def _suffix() -> str:
     return "".join(random.choices(_NAME_CHARS, k=5))
-
-
-def _node_terms(terms: list) -> list[NodeSelectorTerm]:
-    """The terms the kube-scheduler can read; one it cannot (e.g. `matchFields` In with two values) matches nothing."""
-    parsed = []
-    for term in terms:
-        try:
-            parsed.append(node_selector_term(term))
-        except ValueError:
-            continue
-    return parsed
 
 
 class Controller:
@@ -395,23 +383,17 @@ class Controller:
     def _pick(self, pod: dict, nodes: list[dict], topology: "_Topology | None", total: int) -> tuple[dict | None, str]:
         spec = pod["spec"]
         requests = pod_requests(spec)
-        selector = spec.get("nodeSelector") or {}
-        required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution")
-        terms = None if required is None else _node_terms(required.get("nodeSelectorTerms") or [])
         tolerations = spec.get("tolerations") or ()
         reasons: Counter = Counter()
         for node in nodes:
             labels = node["metadata"].get("labels") or {}
             name = node["metadata"]["name"]
-            if any(labels.get(k) != v for k, v in selector.items()) or (
-                    terms is not None and not any(t.matches(name, labels) for t in terms)):
+            if not selects(spec, node):
                 reasons["node(s) didn't match Pod's node affinity/selector"] += 1
                 continue
-            taints = untolerated(node["spec"]["taints"], tolerations) if node["spec"].get("taints") else ()
-            if taints:
-                t = taints[0]
-                reasons[f"node(s) had untolerated taint {{{t.get('key')}: {t.get('value', '')}}}"] += 1
+            taint = repelling_taint(node, tolerations)
+            if taint is not None:
+                reasons[f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}}"] += 1
                 continue
             alloc, used = self.alloc.get(name) or node_allocatable(node), self.used.get(name) or {}
             short = [r for r, amount in requests.items() if used.get(r, 0) + amount > alloc.get(r, 0)]

@@ -77,6 +77,16 @@ def test_a_pods_own_resources_are_its_demand_and_a_device_among_them_is_refused_
     assert "cannot be asked for by the pod as a whole" in refused.value.message
 
 
+def test_a_toleration_the_api_server_refuses_is_refused_naming_its_field():
+    m = manifest()
+    m["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["tolerations"] = [
+        {"operator": "Exists"}, {"key": "nvidia.com/gpu", "operator": "exists"}]
+    with pytest.raises(JobSetError) as refused:
+        parse_jobset(m)
+    assert refused.value.path == "spec.replicatedJobs[0].template.spec.template.spec.tolerations[1].operator"
+    assert refused.value.message == "'exists' is not a toleration operator: use Equal or Exists"
+
+
 def test_completions_below_parallelism_caps_concurrent_pods():
     m = manifest()
     m["spec"]["replicatedJobs"][0]["template"]["spec"].update(parallelism=8, completions=2)
