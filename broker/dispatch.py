@@ -212,6 +212,9 @@ def finish_apply(session: Session, work: Work, jobset: dict[str, Any], now: date
     job = _lock_job(session, work.job_id)
     placement = _lock_placement(session, work.placement_id)
     if placement is None or placement.cluster_id != work.cluster_id:  # its member was removed while the call ran
+        events.record(session, "cluster", work.cluster, "CopyOrphaned",
+                      f"{work.namespace}/{work.name} (placement {work.placement_id}) was applied as the member was "
+                      f"being removed: the dispatcher deletes it", warning=True)
         return Changes(orphans=[replace(work, member_uid=jobset["metadata"]["uid"])])
     if job is None or placement.state != "Applying":
         return Changes()  # cancelled or failed over meanwhile: its Deleting step removes the copy

@@ -441,13 +441,15 @@ def remove_cluster(session: Session, name: str, *, force: bool = False, settings
     live = live_placements(session, cluster.id)
     if live and not force:
         raise Conflict(f"cluster {name!r} has {live} live placement(s); drain it and wait, or remove it with force")
+    # its jobs locked before its copies are listed: an apply still under way records its copy only once the
+    # removal is committed, and so finds its member gone and deletes the copy (`finish_apply`)
+    _lock_jobs_placed_on(session, cluster)
     left_behind = ""
     if live and cluster.mode == "pull":
         left_behind = (f"; its agent is cut off with its copies on the member: delete JobSets labelled "
                        f"{jobsets.JOB_ID_LABEL} there")
     elif live and settings is not None:
         left_behind = _delete_copies(settings, cluster)
-    _lock_jobs_placed_on(session, cluster)
     session.delete(cluster)
     message = f"removed{f' with {live} live placement(s) (forced)' if live else ''}{left_behind}"
     events.record(session, "cluster", name, "Removed", message, warning=bool(live))

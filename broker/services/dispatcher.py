@@ -116,7 +116,8 @@ class DispatcherService(LoopService):
         deletions = [w for w in work if w.state == "Deleting"]
         if deletions:
             crash_point("deleting")
-        outcomes, recorded = self._in_lanes(deletions, lambda w: self._delete(w, reachable[w.cluster_id]), "deleted")
+        outcomes, recorded = self._in_lanes(deletions, lambda w: self._delete(w, reachable[w.cluster_id]), "deleted",
+                                            reachable)
         changes.add(recorded)
         blocked = {o.work.cluster_id for o in outcomes if o.kind != "done"}
 
@@ -140,11 +141,9 @@ class DispatcherService(LoopService):
                        if w.state == "Applying" or w.placement_id in started]
         groups = sorted({(w.cluster_id, w.namespace) for w in applies})
         found = dict(zip(groups, self._pool.map(lambda g: self._existing(reachable[g[0]], g[1]), groups)))
-        applied = self._in_lanes(applies, lambda w: self._apply(w, reachable[w.cluster_id],
-                                                                found[(w.cluster_id, w.namespace)]), "applied")[1]
-        if applied.orphans:
-            self._delete_orphans(applied.orphans, reachable)
-        changes.add(applied)
+        changes.add(self._in_lanes(applies, lambda w: self._apply(w, reachable[w.cluster_id],
+                                                                  found[(w.cluster_id, w.namespace)]), "applied",
+                                   reachable)[1])
 
         changes.wake(self.wake)
         return changes
@@ -163,10 +162,11 @@ class DispatcherService(LoopService):
         for executor in (self._pool, *self._lanes.values()):
             executor.shutdown(wait=True, cancel_futures=True)
 
-    def _in_lanes(self, works: list[Work], call: Callable[[Work], Outcome],
-                  step: str) -> tuple[list[Outcome], Changes]:
-        """`call` for each work in its member's lane, the outcomes recorded in batches as they come. The
-        test hook's steps: `<step>-on-member` before a batch with a call done is committed, `<step>` after."""
+    def _in_lanes(self, works: list[Work], call: Callable[[Work], Outcome], step: str,
+                  members: dict[int, Any]) -> tuple[list[Outcome], Changes]:
+        """`call` for each work in its member's lane, the outcomes recorded in batches as they come (and the copies
+        their records found orphaned deleted at once). The test hook's steps: `<step>-on-member` before a batch with
+        a call done is committed, `<step>` after."""
         pending: set[Future] = {self._lane(w.cluster_id).submit(call, w) for w in works}
         outcomes: list[Outcome] = []
         changes = Changes()
@@ -176,7 +176,11 @@ class DispatcherService(LoopService):
             done = any(o.kind == "done" for o in batch)
             if done:
                 crash_point(f"{step}-on-member")
-            changes.add(self._record(batch))
+            recorded = self._record(batch)
+            if recorded.orphans:
+                self._delete_orphans(recorded.orphans, members)
+                recorded.orphans = []
+            changes.add(recorded)
             if done:
                 crash_point(step)
             outcomes += batch
@@ -302,8 +306,9 @@ class DispatcherService(LoopService):
         return True
 
     def _delete_orphans(self, orphans: list[Work], members: dict[int, Any]) -> None:
-        """Copies applied to members removed while the calls ran (the removal deleted what it found before them):
-        deleted now, through the client the pass still holds, or the event says what is left there."""
+        """Copies applied to members removed while the calls ran (the removal deleted what it found before them, and
+        their records said so in an event): deleted now, through the client the pass still holds, or the event says
+        what is left there."""
         said = list(self._pool.map(lambda w: self._delete_orphan(w, members[w.cluster_id]), orphans))
         with self.database.write() as session:
             for work, (reason, message) in zip(orphans, said):

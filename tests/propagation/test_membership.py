@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import yaml
 
 from sqlalchemy import select
 
+from broker import inventory
 from broker.db.models import Cluster
 from broker.dispatch import fail_over
 from broker.services import dispatcher
+from tests.locks import until_waiting_for_a_lock
 from tests.propagation.conftest import SCENARIO, jobset
 
 LONG = {"sim.archipelago.io/duration": "1h"}
@@ -96,10 +100,53 @@ def test_a_copy_applied_while_its_member_was_force_removed_is_deleted_from_that_
     monkeypatch.setattr(dispatcher, "crash_point", crash_point)
     federation.dispatcher.run_once()
     assert federation.copies(job, cluster=gone) == []
-    removed = [e for e in federation.api.get("/api/v1/events", params={"kind": "cluster", "object": gone}).json()[
-        "items"] if e["reason"] == "StaleCopyDeleted"]
-    assert len(removed) == 1 and f"placement {decided.id}" in removed[0]["message"]
+    said = [e for e in federation.api.get("/api/v1/events", params={"kind": "cluster", "object": gone}).json()[
+        "items"] if e["reason"] in ("CopyOrphaned", "StaleCopyDeleted")]
+    assert [e["reason"] for e in said] == ["CopyOrphaned", "StaleCopyDeleted"]
+    assert all(f"placement {decided.id}" in e["message"] for e in said)
     monkeypatch.undo()
     federation.run_until(lambda: federation.state(job) == "Running")
     assert [c["cluster"] for c in federation.copies(job)] != [gone]
     assert len(federation.copies(job)) == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_copy_applied_while_the_removal_deletes_the_members_copies_is_deleted_too(federation, monkeypatch):
+    """On PostgreSQL the removal and the dispatcher's record of an apply run at once: the copy lands after the
+    removal listed the member's copies and before it committed. Its record waits for the removal (which holds the
+    job), then finds the member gone and deletes the copy; recorded first, it would have been left running there."""
+    job = federation.submit(jobset("racing-copy", annotations=LONG))
+    federation.scheduler.run_once()
+    [decided] = federation.placements(job)
+    gone = decided.cluster_name
+    listed, landed, removed = threading.Event(), threading.Event(), []
+    deleting_copies = inventory._delete_copies
+
+    def delete_copies_then_wait(settings, cluster) -> str:
+        said = deleting_copies(settings, cluster)
+        listed.set()
+        assert landed.wait(30), "the apply never landed"
+        return said
+
+    def remove() -> None:
+        removed.append(federation.api.delete(f"/api/v1/clusters/{gone}", params={"force": "true"}).status_code)
+
+    remover = threading.Thread(target=remove)
+
+    def crash_point(step: str) -> None:
+        if step == "applying":  # Applying committed: the removal starts, and lists the member's copies (none yet)
+            remover.start()
+            assert listed.wait(30), "the removal never listed the copies"
+        elif step == "applied-on-member":  # the copy is on the member; its record is next
+            threading.Thread(target=lambda: (until_waiting_for_a_lock(federation.db, "no wait"), landed.set()),
+                             daemon=True).start()
+    monkeypatch.setattr(inventory, "_delete_copies", delete_copies_then_wait)
+    monkeypatch.setattr(dispatcher, "crash_point", crash_point)
+    try:
+        federation.dispatcher.run_once()
+    finally:
+        landed.set()  # the record did not wait for the removal: let the removal end
+        remover.join(30)
+    assert removed == [204]
+    assert federation.copies(job, cluster=gone) == []
