@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from clusters.labels import (NodeSelectorTerm, Selector, TermError, check_annotations, check_labels,
+from clusters.labels import (NodeSelectorTerm, Selector, TermError, check_annotations, check_labels, is_dns_label,
                              node_selector_term, parse_selector)
 from clusters.pods import PodSpecError, as_list, as_mapping, check_resource_requirements, effective_requests
 from clusters.taints import toleration_error
@@ -40,7 +40,6 @@ TOPOLOGY_MODES = ("hard", "soft")
 # Volcano's default when a hard network topology names no tier: the pods share one leaf.
 DEFAULT_HIGHEST_TIER = 1
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _POD_PATH = "template.spec.template.spec"
 _REQUIRED_AFFINITY = "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
 POD_SLOT = "pods"  # a node's allocatable `pods`: every pod takes one, as the kube-scheduler counts
@@ -136,7 +135,7 @@ def _list(value: Any, path: str) -> list:
 def _dns_label(value: Any, path: str, what: str) -> str:
     if not isinstance(value, str) or not value:
         raise JobSetError(path, f"{what} is required")
-    if len(value) > 63 or not _DNS1123_LABEL.match(value):
+    if not is_dns_label(value):
         raise JobSetError(path, f"{what} {value!r} must be a DNS-1123 label: at most 63 lowercase "
                                 "letters, digits or '-', starting and ending with a letter or digit")
     return value

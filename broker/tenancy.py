@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,13 +18,11 @@ from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PREE
                               FAIR_SHARE_PREEMPTION_POLICIES, Job, Placement, Queue, Tenant, Token, as_utc, utcnow)
 from broker.errors import Conflict, Invalid, NotFound
 from broker.placement.fairness import fair_shares
+from clusters.labels import is_dns_label
 from clusters.quantity import add_into, to_milli
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-
 def check_name(value: str, path: str = "name") -> str:
-    if not isinstance(value, str) or not _DNS1123_LABEL.match(value) or len(value) > 63:
+    if not is_dns_label(value):
         raise Invalid(path, f"{value!r} must be a DNS-1123 label: at most 63 lowercase letters, digits or '-', "
                             "starting and ending with a letter or digit")
     return value

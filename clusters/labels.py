@@ -13,8 +13,18 @@ from typing import Any, Iterable
 
 _SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 _KEY = re.compile(rf"({_SUBDOMAIN}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?")
-_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")  # \Z: not before a final newline
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def _int64(text: str) -> int | None:
+    """A decimal integer as Go's strconv.ParseInt reads one (ASCII digits, an optional sign, 64 bits), else None."""
+    if _INTEGER.fullmatch(text) is None or not -2**63 <= (value := int(text)) < 2**63:
+        return None
+    return value
 
 
 @dataclass(frozen=True)
@@ -33,11 +43,8 @@ class Requirement:
             return present
         if self.operator == "DoesNotExist":
             return not present
-        if not present:
-            return False
-        try:
-            actual, bound = int(labels[self.key]), int(self.values[0])
-        except ValueError:
+        actual, bound = (_int64(labels[self.key]) if present else None), _int64(self.values[0])
+        if actual is None or bound is None:
             return False
         return actual > bound if self.operator == "Gt" else actual < bound
 
@@ -70,6 +77,15 @@ def is_qualified_name(key: Any) -> bool:
     """Kubernetes' qualified name (a label or annotation key, a resource name): an optional DNS subdomain of at most
     253 characters and '/', then at most 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric."""
     return isinstance(key, str) and _KEY.fullmatch(key) is not None and len(key.rpartition("/")[0]) <= 253
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def is_dns_label(value: Any) -> bool:
+    """A DNS-1123 label (a namespace's or an object's name): at most 63 lowercase letters, digits or '-', starting
+    and ending with a letter or digit."""
+    return isinstance(value, str) and len(value) <= 63 and _DNS_LABEL.fullmatch(value) is not None
 
 
 def is_label_value(value: Any) -> bool:
@@ -136,8 +152,8 @@ def _split_terms(text: str) -> list[str]:
     return [t.strip() for t in terms]
 
 
-_SET_TERM = re.compile(r"^(\S+)\s+(in|notin)\s*\((.*)\)$")
-_CMP_TERM = re.compile(r"^([^<>=!\s]+)\s*(==|=|!=|>|<)\s*(.*)$")
+_SET_TERM = re.compile(r"^(\S+)\s+(in|notin)\s*\((.*)\)\Z")
+_CMP_TERM = re.compile(r"^([^<>=!\s]+)\s*(==|=|!=|>|<)\s*(.*)\Z")
 
 
 def parse_selector(text: str) -> Selector:
@@ -227,7 +243,7 @@ def node_requirement(expr: Mapping, field: bool) -> Requirement:
         raise ValueError(f"{operator} needs at least one value")
     if operator in ("Exists", "DoesNotExist") and values:
         raise ValueError(f"{operator} takes no values")
-    if operator in ("Gt", "Lt") and (len(values) != 1 or not re.fullmatch(r"-?\d+", values[0])):
+    if operator in ("Gt", "Lt") and (len(values) != 1 or _int64(values[0]) is None):
         raise ValueError(f"{operator} takes exactly one integer value, got {values!r}")
     return Requirement(key, operator, tuple(values))
 

@@ -112,8 +112,9 @@ def _at_pod_level(resource: str) -> bool:
 
 
 def _check_pod_resources(pod_spec: Mapping) -> None:
-    """Pod-level requests and limits: of cpu, memory or hugepages only, not on Windows, a request at least what the
-    containers ask for together, and no container's limit above the pod's."""
+    """Pod-level requests and limits: of cpu, memory or hugepages only, not on Windows, no container's limit above
+    the pod's, and a request (set, or defaulted: `_pod_requests`) at least what the containers ask for together and
+    at most the pod's limit."""
     resources = as_mapping(pod_spec.get("resources"), "resources")
     if as_mapping(pod_spec.get("os"), "os").get("name") == "windows":
         raise PodSpecError("resources", "pod-level resources may not be set for a Windows pod: set them on its "
@@ -125,14 +126,9 @@ def _check_pod_resources(pod_spec: Mapping) -> None:
                                    f"{resource!r:.80} cannot be asked for by the pod as a whole: only cpu, memory and "
                                    f"hugepages-<size> can; ask for it in a container's resources")
     _check_container_resources(resources, "resources")
-    requests = _quantities(resources.get("requests"), "resources.requests")
+    asked = _quantities(resources.get("requests"), "resources.requests")
     limits = _quantities(resources.get("limits"), "resources.limits")
     together = _containers_together(pod_spec)
-    for resource, amount in requests.items():
-        if amount < together.get(resource, 0):
-            raise PodSpecError(f"resources.requests.{resource}",
-                               f"must be at least what the containers ask for together "
-                               f"({format_quantity(together[resource], resource)})")
     for i, container in enumerate(as_list(pod_spec.get("containers"), "containers")):
         for resource, amount in _quantities(as_mapping(as_mapping(container, f"containers[{i}]").get("resources"),
                                                        f"containers[{i}].resources").get("limits"),
@@ -141,6 +137,16 @@ def _check_pod_resources(pod_spec: Mapping) -> None:
                 raise PodSpecError(f"containers[{i}].resources.limits.{resource}",
                                    f"must not exceed the pod's {resource} limit "
                                    f"({format_quantity(limits[resource], resource)})")
+    for resource, amount in _pod_requests(pod_spec, together).items():
+        if resource not in asked and amount > limits[resource]:  # defaulted from what the containers ask for
+            raise PodSpecError(f"resources.limits.{resource}",
+                               f"must be at least what the containers ask for together "
+                               f"({format_quantity(together[resource], resource)}): the pod's request is taken from "
+                               f"them")
+        if amount < together.get(resource, 0):
+            raise PodSpecError(f"resources.{'requests' if resource in asked else 'limits'}.{resource}",
+                               f"must be at least what the containers ask for together "
+                               f"({format_quantity(together[resource], resource)})")
 
 
 def _check_container_resources(resources: Mapping, path: str) -> None:
@@ -189,17 +195,27 @@ def _check_container_resources(resources: Mapping, path: str) -> None:
         raise PodSpecError(path, "hugepages need a cpu or memory request or limit beside them")
 
 
+def _pod_requests(pod_spec: Mapping, together: Mapping[str, int]) -> dict[str, int]:
+    """The pod's own requests (`spec.resources`) once the API server has defaulted them (`defaultPodRequests`): only
+    when the pod sets limits, a request it leaves out is what its containers ask for `together`, or, when none does,
+    its limit — the limit always for hugepages."""
+    resources = as_mapping(pod_spec.get("resources"), "resources")
+    requests = {r: a for r, a in _quantities(resources.get("requests"), "resources.requests").items()
+                if _at_pod_level(r)}
+    limits = _quantities(resources.get("limits"), "resources.limits")
+    for resource, amount in limits.items():
+        if resource not in requests and _at_pod_level(resource):
+            requests[resource] = together[resource] if resource in together and \
+                not resource.startswith(HUGEPAGES_PREFIX) else amount
+    return requests
+
+
 def effective_requests(pod_spec: Mapping) -> dict[str, int]:
     """Per resource, in milli-units: what the containers ask for together (`_containers_together`), each resource
-    the pod asks for as a whole replaced by that (a pod-level limit alone is the request of a resource no container
-    asks for: the API server's defaulting), + the pod overhead. Raises PodSpecError naming the bad field."""
+    the pod asks for as a whole replaced by that (`_pod_requests`), + the pod overhead. Raises PodSpecError naming
+    the bad field."""
     effective = _containers_together(pod_spec)
-    resources = as_mapping(pod_spec.get("resources"), "resources")
-    requests = _quantities(resources.get("requests"), "resources.requests")
-    for resource, amount in _quantities(resources.get("limits"), "resources.limits").items():
-        if resource not in requests and resource not in effective:
-            requests[resource] = amount
-    effective.update((resource, amount) for resource, amount in requests.items() if _at_pod_level(resource))
+    effective.update(_pod_requests(pod_spec, effective))
     for resource, quantity in as_mapping(pod_spec.get("overhead"), "overhead").items():
         try:
             amount = to_milli(quantity)

@@ -57,11 +57,12 @@ def to_milli(value: str | int | float) -> int:
 
 
 def format_quantity(milli: int, resource: str) -> str:
-    """Render a milli-amount for people: cores for cpu, binary units for memory, counts otherwise."""
+    """Render a milli-amount for people: cores for cpu, binary units for bytes (memory, storage, hugepages), counts
+    otherwise."""
     if resource == "cpu":
         return f"{milli // 1000}" if milli % 1000 == 0 else f"{milli}m"
     whole = milli / 1000
-    if resource in ("memory", "ephemeral-storage"):
+    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
         for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
             if whole >= size:
                 return f"{whole / size:.4g}{unit}"  # three or four figures: 512Gi, 3.953Ti

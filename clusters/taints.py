@@ -42,7 +42,10 @@ def toleration_error(toleration: Mapping) -> tuple[str, str] | None:
     effect = toleration.get("effect") or ""
     if effect and effect not in _EFFECTS:
         return "effect", f"{effect!r:.40} is not a taint effect: use {', '.join(_EFFECTS)}, or none for all"
-    if toleration.get("tolerationSeconds") is not None and effect != "NoExecute":
+    seconds = toleration.get("tolerationSeconds")
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int)):
+        return "tolerationSeconds", f"{seconds!r:.40} is not a whole number of seconds"
+    if seconds is not None and effect != "NoExecute":
         return "tolerationSeconds", "only a NoExecute toleration has a time limit: set effect NoExecute or drop it"
     return None
 

@@ -543,7 +543,11 @@ class _Cycle:
     def _no_fit(self, request: Request, cluster: ClusterIndex) -> str:
         """Why the search found no place, after the filters passed: the gang's pods do not fit nodes."""
         part = max(request.parts, key=lambda p: p.pods)
-        what = pods_phrase(part.pods, part.pod_requests, cluster.scarcest(part.pod_requests))
+        # each node is looked at: one answer per shape until the next decision that changes anything
+        key = ("scarcest", cluster.name, request.job.shape, part.name)
+        if request.job.shape is None or key not in self.answers:
+            self.answers[key] = cluster.scarcest(part)
+        what = pods_phrase(part.pods, part.pod_requests, self.answers[key])
         if request.bound is not None:
             return (f"needs {amount(request.primary, request.need)} in one tier-{request.bound} "
                     f"HyperNode; those with enough free cannot hold {what} on their nodes")

@@ -15,7 +15,7 @@ def amount(resource: str, milli: int) -> str:
         return f"{count:g} GPU{'' if count == 1 else 's'}"
     if resource == "cpu":
         return f"{format_quantity(milli, 'cpu')} CPU{'' if milli == 1000 else 's'}"
-    if resource in ("memory", "ephemeral-storage"):
+    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
         return f"{format_quantity(milli, resource)} of {resource}"
     return f"{milli / 1000:g} {resource}"
 

@@ -229,13 +229,23 @@ class ClusterIndex:
             room = min(room, available // amount)
         return room
 
-    def scarcest(self, pod: Resources) -> str | None:
-        """The resource the usable nodes have room for the fewest pods of this shape by (GPUs first on a tie): what
-        a reason names when the pods fit nowhere (their pod slots aside)."""
-        room = {resource: sum(free.get(resource, 0) // amount for free, usable in zip(self.free, self.usable)
-                              if usable)
-                for resource, amount in pod.items() if amount > 0 and resource != POD_SLOT}
-        return min(room, key=lambda resource: (room[resource], resource != GPU, resource), default=None)
+    def scarcest(self, part: PartSpec) -> str | None:
+        """What a reason names when the part's pods fit nowhere: the resource that limits the most nodes it may use
+        and that could hold one of its pods when idle (on each, the one with room for the fewest of its pods; GPUs
+        first on a tie, its pod slots aside). Nodes without a GPU say nothing of a GPU pod's lack of CPUs; when no
+        node could ever hold one, their allocatable amounts say what is too small."""
+        asked = [(resource, amount) for resource, amount in part.pod_requests.items()
+                 if amount > 0 and resource != POD_SLOT]
+        may = [i for i, eligible in enumerate(self.eligible(part)) if eligible]
+        able = [i for i in may if all(self.nodes[i].allocatable.get(r, 0) >= amount for r, amount in asked)]
+        amounts = self.free if able else [node.allocatable for node in self.nodes]
+        votes: dict[str, int] = {}
+        for i in able or may:
+            have = amounts[i]
+            limit = min(asked, key=lambda ra: (have.get(ra[0], 0) // ra[1], ra[0] != GPU, ra[0]), default=None)
+            if limit is not None:
+                votes[limit[0]] = votes.get(limit[0], 0) + 1
+        return min(votes, key=lambda resource: (-votes[resource], resource != GPU, resource), default=None)
 
     def _fill(self, part: PartSpec, count: int, nodes: Sequence[int], binding: Binding) -> bool:
         """Best-fit `count` pods onto nodes: the smallest node that takes all the rest, else fill the largest."""

@@ -23,12 +23,20 @@ def _expression_holds(expression: Mapping, value: str | None) -> bool:
     if operator == "DoesNotExist":
         return value is None
     if operator in ("Gt", "Lt") and value is not None and len(values) == 1:
-        try:
-            actual, bound = int(value), int(values[0])
-        except ValueError:
+        actual, bound = _parse_int(value), _parse_int(values[0])
+        if actual is None or bound is None:
             return False
         return actual > bound if operator == "Gt" else actual < bound
     return False
+
+
+def _parse_int(text: str) -> int | None:
+    """strconv.ParseInt(text, 10, 64): ASCII digits after an optional sign, within 64 bits."""
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not digits or not all("0" <= c <= "9" for c in digits):
+        return None
+    value = int(text)
+    return value if -2**63 <= value < 2**63 else None
 
 
 def _term_holds(term: Mapping, name: str, labels: Mapping[str, str]) -> bool:

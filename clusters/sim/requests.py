@@ -7,8 +7,8 @@ the broker count a pod differently from the member.
 2. Init containers run one at a time before them: the largest one counts, beside the sidecars (init containers
    with restartPolicy Always) started before it; the sidecars run on beside the containers.
 3. Pod-level requests (`spec.resources`, cpu, memory and hugepages) replace the containers' total of each resource
-   they name; a pod-level limit alone is the request of a resource no container asks for (the API server's
-   defaulting).
+   they name; a pod-level limit alone is the request of a resource no container asks for, and of hugepages always
+   (the API server's defaulting).
 4. The pod overhead (its RuntimeClass's) adds to all of it.
 """
 
@@ -47,7 +47,8 @@ def pod_requests(spec: Mapping) -> dict[str, int]:
             total.update(asked)
             at_start = sidecars
         else:
-            at_start = asked + sidecars
+            at_start = Counter(asked)
+            at_start.update(sidecars)  # not `+`: that drops a request of 0, which still counts as asked for
         for name, amount in at_start.items():
             peak[name] = max(peak[name], amount)
     for name, amount in peak.items():
@@ -55,7 +56,7 @@ def pod_requests(spec: Mapping) -> dict[str, int]:
     pod_level = spec.get("resources") or {}
     requests, limits = _amounts(pod_level.get("requests")), _amounts(pod_level.get("limits"))
     for name, amount in limits.items():
-        if name not in requests and name not in total:
+        if name not in requests and (name not in total or name.startswith("hugepages-")):
             requests[name] = amount
     for name, amount in requests.items():
         if _at_pod_level(name):

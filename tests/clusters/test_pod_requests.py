@@ -181,6 +181,13 @@ AS_THE_SCHEDULER_COUNTS = {
                                                  {"cpu": 8000, "memory": 1000}),
     "the pod's own limit, a container asking": ({"resources": {"limits": {"cpu": "8"}},
                                                  "containers": [_container({"cpu": "3"})]}, {"cpu": 3000}),
+    "the pod's own hugepages limit, above its containers'": (
+        {"resources": {"limits": {"hugepages-2Mi": "8Mi", "memory": "1Gi"}},
+         "containers": [_container(limits={"hugepages-2Mi": "2Mi", "memory": "512Mi"})]},
+        {"hugepages-2Mi": 8 * 2**20 * 1000, "memory": 2**29 * 1000}),
+    "a request of nothing, asked for": ({"resources": {"limits": {"cpu": "4"}},
+                                        "initContainers": [_container({"cpu": "0"})],
+                                        "containers": [_container({"memory": "1"})]}, {"memory": 1000}),
     "the pod's own hugepages and overhead": (
         {"resources": {"requests": {"hugepages-2Mi": "4Mi", "memory": "1Gi"}, "limits": {"hugepages-2Mi": "4Mi"}},
          "containers": [_container({"cpu": "1"})], "overhead": {"memory": "1Mi"}},
@@ -290,6 +297,9 @@ REFUSED_RESOURCES = {
     "a pod's request below what its containers ask for together": (
         {"resources": {"requests": {"cpu": "2"}}, "containers": [_resources({"cpu": "1500m"})["containers"][0]] * 2},
         "resources.requests.cpu", "must be at least what the containers ask for together (3)"),
+    "a pod's limit below what its containers ask for together": (
+        {"resources": {"limits": {"cpu": "1"}}, **_resources({"cpu": "2"})}, "resources.limits.cpu",
+        "must be at least what the containers ask for together (2): the pod's request is taken from them"),
     "a container's limit above the pod's": (
         {"resources": {"limits": {"memory": "1Gi"}}, **_resources(limits={"memory": "2Gi"})},
         "containers[0].resources.limits.memory", "must not exceed the pod's memory limit (1Gi)"),

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from clusters.labels import node_selector_term
+from broker.jobset import parse_jobset
 from clusters.sim.fit import repelling_taint, selects
 from clusters.taints import untolerated
+from tests.placement.fixtures import manifest
 
-NODE = {"metadata": {"name": "node-07", "labels": {"zone": "a", "gpu-gen": "9", "rack": "r1"}}}
+NODE = {"metadata": {"name": "node-07", "labels": {"zone": "a", "gpu-gen": "9", "rack": "r1", "serial": "1_0",
+                                                  "shelf": "\u0663", "huge": "9" * 20, "offset": "+3"}}}
 
 
 def _affinity(*terms: dict) -> dict:
@@ -36,6 +38,10 @@ SELECTS = {
     "Gt, equal": (_affinity({"matchExpressions": [_expr("gpu-gen", "Gt", "9")]}), False),
     "Lt": (_affinity({"matchExpressions": [_expr("gpu-gen", "Lt", "10")]}), True),
     "Lt on a label that is no number": (_affinity({"matchExpressions": [_expr("zone", "Lt", "10")]}), False),
+    "Gt on a label Go reads as no number": (_affinity({"matchExpressions": [_expr("serial", "Gt", "5")]}), False),
+    "Gt on a label of other digits": (_affinity({"matchExpressions": [_expr("shelf", "Gt", "5")]}), False),
+    "Gt on a label beyond 64 bits": (_affinity({"matchExpressions": [_expr("huge", "Gt", "0")]}), False),
+    "Gt on a signed label": (_affinity({"matchExpressions": [_expr("offset", "Gt", "-5")]}), True),
     "a term's expressions are ANDed": (_affinity({"matchExpressions": [_expr("zone", "In", "a"),
                                                                        _expr("rack", "In", "r2")]}), False),
     "terms are ORed": (_affinity({"matchExpressions": [_expr("zone", "In", "b")]},
@@ -53,12 +59,10 @@ SELECTS = {
 
 
 def _broker_selects(spec: dict, node: dict) -> bool:
-    labels, name = node["metadata"]["labels"], node["metadata"]["name"]
-    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
-        return False
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution")
-    return required is None or any(node_selector_term(t).matches(name, labels) for t in required["nodeSelectorTerms"])
+    """As the broker reads a submitted JobSet whose pod template says `spec`."""
+    jobset = manifest()
+    jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"].update(spec)
+    return parse_jobset(jobset).parts[0].may_run_on(node["metadata"]["name"], node["metadata"]["labels"])
 
 
 @pytest.mark.parametrize("case", SELECTS)
