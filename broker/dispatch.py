@@ -68,8 +68,8 @@ class Changes:
     requeued: set[int] = field(default_factory=set)  # jobs back in their queue: wake the scheduler
     freed: bool = False  # capacity returned to the snapshot: wake the scheduler
     dispatch: bool = False  # new member work: wake the dispatcher
-    # copies applied to a member removed meanwhile, their uids in `member_uid`: the dispatcher that made them deletes
-    # them, as no placement is left to
+    # copies applied to a member removed meanwhile (their uids in `member_uid`): no placement names them any more, so
+    # the dispatcher that made them deletes them
     orphans: list[Work] = field(default_factory=list)
 
     def add(self, other: Changes) -> Changes:
