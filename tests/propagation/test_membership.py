@@ -110,6 +110,32 @@ def test_a_copy_applied_while_its_member_was_force_removed_is_deleted_from_that_
     assert len(federation.copies(job)) == 1
 
 
+def test_an_orphaned_copy_the_member_refuses_to_delete_is_named_for_deletion_by_hand(federation, monkeypatch):
+    """The member removed answers 503 to the deletion of the copy that landed after the removal: nothing follows
+    that member any more, so the event says what is left there and where, instead of saying it was deleted."""
+    job = federation.submit(jobset("kept-copy", annotations=LONG))
+    federation.scheduler.run_once()
+    [decided] = federation.placements(job)
+    gone = decided.cluster_name
+
+    def crash_point(step: str) -> None:
+        if step == "applying":
+            assert federation.api.delete(f"/api/v1/clusters/{gone}", params={"force": "true"}).status_code == 204
+        elif step == "applied-on-member":
+            federation.sim.make_failing(gone)
+    monkeypatch.setattr(dispatcher, "crash_point", crash_point)
+    federation.dispatcher.run_once()
+    federation.sim.heal(gone)
+    [left] = federation.copies(job, cluster=gone)
+    said = {e["reason"]: e for e in federation.api.get("/api/v1/events", params={"kind": "cluster", "object": gone})
+            .json()["items"]}
+    assert "StaleCopyDeleted" not in said
+    message = said["StaleCopyLeft"]["message"]
+    meta = left["metadata"]
+    assert f"{meta['namespace']}/{meta['name']} (placement {decided.id})" in message
+    assert message.endswith("delete it there") and "503" in message
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("backend", ["postgres"])
 def test_a_copy_applied_while_the_removal_deletes_the_members_copies_is_deleted_too(federation, monkeypatch):
