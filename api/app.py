@@ -23,6 +23,7 @@ from api.kube.routes import router as kube_router
 from api.problems import Problem, install_problem_handlers, problem_response
 from api.schemas import problems
 from api.routes import ROUTER_MODULES
+from broker.courtesy import REQUESTS_FIRST, RequestsFirst
 from broker.db.runtime import Database, open_database
 from broker.jobs import CapacityCache
 from broker.logs import configure_logging
@@ -65,6 +66,33 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
+class RequestsInFlight:
+    """Pure ASGI: a request counts as in flight for the scheduler in this process (`broker.courtesy`) until its answer
+    starts; a watch streams on uncounted."""
+
+    def __init__(self, app, requests: RequestsFirst = REQUESTS_FIRST) -> None:
+        self.app, self.requests = app, requests
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        self.requests.started()
+        counted = True
+
+        async def answering(message) -> None:
+            nonlocal counted
+            if counted and message["type"] == "http.response.start":
+                counted = False
+                self.requests.answered()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, answering)
+        finally:
+            if counted:
+                self.requests.answered()
+
+
 def create_app(settings: Settings | None = None, database: Database | None = None, *,
                run_loops: bool | None = None) -> FastAPI:
     """Build the app; the database is migrated on start for the embedded SQLite default.
@@ -91,6 +119,7 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
                   description="Multi-cluster broker that places JobSets on the cluster and HyperNode "
                               "where they run best.")
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(RequestsInFlight)
     app.state.settings = settings
     app.state.capacity = CapacityCache(lambda: app.state.db.read())
     install_problem_handlers(app)

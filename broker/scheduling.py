@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from operator import itemgetter
 from types import MappingProxyType
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from sqlalchemy import String, bindparam, cast, func, insert, literal_column, select, update
 from sqlalchemy.orm import Session
@@ -39,6 +39,7 @@ from broker.jobset import ON_PREEMPTION_ANNOTATION, JobSetError, PartSpec, parse
 from broker.placement import (DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Cluster, Config, CycleResult, DryRun, HyperNode,
                               Node, Parked, PendingJob, Placement, Queue, RunningPlacement, Snapshot, Tenant, Waiting,
                               dry_run, shape_of)
+from broker.placement.model import no_pause
 from broker.placement.snapshot import ClusterIndex
 from broker.settings import ConfigError, Settings
 from clusters.quantity import add_into
@@ -126,7 +127,8 @@ def has_pending(session: Session) -> bool:
 
 
 def read_inventory(session: Session, *, now: float, pending: PendingJobs | None = None,
-                   kept: KeptClusters | None = None, with_pending: bool = True) -> Inventory:
+                   kept: KeptClusters | None = None, with_pending: bool = True,
+                   pause: Callable[[], None] = no_pause) -> Inventory:
     """The snapshot of one cycle, read in one transaction: call on a fresh `Database.read()` session.
 
     What is in use on a node (DESIGN, Placement): the pods the broker did not create, plus for each
@@ -134,7 +136,7 @@ def read_inventory(session: Session, *, now: float, pending: PendingJobs | None 
     request — a placement whose pods have not appeared yet still holds its nodes. A placement being
     deleted holds its nodes until its member confirms, but no longer counts toward its queue.
     `pending` keeps the pending jobs' rows and parsed manifests across cycles (`PendingJobs`), `kept` the
-    clusters and live placements (`KeptClusters`); without them every row is read.
+    clusters and live placements (`KeptClusters`); without them every row is read. `pause`: the snapshot's (`Snapshot`).
     """
     fence = session.scalar(select(func.max(PlacementRow.id))) or 0
     clusters, cluster_ids, running, tenant_ids = (kept or KeptClusters()).read(session, now)
@@ -144,7 +146,7 @@ def read_inventory(session: Session, *, now: float, pending: PendingJobs | None 
                     nominal_quota=q.nominal_quota or {}, borrowing_limit=q.borrowing_limit,
                     preemption=q.preemption_policy, reclaim_within_cohort=q.reclaim_within_cohort)
               for q, tenant in session.execute(select(QueueRow, TenantRow.name).join(TenantRow))]
-    snapshot = Snapshot(clusters, queues, tenants, running.values(), now, kept and kept.indexes)
+    snapshot = Snapshot(clusters, queues, tenants, running.values(), now, kept and kept.indexes, pause)
     inventory = Inventory(snapshot, [], {}, {}, cluster_ids, {}, tenant_ids, fence,
                           ({c.name: c for c in clusters}, {q.name: q for q in queues}, {t.name: t for t in tenants},
                            running))
@@ -354,8 +356,9 @@ class PendingJobs:
     The stored reasons kept are those this scheduler wrote: only the leader writes them (lease fencing).
     """
 
-    def __init__(self, resync_interval: float = 0.0) -> None:
+    def __init__(self, resync_interval: float = 0.0, pause: Callable[[], None] = no_pause) -> None:
         self.resync_interval = resync_interval
+        self.pause = pause  # between rows read (`broker.courtesy`): a manifest parsed holds the interpreter ~0.5 ms
         self.rows: dict[str, _PendingRow] = {}
         self.ids: set[int] = set()  # the rows' job ids, as the pending index gives them
         self.digest = _IdDigest()  # of `ids`
@@ -438,6 +441,7 @@ class PendingJobs:
             manifests = dict(session.execute(select(Job.id, Job.manifest).where(Job.id.in_(missing))).all()) \
                 if missing else {}
             for row in rows:
+                self.pause()
                 self._keep(row.id, _pending_row(row, kept.get(str(row.id)), manifests.get(row.id), self.parts))
         if full:  # in the order a cycle sorts each queue in, which then costs it a comparison a job, the new ones aside
             self.plain = dict(sorted(self.plain.items(), key=lambda item: item[1].queue_order))

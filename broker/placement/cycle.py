@@ -33,14 +33,14 @@ import math
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, Hold, NodeAssignment, Parked,
                                         Placement, Preemption, Waiting)
 from broker.placement.explain import amount, duration, pods_phrase
 from broker.placement.fairness import (QuotaVerdict, check_quota, dominant_share, fair_share_allows,
                                        tenant_fair_shares, weighted_share)
-from broker.placement.model import PendingJob, RunningPlacement
+from broker.placement.model import PendingJob, RunningPlacement, no_pause
 from broker.placement.plugins import FILTERS, SCORES, Candidate, HeldNodes, Request
 from broker.placement.snapshot import ClusterIndex, Fit, HyperNodeState, QueueState, Snapshot, fits
 from clusters.quantity import add_into
@@ -77,9 +77,13 @@ class _Outcome:
     verdicts: dict[str, ClusterVerdict] = field(default_factory=dict)
 
 
+JOBS_BETWEEN_PAUSES = 512  # ~1 ms of a cycle's walk past parked jobs
+
+
 class _Cycle:
-    def __init__(self, snapshot: Snapshot, config: Config, parked: Parked = Parked()):
-        self.snapshot, self.config, self.parked = snapshot, config, parked
+    def __init__(self, snapshot: Snapshot, config: Config, parked: Parked = Parked(),
+                 pause: Callable[[], None] = no_pause):
+        self.snapshot, self.config, self.parked, self.pause = snapshot, config, parked, pause
         # where capacity or quota may have come back since the parked jobs were decided (this cycle's preemptions too)
         self.freed_clusters, self.freed_tenants = set(parked.clusters), set(parked.tenants)
         self.filters = [FILTERS[name]() for name in config.filters]
@@ -293,7 +297,9 @@ class _Cycle:
         waiting: dict[str, Waiting] = {}
         placements, preemptions, order = [], [], []
         tenants, queueless = set(), []
-        for job in pending:
+        for count, job in enumerate(pending):
+            if not count % JOBS_BETWEEN_PAUSES:
+                self.pause()
             tenants.add(job.tenant)
             if job.queue in self.snapshot.queues:
                 queued.setdefault(job.queue, []).append(job)
@@ -308,11 +314,13 @@ class _Cycle:
         changes = 0
         heap = []
         for name, jobs in queued.items():
+            self.pause()
             jobs.sort(key=attrgetter("queue_order"), reverse=True)  # pop() takes the head
             heap.append((self._queue_key(self.snapshot.queues[name], jobs[-1]), name, changes))
         heapq.heapify(heap)
         # Phase 2 and 3: decide queue heads in fairness order; keys are re-checked when popped.
         while heap:
+            self.pause()
             key, name, computed_at = heapq.heappop(heap)
             state, jobs = self.snapshot.queues[name], queued[name]
             current = key if computed_at == changes else self._queue_key(state, jobs[-1])
@@ -380,6 +388,8 @@ class _Cycle:
             inadmissible.add(job.id)
             if not jobs:
                 return None
+            if not len(jobs) % JOBS_BETWEEN_PAUSES:
+                self.pause()
             job, kind = jobs.pop(), None
             if top is None:
                 continue
@@ -843,10 +853,12 @@ def _per_part(placement: Placement, job: PendingJob, cluster: ClusterIndex) -> l
 
 
 def schedule(snapshot: Snapshot, pending: Iterable[PendingJob], config: Config = Config(),
-             parked: Parked = Parked()) -> CycleResult:
+             parked: Parked = Parked(), pause: Callable[[], None] = no_pause) -> CycleResult:
     """Decide placements, preemptions and reasons for the pending jobs; the snapshot keeps the decisions.
-    `parked`: jobs found inadmissible before, not decided again (no reason for them) while they stay so."""
-    return _Cycle(snapshot, config, parked).run(pending)
+    `parked`: jobs found inadmissible before, not decided again (no reason for them) while they stay so.
+    `pause`: called between decisions and every `JOBS_BETWEEN_PAUSES` jobs walked (for a process whose requests go
+    first, `broker.courtesy`); it may wait, and must not change anything the cycle reads."""
+    return _Cycle(snapshot, config, parked, pause).run(pending)
 
 
 def dry_run(snapshot: Snapshot, job: PendingJob, config: Config = Config()) -> DryRun:

@@ -25,6 +25,10 @@ FAIR_SHARE_PREEMPTION_POLICIES = ("Never", "LessThanOrEqualToFinalShare")
 _NOTHING: Mapping = MappingProxyType({})
 
 
+def no_pause() -> None:
+    """What a snapshot and a cycle call between steps when nobody asks them to step aside (`schedule`'s `pause`)."""
+
+
 def _empty() -> Mapping:
     """One read-only empty mapping for every default: 100,000 pending jobs need not carry 100,000 of them."""
     return _NOTHING

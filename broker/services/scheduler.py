@@ -19,6 +19,7 @@ import time
 from datetime import datetime
 from typing import Callable
 
+from broker.courtesy import REQUESTS_FIRST
 from broker.db.models import utcnow
 from broker.db.runtime import Database
 from broker.metrics import CYCLES_DROPPED, PLACEMENTS_PER_CYCLE, PLACEMENTS_TOTAL, SCHEDULER_CYCLE_SECONDS
@@ -53,14 +54,16 @@ class SchedulerService(LoopService):
         super().__init__(settings.scheduler_interval)
         self.database, self.now = database, now
         self.config = engine_config(settings)
-        self.pending = PendingJobs(settings.scheduler_resync_interval)
+        self.pause = REQUESTS_FIRST.pause  # the API in this process goes first (`broker.courtesy`)
+        self.pending = PendingJobs(settings.scheduler_resync_interval, self.pause)
         self.clusters = KeptClusters(settings.scheduler_resync_interval)
 
     def read(self) -> Inventory:
         """This cycle's snapshot, with the pending rows kept since the last one brought up to date."""
         full_reads = self.pending.full_reads
         with self.database.read() as session:
-            inventory = read_inventory(session, now=self.now().timestamp(), pending=self.pending, kept=self.clusters)
+            inventory = read_inventory(session, now=self.now().timestamp(), pending=self.pending, kept=self.clusters,
+                                       pause=self.pause)
         if self.pending.full_reads != full_reads and len(self.pending.rows) >= LONG_LIVED_ROWS:
             freeze_long_lived()
         return inventory
@@ -74,7 +77,10 @@ class SchedulerService(LoopService):
         started = time.perf_counter()
         try:
             inventory = self.read()
-            result = schedule(inventory.snapshot, inventory.pending, self.config, self.pending.still_parked(inventory))
+            self.pause()
+            result = schedule(inventory.snapshot, inventory.pending, self.config, self.pending.still_parked(inventory),
+                              self.pause)
+            self.pause()
             outcome = commit_cycle(self.database, inventory, result)
         except BaseException:
             self.pending.forget()  # whatever was written or not, the next cycle reads it all
