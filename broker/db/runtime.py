@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Iterator
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from broker.courtesy import REQUESTS_FIRST
 from broker.db import migrate
 from broker.db.session import WRITE_LOCK, check_connection, make_engine, make_sessionmaker
 from broker.settings import Settings
@@ -103,11 +104,12 @@ class Database:
     # the last commits, instead of in SQLite's busy handler, which sleeps (up to 100 ms a try) between attempts;
     # shared with the fenced copies the loop services write through
     writers: WriterQueue = field(default_factory=WriterQueue, repr=False, compare=False)
+    _writing: threading.local = field(default_factory=threading.local, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         postgresql = self.engine.dialect.name == "postgresql"
         self._reading = self.engine.execution_options(isolation_level="REPEATABLE READ") if postgresql else self.engine
-        self._writing = self.engine.execution_options(**{WRITE_LOCK: True})
+        self._write_lock = self.engine.execution_options(**{WRITE_LOCK: True})
         loop = self.fence is not None
         self._queue = nullcontext if postgresql else lambda: self.writers.turn(loop=loop)
 
@@ -115,6 +117,7 @@ class Database:
     def read(self) -> Iterator[Session]:
         """A session whose SELECTs all see one committed state: REPEATABLE READ on PostgreSQL, a deferred BEGIN on
         SQLite (which never takes its write lock). Nothing is committed: it ends rolled back."""
+        self._step_aside()
         with self.sessions(bind=self._reading) as session:
             yield session
 
@@ -124,11 +127,16 @@ class Database:
         raises. On SQLite each of its transactions holds the write lock from its BEGIN (broker.db.session), in its
         turn in this process's `WriterQueue`; PostgreSQL locks rows as it goes. With a fence, the commit checks the
         fencing tokens in the same transaction (broker.db.fencing)."""
-        with self._queue(), self.sessions(bind=self._writing) as session:
-            yield session
-            if self.fence is not None:
-                self.fence.check(session)
-            session.commit()
+        self._step_aside()
+        with self._queue(), self.sessions(bind=self._write_lock) as session:
+            self._writing.now = True
+            try:
+                yield session
+                if self.fence is not None:
+                    self.fence.check(session)
+                session.commit()
+            finally:
+                self._writing.now = False
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -136,7 +144,15 @@ class Database:
     def ensure_leading(self) -> None:
         """Before a loop service acts on a member: raise `Fenced` if its replica may have lost the lease."""
         if self.fence is not None:
+            self._step_aside()
             self.fence.ensure_valid()
+
+    def _step_aside(self) -> None:
+        """The loop services (a fenced database) wait for the requests in flight in this process before each
+        transaction and each member call (`broker.courtesy`); not in a write transaction, whose lock a
+        submission may be waiting for."""
+        if self.fence is not None and not getattr(self._writing, "now", False):
+            REQUESTS_FIRST.pause()
 
 
 def open_database(settings: Settings, *, upgrade: bool) -> Database:

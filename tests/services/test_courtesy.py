@@ -14,7 +14,8 @@ from fastapi.responses import StreamingResponse
 from fastapi.testclient import TestClient
 
 from api.app import RequestsInFlight
-from broker.courtesy import RequestsFirst
+from broker.courtesy import REQUESTS_FIRST, RequestsFirst
+from broker.db.fencing import Fence, fenced
 from broker.placement import Config, Parked, schedule, shape_of
 from broker.placement.cycle import JOBS_BETWEEN_PAUSES
 from tests.placement.fixtures import cluster, fabric, job, queue, snapshot
@@ -54,6 +55,10 @@ def test_a_pause_waits_until_the_requests_in_flight_are_answered():
     requests.answered()
     thread.join(30)
     assert said == ["one answered", "resumed"]
+    requests.started()  # the next request: those answered owe the loops nothing
+    with answering(requests) as waited:
+        requests.pause()
+    assert waited == [True]
 
 
 def test_a_request_that_is_never_answered_holds_a_pause_back_no_longer_than_its_bound():
@@ -64,19 +69,19 @@ def test_a_request_that_is_never_answered_holds_a_pause_back_no_longer_than_its_
     assert said == ["resumed"] and requests.in_flight == 1
 
 
-def test_after_a_pause_the_pauser_takes_its_turn_before_it_pauses_again():
-    """A stream of requests slows the scheduler; it does not stop it. (The pauser is this thread; another answers.)"""
+def test_once_a_pause_waited_its_bound_the_loops_take_a_turn_as_long_in_which_nobody_pauses():
+    """A stream of requests slows the loops by half at most; it does not stop them."""
     now = [0.0]
-    requests = RequestsFirst(wait_at_most=FOREVER, owed=1.0, clock=lambda: now[0])
+    requests = RequestsFirst(wait_at_most=0.01, clock=lambda: now[0])
     requests.started()
+    requests.pause()  # nobody answers: the bound, then the loops' turn until 0.01
+    requests.wait_at_most = FOREVER  # from now on a pause would wait until the request is answered
     with answering(requests) as waited:
         requests.pause()
-    assert waited == [True]
-    requests.started()  # the next request, at once
-    with answering(requests) as waited:
-        requests.pause()
-    assert waited == [], "it paused in the turn it was owed"
-    now[0] = 1.0  # the turn is over: it defers again
+        other = pausing(requests, said := [])
+        other.join(30)
+    assert waited == [] and said == ["resumed"], "a loop paused in the loops' turn"
+    now[0] = 0.01  # the turn is over: they defer again
     with answering(requests) as waited:
         requests.pause()
     assert waited == [True]
@@ -147,3 +152,29 @@ def test_the_engine_pauses_between_decisions_and_along_its_walk_past_parked_jobs
     again = schedule(federation(), jobs, Config(), Parked(first.inadmissible), pause=lambda: pauses.append(1))
     assert again == schedule(federation(), jobs, Config(), Parked(first.inadmissible))
     assert len(pauses) >= 2 * len(jobs) // JOBS_BETWEEN_PAUSES  # along the queues' grouping, and along the walk
+
+
+def test_the_loops_database_steps_aside_before_a_transaction_and_never_inside_a_write(db, monkeypatch):
+    """The loop services' (fenced) database pauses before each transaction while requests are in flight; not the
+    API's, and not inside a write, whose lock a submission may be waiting for."""
+    monkeypatch.setattr(REQUESTS_FIRST, "wait_at_most", FOREVER)
+    loops = fenced(db, Fence({}))
+    REQUESTS_FIRST.started()
+    with answering(REQUESTS_FIRST) as waited, loops.read():
+        pass
+    assert waited == [True]
+    REQUESTS_FIRST.started()
+    try:
+        with answering(REQUESTS_FIRST) as waited, db.read():
+            pass
+        assert waited == [], "the API's own database paused"
+    finally:
+        REQUESTS_FIRST.answered()
+    with loops.write():
+        REQUESTS_FIRST.started()
+        try:
+            with answering(REQUESTS_FIRST) as waited, loops.read():
+                pass
+            assert waited == [], "it paused holding the write lock"
+        finally:
+            REQUESTS_FIRST.answered()
