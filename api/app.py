@@ -67,8 +67,8 @@ class SecurityHeaders:
 
 
 class RequestsInFlight:
-    """Pure ASGI: a request counts as in flight for the scheduler in this process (`broker.courtesy`) until its answer
-    starts; a watch streams on uncounted."""
+    """Pure ASGI: a request counts as in flight for the loops in this process (`broker.courtesy`) from its arrival, or
+    once its body is in, until its answer starts. A body trickled in, or a watch streaming, does not count."""
 
     def __init__(self, app, requests: RequestsFirst = REQUESTS_FIRST) -> None:
         self.app, self.requests = app, requests
@@ -76,21 +76,39 @@ class RequestsInFlight:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        self.requests.started()
-        counted = True
+        counted = answered = False
 
-        async def answering(message) -> None:
+        def count() -> None:
             nonlocal counted
-            if counted and message["type"] == "http.response.start":
+            if not counted and not answered:
+                counted = True
+                self.requests.started()
+
+        def uncount() -> None:
+            nonlocal counted, answered
+            answered = True
+            if counted:
                 counted = False
                 self.requests.answered()
+
+        async def body_in() -> dict:
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                count()
+            return message
+
+        async def answering(message) -> None:
+            if message["type"] == "http.response.start":
+                uncount()
             await send(message)
 
+        if not any(name in (b"content-length", b"transfer-encoding") and value != b"0"
+                   for name, value in scope["headers"]):
+            count()
         try:
-            await self.app(scope, receive, answering)
+            await self.app(scope, body_in, answering)
         finally:
-            if counted:
-                self.requests.answered()
+            uncount()
 
 
 def create_app(settings: Settings | None = None, database: Database | None = None, *,

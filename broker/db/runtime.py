@@ -129,14 +129,14 @@ class Database:
         fencing tokens in the same transaction (broker.db.fencing)."""
         self._step_aside()
         with self._queue(), self.sessions(bind=self._write_lock) as session:
-            self._writing.now = True
+            self._writing.depth = getattr(self._writing, "depth", 0) + 1
             try:
                 yield session
                 if self.fence is not None:
                     self.fence.check(session)
                 session.commit()
             finally:
-                self._writing.now = False
+                self._writing.depth -= 1
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -151,7 +151,7 @@ class Database:
         """The loop services (a fenced database) wait for the requests in flight in this process before each
         transaction and each member call (`broker.courtesy`); not in a write transaction, whose lock a
         submission may be waiting for."""
-        if self.fence is not None and not getattr(self._writing, "now", False):
+        if self.fence is not None and not getattr(self._writing, "depth", 0):
             REQUESTS_FIRST.pause()
 
 

@@ -7,15 +7,16 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Iterator
+from typing import Callable, Iterator
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 from fastapi.testclient import TestClient
 
-from api.app import RequestsInFlight
+from api.app import RequestsInFlight, create_app
 from broker.courtesy import REQUESTS_FIRST, RequestsFirst
 from broker.db.fencing import Fence, fenced
+from broker.services.scheduler import SchedulerService
 from broker.placement import Config, Parked, schedule, shape_of
 from broker.placement.cycle import JOBS_BETWEEN_PAUSES
 from tests.placement.fixtures import cluster, fabric, job, queue, snapshot
@@ -32,20 +33,20 @@ def until_pausing(requests: RequestsFirst, threads: int = 1) -> None:
 
 
 def pausing(requests: RequestsFirst, said: list[str]) -> threading.Thread:
-    thread = threading.Thread(target=lambda: (requests.pause(), said.append("resumed")))
+    thread = threading.Thread(target=lambda: (requests.pause(), said.append("resumed")), daemon=True)
     thread.start()
     return thread
 
 
 def test_a_pause_without_requests_in_flight_waits_for_nothing():
-    requests = RequestsFirst(wait_at_most=FOREVER)
+    requests = RequestsFirst(defer_at_most=FOREVER)
     thread = pausing(requests, said := [])
     thread.join(30)
     assert said == ["resumed"]
 
 
 def test_a_pause_waits_until_the_requests_in_flight_are_answered():
-    requests, said = RequestsFirst(wait_at_most=FOREVER, clock=lambda: 0.0), []
+    requests, said = RequestsFirst(defer_at_most=FOREVER, clock=lambda: 0.0), []
     requests.started()
     requests.started()
     thread = pausing(requests, said)
@@ -62,44 +63,51 @@ def test_a_pause_waits_until_the_requests_in_flight_are_answered():
 
 
 def test_a_request_that_is_never_answered_holds_a_pause_back_no_longer_than_its_bound():
-    requests = RequestsFirst(wait_at_most=0.01)
+    requests = RequestsFirst(defer_at_most=0.01)
     requests.started()
     thread = pausing(requests, said := [])
     thread.join(30)
     assert said == ["resumed"] and requests.in_flight == 1
 
 
-def test_once_a_pause_waited_its_bound_the_loops_take_a_turn_as_long_in_which_nobody_pauses():
-    """A stream of requests slows the loops by half at most; it does not stop them."""
+def test_the_loops_defer_at_most_their_bound_and_then_run_as_long_before_they_defer_again():
+    """Requests back to back, each answered within the bound, slow the loops by half at most: what they defer fills
+    a bucket, what they run drains it. (Clock in made-up seconds; a wait lasts until the request is answered.)"""
     now = [0.0]
-    requests = RequestsFirst(wait_at_most=0.01, clock=lambda: now[0])
-    requests.started()
-    requests.pause()  # nobody answers: the bound, then the loops' turn until 0.01
-    requests.wait_at_most = FOREVER  # from now on a pause would wait until the request is answered
+    requests = RequestsFirst(defer_at_most=1_000.0, clock=lambda: now[0])
+    for _ in range(2):  # two requests of 600 s each, back to back: 1,200 s deferred
+        requests.started()
+        with answering(requests, taking=600.0, clock=now) as waited:
+            requests.pause()
+        assert waited == [True]
+    requests.started()  # the next one, at once
     with answering(requests) as waited:
         requests.pause()
-        other = pausing(requests, said := [])
-        other.join(30)
-    assert waited == [] and said == ["resumed"], "a loop paused in the loops' turn"
-    now[0] = 0.01  # the turn is over: they defer again
+        now[0] += 100.0  # the loops ran 100 s: 1,100 s deferred, still their turn
+        requests.pause()
+    assert waited == [], "the loops deferred past their bound"
+    now[0] += 300.0  # 800 s: they defer again
     with answering(requests) as waited:
         requests.pause()
     assert waited == [True]
 
 
 @contextmanager
-def answering(requests: RequestsFirst) -> Iterator[list[bool]]:
-    """Another thread answers the request in flight once someone pauses for it; yields whether someone did."""
+def answering(requests: RequestsFirst, taking: float = 0.0, clock: list[float] | None = None) -> Iterator[list[bool]]:
+    """Another thread answers the request in flight once someone pauses for it (`taking` seconds of `clock` later);
+    yields whether someone did."""
     waited, done = [], threading.Event()
 
     def answer() -> None:
         while not done.is_set():
             if requests.waiting:
                 waited.append(True)
+                if clock is not None:
+                    clock[0] += taking
                 requests.answered()
                 return
             done.wait(0.001)
-    thread = threading.Thread(target=answer)
+    thread = threading.Thread(target=answer, daemon=True)
     thread.start()
     try:
         yield waited
@@ -124,6 +132,10 @@ def test_a_request_counts_until_its_answer_starts_and_a_stream_not_after_its_hea
             yield b"second\n"
         return StreamingResponse(chunks())
 
+    @app.post("/body")
+    async def body(request: Request) -> dict:
+        return {"size": len(await request.body()), "in_flight": requests.in_flight}
+
     @app.get("/fails")
     def fails() -> dict:
         raise RuntimeError("a bug")
@@ -136,6 +148,13 @@ def test_a_request_counts_until_its_answer_starts_and_a_stream_not_after_its_hea
         assert seen == [0] and requests.in_flight == 0
         assert client.get("/fails").status_code == 500
         assert requests.in_flight == 0
+
+        def trickled():
+            for _ in range(3):
+                seen.append(requests.in_flight)
+                yield b"x" * 10
+        assert client.post("/body", content=trickled()).json() == {"size": 30, "in_flight": 1}
+        assert seen[1:] == [0, 0, 0] and requests.in_flight == 0, "a body trickling in counted"
 
 
 def test_the_engine_pauses_between_decisions_and_along_its_walk_past_parked_jobs():
@@ -155,26 +174,39 @@ def test_the_engine_pauses_between_decisions_and_along_its_walk_past_parked_jobs
 
 
 def test_the_loops_database_steps_aside_before_a_transaction_and_never_inside_a_write(db, monkeypatch):
-    """The loop services' (fenced) database pauses before each transaction while requests are in flight; not the
-    API's, and not inside a write, whose lock a submission may be waiting for."""
-    monkeypatch.setattr(REQUESTS_FIRST, "wait_at_most", FOREVER)
+    """The loop services' (fenced) database pauses before each transaction and member call while requests are in
+    flight; not the API's, and not inside a write, whose lock a submission may be waiting for."""
+    monkeypatch.setattr(REQUESTS_FIRST, "defer_at_most", FOREVER)
     loops = fenced(db, Fence({}))
-    REQUESTS_FIRST.started()
-    with answering(REQUESTS_FIRST) as waited, loops.read():
-        pass
-    assert waited == [True]
-    REQUESTS_FIRST.started()
-    try:
-        with answering(REQUESTS_FIRST) as waited, db.read():
-            pass
-        assert waited == [], "the API's own database paused"
-    finally:
-        REQUESTS_FIRST.answered()
-    with loops.write():
+
+    def pauses(step: Callable[[], object]) -> bool:
         REQUESTS_FIRST.started()
         try:
-            with answering(REQUESTS_FIRST) as waited, loops.read():
-                pass
-            assert waited == [], "it paused holding the write lock"
+            with answering(REQUESTS_FIRST) as waited:
+                step()
+            return bool(waited)
         finally:
-            REQUESTS_FIRST.answered()
+            if not waited:
+                REQUESTS_FIRST.answered()
+
+    def transaction(database, *, write: bool = False) -> Callable[[], None]:
+        def run() -> None:
+            with database.write() if write else database.read():
+                pass
+        return run
+
+    assert pauses(transaction(loops))
+    assert pauses(transaction(loops, write=True))
+    assert pauses(loops.ensure_leading)
+    assert not pauses(transaction(db)), "the API's own database paused"
+    with loops.write():
+        assert not pauses(transaction(loops)), "it paused holding the write lock"
+        assert not pauses(loops.ensure_leading)
+
+
+def test_the_api_counts_its_requests_and_the_scheduler_defers_to_them(settings, db):
+    """The wiring: the app counts on the process-wide requests, the scheduler pauses on them."""
+    app = create_app(settings, db, run_loops=False)
+    assert any(m.cls is RequestsInFlight and m.kwargs.get("requests", REQUESTS_FIRST) is REQUESTS_FIRST
+               for m in app.user_middleware)
+    assert SchedulerService(db, settings).pause == REQUESTS_FIRST.pause
