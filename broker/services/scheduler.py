@@ -77,10 +77,8 @@ class SchedulerService(LoopService):
         started = time.perf_counter()
         try:
             inventory = self.read()
-            self.pause()
             result = schedule(inventory.snapshot, inventory.pending, self.config, self.pending.still_parked(inventory),
                               self.pause)
-            self.pause()
             outcome = commit_cycle(self.database, inventory, result)
         except BaseException:
             self.pending.forget()  # whatever was written or not, the next cycle reads it all

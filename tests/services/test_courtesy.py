@@ -17,9 +17,10 @@ from api.app import RequestsInFlight, create_app
 from broker.courtesy import REQUESTS_FIRST, RequestsFirst
 from broker.db.fencing import Fence, fenced
 from broker.services.scheduler import SchedulerService
-from broker.placement import Config, Parked, schedule, shape_of
+from broker.placement import Config, Parked, Snapshot, schedule, shape_of
 from broker.placement.cycle import JOBS_BETWEEN_PAUSES
-from tests.placement.fixtures import cluster, fabric, job, queue, snapshot
+from broker.placement.snapshot import PLACEMENTS_BETWEEN_PAUSES
+from tests.placement.fixtures import cluster, fabric, job, queue, running, snapshot
 
 FOREVER = 3_600.0
 
@@ -210,3 +211,12 @@ def test_the_api_counts_its_requests_and_the_scheduler_defers_to_them(settings, 
     assert any(m.cls is RequestsInFlight and m.kwargs.get("requests", REQUESTS_FIRST) is REQUESTS_FIRST
                for m in app.user_middleware)
     assert SchedulerService(db, settings).pause == REQUESTS_FIRST.pause
+
+
+def test_a_snapshot_pauses_between_clusters_and_along_the_running_placements():
+    pauses = []
+    layout = fabric("a-", leaves=1, nodes_per_leaf=2)
+    work = [running(f"r{i}", "a", ["a-leaf-0-n0"], gpus_per_node=0) for i in range(4 * PLACEMENTS_BETWEEN_PAUSES)]
+    Snapshot([cluster("a", layout), cluster("b", layout)], [queue("q")], [], work, 60.0,
+             pause=lambda: pauses.append(1))
+    assert len(pauses) >= 2 + len(work) // PLACEMENTS_BETWEEN_PAUSES
