@@ -88,6 +88,10 @@ class _Cycle:
         self.freed_clusters, self.freed_tenants = set(parked.clusters), set(parked.tenants)
         self.filters = [FILTERS[name]() for name in config.filters]
         self.static_filters = [f for f in self.filters if not f.depends_on_capacity]  # "would it ever fit?"
+        # the leading filters whose answers no decision changes are asked once per shape (`_fixed_reasons`)
+        lead = next((i for i, f in enumerate(self.filters) if not f.fixed), len(self.filters))
+        self.fixed_filters, self.changing_filters = self.filters[:lead], self.filters[lead:]
+        self.fixed_reasons: dict[tuple, tuple[str | None, ...]] = {}
         self.scores = [(SCORES[name](), weight) for name, weight in sorted(config.score_weights.items()) if weight]
         self.weight_sum = sum(w for _, w in self.scores) or 1.0
         self.holds: dict[str, Hold] = {}  # job id -> the nodes held for it
@@ -492,6 +496,19 @@ class _Cycle:
         pending jobs would otherwise hold a copy of them per job."""
         return self.reason_maps.setdefault(tuple(reasons.items()), MappingProxyType(reasons))
 
+    def _fixed_reasons(self, request: Request) -> tuple[str | None, ...]:
+        """What the fixed filters say of each cluster, in the snapshot's order: once per cycle for a shape (a cycle
+        over a saturated federation asks them of every cluster for thousands of jobs of a few shapes)."""
+        job = request.job
+        key = (job.shape, request.part, tuple(job.avoided.items()))
+        reasons = self.fixed_reasons.get(key) if job.shape is not None else None
+        if reasons is None:
+            reasons = tuple(self._filter(request, cluster, self.fixed_filters)
+                            for cluster in self.snapshot.clusters.values())
+            if job.shape is not None:
+                self.fixed_reasons[key] = reasons
+        return reasons
+
     @staticmethod
     def _filter(request: Request, cluster: ClusterIndex, filters: list) -> str | None:
         """The first reason one of `filters` gives to keep the request off the cluster, or None."""
@@ -513,8 +530,9 @@ class _Cycle:
         """
         cap = self.config.max_candidates_per_tier
         line = []
-        for cluster in self.snapshot.clusters.values():
-            reason = self._filter(request, cluster, self.filters)
+        for cluster, reason in zip(self.snapshot.clusters.values(), self._fixed_reasons(request)):
+            if reason is None:
+                reason = self._filter(request, cluster, self.changing_filters)
             if reason is None:
                 estimate = cluster.search(request.parts, request.demand, request.bound, cap, bind=False)
                 if estimate is None:

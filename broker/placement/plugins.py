@@ -1,7 +1,9 @@
 """Filter and score plugins, after Karmada's scheduler framework.
 
 A filter looks at one request and one cluster and returns None (the cluster may take it) or a
-reason in words a tenant understands. A score rates a cluster that passed every filter from 0 to
+reason in words a tenant understands. A `fixed` filter reads only the request's shape, the clusters
+the job avoids, and what no decision changes (the cluster's state, labels, taints and nodes), so a
+cycle asks it once per shape. A score rates a cluster that passed every filter from 0 to
 100; the cycle sums the enabled scores by their weights. Plugins are looked up by name, so the
 settings layer enables and weights them with plain strings.
 """
@@ -66,6 +68,7 @@ class Candidate:
 class FilterPlugin(Protocol):
     name: str
     depends_on_capacity: bool  # skipped when asking "would it fit after preemption?"
+    fixed: bool  # its answer follows from the request's shape, the job's avoided clusters and the cluster's facts
 
     def filter(self, request: Request, cluster: ClusterIndex) -> str | None: ...
 
@@ -77,7 +80,7 @@ class ScorePlugin(Protocol):
 
 
 class ClusterState:
-    name, depends_on_capacity = "ClusterState", False
+    name, depends_on_capacity, fixed = "ClusterState", False, True
     _WORDS = {"Cordoned": "cordoned", "Draining": "draining", "NotReady": "not ready (not answering)",
               "Pending": "not yet connected"}
 
@@ -87,14 +90,14 @@ class ClusterState:
 
 
 class JobSetCRD:
-    name, depends_on_capacity = "JobSetCRD", False
+    name, depends_on_capacity, fixed = "JobSetCRD", False, True
 
     def filter(self, request, cluster):
         return None if cluster.cluster.jobset_crd else "has no JobSet CRD installed"
 
 
 class ClusterSelector:
-    name, depends_on_capacity = "ClusterSelector", False
+    name, depends_on_capacity, fixed = "ClusterSelector", False, True
 
     def filter(self, request, cluster):
         selector = request.job.spec.cluster_selector
@@ -102,7 +105,7 @@ class ClusterSelector:
 
 
 class TaintToleration:
-    name, depends_on_capacity = "TaintToleration", False
+    name, depends_on_capacity, fixed = "TaintToleration", False, True
 
     def filter(self, request, cluster):
         for part in request.parts:
@@ -117,7 +120,7 @@ class NodeEligibility:
     selector and required node affinity matched (room on it is the search's to find). It reads the
     nodes, so where they are not known yet (the submission check) it is not asked."""
 
-    name, depends_on_capacity = "NodeEligibility", True
+    name, depends_on_capacity, fixed = "NodeEligibility", True, True
 
     def filter(self, request, cluster):
         for part in request.parts:
@@ -151,7 +154,7 @@ class Reservation:
     the cluster or in one HyperNode of tier ≤ its bound for hard topology, if the held nodes were.
     """
 
-    name, depends_on_capacity = "Reservation", True
+    name, depends_on_capacity, fixed = "Reservation", True, False
 
     def filter(self, request, cluster):
         held = request.holds.get(cluster.name)
@@ -188,7 +191,7 @@ def _held_for(holds: Sequence[Hold]) -> str:
 
 
 class Capacity:
-    name, depends_on_capacity = "Capacity", True
+    name, depends_on_capacity, fixed = "Capacity", True, False
 
     def filter(self, request, cluster):
         short = shortfall(request.demand, cluster.free_total)
@@ -199,7 +202,7 @@ class Capacity:
 
 
 class ExclusiveTopology:
-    name, depends_on_capacity = "ExclusiveTopology", True
+    name, depends_on_capacity, fixed = "ExclusiveTopology", True, False
 
     def filter(self, request, cluster):
         for part in request.parts:
@@ -212,7 +215,7 @@ class ExclusiveTopology:
 
 
 class TopologyBound:
-    name, depends_on_capacity = "TopologyBound", True
+    name, depends_on_capacity, fixed = "TopologyBound", True, False
 
     def filter(self, request, cluster):
         if request.bound is None:
@@ -228,7 +231,7 @@ class TopologyBound:
 
 
 class RecentEviction:
-    name, depends_on_capacity = "RecentEviction", False
+    name, depends_on_capacity, fixed = "RecentEviction", False, True
 
     def filter(self, request, cluster):
         until = request.job.avoided.get(cluster.name)
