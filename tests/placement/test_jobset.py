@@ -166,3 +166,25 @@ def test_parsing_does_not_modify_the_manifest():
     before = copy.deepcopy(m)
     parse_jobset(m)
     assert m == before
+
+
+def test_a_part_parsed_before_is_read_again_with_the_jobsets_own_exclusive_topology():
+    """Parts are kept by their text (JobSets of a pipeline share them): the JobSet's exclusive-topology annotation
+    still applies to its own parts, and a change to a kept manifest is a new part."""
+    exclusive = manifest("a", exclusive="topology.kubernetes.io/zone")
+    plain = manifest("b")
+    assert parse_jobset(exclusive).parts[0].exclusive_topology == "topology.kubernetes.io/zone"
+    assert parse_jobset(plain).parts[0].exclusive_topology is None
+    plain["spec"]["replicatedJobs"][0]["replicas"] = 3
+    assert parse_jobset(plain).parts[0].replicas == 3
+
+
+def test_a_part_that_did_not_parse_names_its_own_place_in_another_jobset():
+    broken = {"name": "w", "replicas": 0, "template": manifest()["spec"]["replicatedJobs"][0]["template"]}
+    first, second = manifest("a"), manifest("b")
+    first["spec"]["replicatedJobs"] = [broken]
+    second["spec"]["replicatedJobs"].append(copy.deepcopy(broken))
+    for body, path in ((first, "spec.replicatedJobs[0].replicas"), (second, "spec.replicatedJobs[1].replicas")):
+        with pytest.raises(JobSetError) as error:
+            parse_jobset(body)
+        assert error.value.path == path
