@@ -14,7 +14,7 @@ from broker.inventory import PodHold, member_inventory, write_inventory
 from broker.jobs import FederationCapacity, KnownClusters, federation_capacity
 from broker.jobset import parse_jobset
 from broker.placement import Config, Parked, schedule, shape_of
-from broker.scheduling import commit_cycle, read_inventory
+from broker.scheduling import PendingJobs, commit_cycle, read_inventory
 from broker.services.scheduler import SchedulerService
 from clusters.topology import ResolvedHyperNode, Topology
 from tests.placement.fixtures import GPU, manifest as job_manifest
@@ -198,6 +198,28 @@ def test_cycles_read_only_new_rows_until_in_doubt(db, setup, settings):
     clock.moment += timedelta(seconds=600)
     scheduler.run_once()
     assert scheduler.pending.full_reads == 4
+
+
+def test_reading_the_pending_rows_steps_aside_once_a_row(db, setup):
+    """A new leader parses every pending manifest: between rows it lets the API's requests go first
+    (`broker.courtesy`), on a full read as on a read of the new rows."""
+    with setup() as session:
+        add_cluster(session, "eu-west")
+        queue = add_queue(session)
+        for i in range(12):
+            submit(session, queue, f"job-{i}")
+    pauses = []
+    pending = PendingJobs(resync_interval=1e9, pause=lambda: pauses.append(1))
+    with db.read() as session:
+        read_inventory(session, now=EPOCH.timestamp() + 60, pending=pending)
+    assert len(pauses) >= 12
+    with setup() as session:
+        for i in range(5):
+            submit(session, session.get(Queue, queue.id), f"more-{i}")
+    pauses.clear()
+    with db.read() as session:
+        read_inventory(session, now=EPOCH.timestamp() + 60, pending=pending)
+    assert pending.full_reads == 1 and len(pauses) >= 5
 
 
 def test_three_jobs_cancelled_while_three_others_come_back_are_read_though_their_ids_and_squares_add_up_alike(
