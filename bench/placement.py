@@ -3,7 +3,8 @@
     python bench/placement.py [--jobs N --clusters M --hypernodes H] [--seed S] [--backlogs 10000,100000]
 
 H counts HyperNodes across the whole federation (a tree per cluster: leaves of 8 nodes, spines over
-4 leaves, one root). The throughput cycle is the scheduler service's: the inventory and the pending
+4 leaves, one root). The throughput cycle is the scheduler service's, in a process of its own (a new leader's,
+nothing parsed yet): the inventory and the pending
 jobs (with their manifests) sit in an SQLite file of the project's models; the cycle reads the
 snapshot (`broker.scheduling.read_inventory`, manifests parsed), decides, and commits every decision
 in one transaction, then the waiting reasons (`broker.scheduling.commit_cycle`). The jobs arrive as
@@ -166,8 +167,17 @@ def database(path: str, clusters: int, hypernodes: int, jobs: int, seed: int):
     return engine
 
 
-def scheduler_cycle(engine) -> tuple[float, float, float, int]:
-    """One scheduler service cycle: (read seconds, schedule seconds, commit seconds, placements committed)."""
+def scheduler_cycle(path: str) -> tuple[float, float, float, int]:
+    """One scheduler service cycle over the database at `path`, in a process of its own (as a new leader's: nothing
+    parsed yet): (read seconds, schedule seconds, commit seconds, placements committed)."""
+    cycle = subprocess.run([sys.executable, __file__, "--scheduler-cycle-of", path], capture_output=True, text=True,
+                           check=True)
+    return tuple(json.loads(cycle.stdout.splitlines()[-1]))
+
+
+def timed_cycle(path: str) -> tuple[float, float, float, int]:
+    """`scheduler_cycle`, in the child."""
+    engine = make_engine(f"sqlite:///{path}")
     db = Database(engine, make_sessionmaker(engine))
     started = time.perf_counter()
     with db.read() as session:
@@ -318,9 +328,13 @@ def main() -> None:
     parser.add_argument("--backlogs", default="10000,100000",
                         help="pending JobSets for the incremental cycles, comma-separated")
     parser.add_argument("--scheduler-rss-of", metavar="PATH", help=argparse.SUPPRESS)  # `scheduler_rss`, in a child
+    parser.add_argument("--scheduler-cycle-of", metavar="PATH", help=argparse.SUPPRESS)  # `scheduler_cycle`'s child
     args = parser.parse_args()
     if args.scheduler_rss_of:
         print(scheduler_rss(args.scheduler_rss_of))
+        return
+    if args.scheduler_cycle_of:
+        print(json.dumps(timed_cycle(args.scheduler_cycle_of)))
         return
     rows = []
 
@@ -339,9 +353,9 @@ def main() -> None:
                      f"{b['rss_mb']:.0f} MB"))
 
     with tempfile.TemporaryDirectory() as tmp:
-        engine = database(os.path.join(tmp, "bench.db"), args.clusters, args.hypernodes, args.jobs, args.seed)
-        read_s, schedule_s, commit_s, placed = scheduler_cycle(engine)
-        engine.dispose()
+        path = os.path.join(tmp, "bench.db")
+        database(path, args.clusters, args.hypernodes, args.jobs, args.seed).dispose()
+        read_s, schedule_s, commit_s, placed = scheduler_cycle(path)
     cycle_s = read_s + schedule_s + commit_s
     rows.append(("cycle", f"{args.jobs} jobs × {args.clusters} clusters × {args.hypernodes} HyperNodes",
                  f"{placed} placed; SQLite read + parse {read_s:.2f} s, schedule {schedule_s:.2f} s, "
