@@ -12,7 +12,7 @@ one burst a minute before the cycle (none has waited past starvation_after); the
 starving, where each that does not fit may look for nodes to hold.
 The incremental cycles run the scheduler service (`SchedulerService.run_once`) over each backlog until
 its cycles settle (the federation full, the jobs that do not fit known inadmissible), then time the
-cycle after 100 more submissions (the median of three), and the cycle after one admitted job ends
+cycle after 100 more submissions (the median of five, the backlogs taking turns), and the cycle after one admitted job ends
 (capacity freed: it must admit); then, with a scheduler whose clock is 2,000 s ahead (every job waited past starvation_after:
 the oldest take holds), settle again and time the cycle after 100 more. A scheduler process of its own
 then runs two cycles over the backlog (the first decides every job, as a new leader's): its peak RSS.
@@ -212,39 +212,51 @@ def free_one(engine) -> None:
         job.state = "Succeeded"
 
 
-def incremental_cycles(path: str, clusters: int, hypernodes: int, jobs: int, seed: int) -> dict:
-    """The scheduler service over a backlog of `jobs`, once its cycles have settled (the federation full, the
-    jobs that do not fit known inadmissible): seconds of the cycle after 100 submissions (`changed_s`, the median of
-    three such cycles; `starving_s` too), from a
-    job's end to the next cycle's admissions (`freed_s`), and of the cycle after 100 more submissions once every
-    job has waited past starvation_after (`starving_s`: a new scheduler whose clock is 2,000 s ahead);
-    `pending` jobs; `rss_mb`, the peak RSS of a scheduler process of its own over this backlog."""
-    engine = database(path, clusters, hypernodes, jobs, seed)
-    figures = {}
+ROUNDS = 5  # cycles timed per backlog, taking turns: the median of each backlog's, over the same minutes
+
+
+def incremental_cycles(directory: str, clusters: int, hypernodes: int, backlogs: list[int], seed: int) -> dict:
+    """The scheduler service over each backlog (jobs submitted), once its cycles have settled (the federation
+    full, the jobs that do not fit known inadmissible), per backlog: seconds of the cycle after 100 submissions
+    (`changed_s`), from a job's end to the next cycle's admissions (`freed_s`), and of the cycle after 100 more
+    submissions once every job has waited past starvation_after (`starving_s`: a new scheduler whose clock is
+    2,000 s ahead); `pending` jobs; `rss_mb`, the peak RSS of a scheduler process of its own over the backlog.
+    The backlogs take turns, a cycle each, so that their ratio does not follow the machine's load from one minute
+    to the next."""
+    engines = {jobs: database(os.path.join(directory, f"backlog-{jobs}.db"), clusters, hypernodes, jobs, seed)
+               for jobs in backlogs}
+    figures: dict[int, dict] = {jobs: {} for jobs in backlogs}
     for name, ahead in (("changed_s", 0), ("starving_s", 2_000)):
-        service = SchedulerService(Database(engine, make_sessionmaker(engine)), Settings(database_url=f"sqlite:///{path}"),
-                                   now=lambda ahead=ahead: models.utcnow() + timedelta(seconds=ahead))
-        while service.run_once().placements or not service.pending.parked:
-            pass  # until a cycle places nothing and found inadmissible jobs
-        service.run_once()
-        seconds = []
-        for round_ in range(3):  # the median of three: one cycle alone is at the mercy of the machine
-            add_jobs(engine, 100, seed + 1 + ahead + 10_000 * round_)
-            started = time.perf_counter()
+        services = {jobs: SchedulerService(Database(engine, make_sessionmaker(engine)),
+                                           Settings(database_url=str(engine.url)),
+                                           now=lambda ahead=ahead: models.utcnow() + timedelta(seconds=ahead))
+                    for jobs, engine in engines.items()}
+        for service in services.values():
+            while service.run_once().placements or not service.pending.parked:
+                pass  # until a cycle places nothing and found inadmissible jobs
             service.run_once()
-            seconds.append(time.perf_counter() - started)
-        figures[name] = statistics.median(seconds)
-        if not ahead:
-            free_one(engine)
-            started = time.perf_counter()
-            outcome = service.run_once()
-            figures["freed_s"] = time.perf_counter() - started
-            assert outcome.admitted, "the freed capacity admitted nothing"
-            figures["pending"] = len(service.pending.rows)
-    engine.dispose()
-    rss = subprocess.run([sys.executable, __file__, "--scheduler-rss-of", path], capture_output=True, text=True,
-                         check=True)
-    figures["rss_mb"] = float(rss.stdout.split()[-1])
+        seconds: dict[int, list[float]] = {jobs: [] for jobs in backlogs}
+        for round_ in range(ROUNDS):
+            for jobs, service in services.items():
+                add_jobs(engines[jobs], 100, seed + 1 + ahead + 10_000 * round_)
+                started = time.perf_counter()
+                service.run_once()
+                seconds[jobs].append(time.perf_counter() - started)
+        for jobs, service in services.items():
+            figures[jobs][name] = statistics.median(seconds[jobs])
+            if not ahead:
+                free_one(engines[jobs])
+                started = time.perf_counter()
+                outcome = service.run_once()
+                figures[jobs]["freed_s"] = time.perf_counter() - started
+                assert outcome.admitted, "the freed capacity admitted nothing"
+                figures[jobs]["pending"] = len(service.pending.rows)
+        del services
+    for jobs, engine in engines.items():
+        engine.dispose()
+        rss = subprocess.run([sys.executable, __file__, "--scheduler-rss-of", engine.url.database], capture_output=True,
+                             text=True, check=True)
+        figures[jobs]["rss_mb"] = float(rss.stdout.split()[-1])
     return figures
 
 
@@ -338,11 +350,10 @@ def main() -> None:
         return
     rows = []
 
-    backlog = {}
-    for jobs in (int(n) for n in args.backlogs.split(",")):
-        with tempfile.TemporaryDirectory() as tmp:
-            b = backlog[jobs] = incremental_cycles(os.path.join(tmp, "backlog.db"), args.clusters, args.hypernodes,
-                                                   jobs, args.seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        backlog = incremental_cycles(tmp, args.clusters, args.hypernodes,
+                                     [int(n) for n in args.backlogs.split(",")], args.seed)
+    for jobs, b in backlog.items():
         rows.append(("cycle, 100 changed", f"{b['pending']} pending of {jobs} submitted, 100 more submitted",
                      f"{b['changed_s']:.2f} s"))
         rows.append(("freed to admitted", f"{b['pending']} pending: a job ends, the next cycle admits",
@@ -403,6 +414,8 @@ def main() -> None:
         "first_fit_one_hypernode_share": round(first_fit_share, 4), "rss_mb": round(rss_mb, 1),
         "jobs": args.jobs, "clusters": args.clusters, "hypernodes": args.hypernodes,
         "changed_cycle_s": {jobs: round(b["changed_s"], 3) for jobs, b in backlog.items()},
+        "changed_cycle_ratio": round(max(b["changed_s"] for b in backlog.values())
+                                     / min(b["changed_s"] for b in backlog.values()), 2),
         "freed_to_admitted_s": {jobs: round(b["freed_s"], 3) for jobs, b in backlog.items()},
         "starving_changed_cycle_s": {jobs: round(b["starving_s"], 3) for jobs, b in backlog.items()},
         "backlog_pending": {jobs: b["pending"] for jobs, b in backlog.items()},
