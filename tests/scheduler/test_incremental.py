@@ -342,6 +342,33 @@ def test_a_large_backlog_read_in_full_is_frozen_out_of_full_garbage_collections(
         gc.unfreeze()
 
 
+def test_a_new_leaders_first_full_read_freezes_without_a_full_collection(db, setup, settings, monkeypatch):
+    """A full collection over 100,000 pending jobs holds the GIL 0.4–0.8 s: not at the first full read, while the
+    API's requests wait on a new leader's first cycle already, but at every FULL_COLLECTION_EVERY-th, which also
+    frees what the earlier ones froze and became garbage in a reference cycle."""
+    import gc
+
+    from broker.services import scheduler as scheduler_module
+    collections = []
+    collect = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda *args: collections.append(args) or collect(*args))
+    monkeypatch.setattr(scheduler_module, "LONG_LIVED_ROWS", 1)
+    monkeypatch.setattr(scheduler_module, "FULL_COLLECTION_EVERY", 3)
+    gc.unfreeze()
+    try:
+        scheduler = SchedulerService(db, settings.model_copy(update={"scheduler_resync_interval": 1e9}), now=Clock())
+        with setup() as session:
+            add_cluster(session, "eu-west", leaves=1)
+            submit(session, add_queue(session), "big", gpus=8, pods=8)
+        for _ in range(6):
+            scheduler.pending.forget()
+            scheduler.read()
+        assert scheduler.pending.full_reads == 6 and len(collections) == 2
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
 def test_pending_jobs_of_one_shape_share_their_parts(db, setup, settings):
     """One copy of the parts per shape, however many pending jobs have it (and a full read keeps sharing them)."""
     scheduler = SchedulerService(db, settings, now=Clock())
