@@ -250,10 +250,10 @@ def _required_affinity(pod_spec: Mapping, pod_path: str) -> tuple[NodeSelectorTe
 
 # ReplicatedJobs parsed, by their text: the JobSets of a pipeline differ in their names, not their parts, and a new
 # leader parses every pending one (100,000 took 4 s of its first cycle). Parts longer than PART_KEPT_CHARS are parsed
-# each time, so what is kept stays under a few megabytes. A part that does not parse is not kept: its error names
-# its place in the JobSet (`path`).
+# each time, so what is kept stays under ten megabytes. A part that does not parse is not kept: its error names its
+# place in the JobSet (`path`).
 _PARTS: dict[tuple[str, str | None], PartSpec] = {}
-PARTS_KEPT, PART_KEPT_CHARS = 4096, 2048
+PARTS_KEPT, PART_KEPT_CHARS = 1024, 8192
 
 
 def _part(raw: Any, path: str, job_exclusive: str | None) -> PartSpec:

@@ -425,8 +425,10 @@ class PendingJobs:
                 self.pause()
             row = self.rows.get(waiting.job_id)
             if row is not None:
-                record = PendingRecord(row.record.tenant_id, waiting.message, reasons_digest(waiting.clusters, digests))
-                self.rows[waiting.job_id] = _PendingRow(row.job, row.unplaceable, record, row.requeue_at, row.avoid)
+                record = PendingRecord(tenant_id=row.record.tenant_id, reason=waiting.message,
+                                       reasons_digest=reasons_digest(waiting.clusters, digests))
+                self.rows[waiting.job_id] = _PendingRow(job=row.job, unplaceable=row.unplaceable, record=record,
+                                                        requeue_at=row.requeue_at, avoid=row.avoid)
         self.fence = outcome.fence
 
     def _read(self, session: Session, fence: int, now: float) -> list[int] | None:

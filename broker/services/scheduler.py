@@ -34,7 +34,7 @@ log = logging.getLogger("archipelago.scheduler")
 # From this many pending jobs on, the rows a full read left are kept out of the garbage collector's full
 # collections (`freeze_long_lived`).
 LONG_LIVED_ROWS = 10_000
-# Every this many full reads, the collector also looks through what the earlier ones froze: an hour at the default
+# Every this many freezes, the collector also looks through what the earlier ones froze: an hour at the default
 # resync interval.
 FULL_COLLECTION_EVERY = 12
 
@@ -64,6 +64,7 @@ class SchedulerService(LoopService):
         self.pause = REQUESTS_FIRST.pause  # the API in this process goes first (`broker.courtesy`)
         self.pending = PendingJobs(settings.scheduler_resync_interval, self.pause)
         self.clusters = KeptClusters(settings.scheduler_resync_interval)
+        self.freezes = 0  # `freeze_long_lived` calls since its last collection
 
     def read(self) -> Inventory:
         """This cycle's snapshot, with the pending rows kept since the last one brought up to date."""
@@ -72,7 +73,8 @@ class SchedulerService(LoopService):
             inventory = read_inventory(session, now=self.now().timestamp(), pending=self.pending, kept=self.clusters,
                                        pause=self.pause)
         if self.pending.full_reads != full_reads and len(self.pending.rows) >= LONG_LIVED_ROWS:
-            freeze_long_lived(collect=not self.pending.full_reads % FULL_COLLECTION_EVERY)
+            self.freezes = (self.freezes + 1) % FULL_COLLECTION_EVERY
+            freeze_long_lived(collect=not self.freezes)
         return inventory
 
     def run_once(self) -> CommitOutcome:

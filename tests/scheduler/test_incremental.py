@@ -316,8 +316,8 @@ def test_a_split_job_parked_for_want_of_room_is_decided_again_when_any_cluster_f
 
 
 def test_a_large_backlog_read_in_full_is_frozen_out_of_full_garbage_collections(db, setup, settings, monkeypatch):
-    """Past LONG_LIVED_ROWS pending jobs, a full read leaves its rows frozen (gc.freeze), and the next full read
-    unfreezes them first; a smaller backlog freezes nothing."""
+    """Past LONG_LIVED_ROWS pending jobs, a full read leaves its rows frozen (gc.freeze); a smaller backlog freezes
+    nothing."""
     import gc
 
     from broker.services import scheduler as scheduler_module
@@ -344,8 +344,9 @@ def test_a_large_backlog_read_in_full_is_frozen_out_of_full_garbage_collections(
 
 def test_a_new_leaders_first_full_read_freezes_without_a_full_collection(db, setup, settings, monkeypatch):
     """A full collection over 100,000 pending jobs holds the GIL 0.4–0.8 s: not at the first full read, while the
-    API's requests wait on a new leader's first cycle already, but at every FULL_COLLECTION_EVERY-th, which also
-    frees what the earlier ones froze and became garbage in a reference cycle."""
+    API's requests wait on a new leader's first cycle already, but at every FULL_COLLECTION_EVERY-th freeze, which
+    also frees what the earlier ones froze and became garbage in a reference cycle; full reads of a backlog too
+    small to freeze do not count."""
     import gc
 
     from broker.services import scheduler as scheduler_module
@@ -364,6 +365,15 @@ def test_a_new_leaders_first_full_read_freezes_without_a_full_collection(db, set
             scheduler.pending.forget()
             scheduler.read()
         assert scheduler.pending.full_reads == 6 and len(collections) == 2
+        monkeypatch.setattr(scheduler_module, "LONG_LIVED_ROWS", 2)  # one pending job: too few to freeze
+        for _ in range(2):
+            scheduler.pending.forget()
+            scheduler.read()
+        monkeypatch.setattr(scheduler_module, "LONG_LIVED_ROWS", 1)
+        for expected in (2, 2, 3):  # the eleventh full read, the third freeze since the last collection, collects
+            scheduler.pending.forget()
+            scheduler.read()
+            assert len(collections) == expected
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
