@@ -12,7 +12,7 @@ one burst a minute before the cycle (none has waited past starvation_after); the
 starving, where each that does not fit may look for nodes to hold.
 The incremental cycles run the scheduler service (`SchedulerService.run_once`) over each backlog until
 its cycles settle (the federation full, the jobs that do not fit known inadmissible), then time the
-cycle after 100 more submissions (the median of five, the backlogs taking turns), and the cycle after one admitted job ends
+cycle after 100 more submissions (the median of five, each backlog's scheduler in a process of its own, the backlogs taking turns), and the cycle after one admitted job ends
 (capacity freed: it must admit); then, with a scheduler whose clock is 2,000 s ahead (every job waited past starvation_after:
 the oldest take holds), settle again and time the cycle after 100 more. A scheduler process of its own
 then runs two cycles over the backlog (the first decides every job, as a new leader's): its peak RSS.
@@ -221,43 +221,75 @@ def incremental_cycles(directory: str, clusters: int, hypernodes: int, backlogs:
     (`changed_s`), from a job's end to the next cycle's admissions (`freed_s`), and of the cycle after 100 more
     submissions once every job has waited past starvation_after (`starving_s`: a new scheduler whose clock is
     2,000 s ahead); `pending` jobs; `rss_mb`, the peak RSS of a scheduler process of its own over the backlog.
-    The backlogs take turns, a cycle each, so that their ratio does not follow the machine's load from one minute
-    to the next."""
-    engines = {jobs: database(os.path.join(directory, f"backlog-{jobs}.db"), clusters, hypernodes, jobs, seed)
-               for jobs in backlogs}
+    Each backlog's scheduler runs in a process of its own (`backlog_scheduler`: no heap but its own for its
+    collections to walk), and the backlogs take turns, a cycle each, so that their ratio does not follow the
+    machine's load from one minute to the next."""
+    paths = {jobs: os.path.join(directory, f"backlog-{jobs}.db") for jobs in backlogs}
+    for jobs, path in paths.items():
+        database(path, clusters, hypernodes, jobs, seed).dispose()
     figures: dict[int, dict] = {jobs: {} for jobs in backlogs}
     for name, ahead in (("changed_s", 0), ("starving_s", 2_000)):
-        services = {jobs: SchedulerService(Database(engine, make_sessionmaker(engine)),
-                                           Settings(database_url=str(engine.url)),
-                                           now=lambda ahead=ahead: models.utcnow() + timedelta(seconds=ahead))
-                    for jobs, engine in engines.items()}
-        for service in services.values():
-            while service.run_once().placements or not service.pending.parked:
-                pass  # until a cycle places nothing and found inadmissible jobs
-            service.run_once()
+        schedulers = {jobs: subprocess.Popen([sys.executable, __file__, "--backlog-scheduler-of", path,
+                                              "--ahead", str(ahead)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             text=True) for jobs, path in paths.items()}
+
+        def ask(jobs: int, command: str) -> dict:
+            scheduler = schedulers[jobs]
+            scheduler.stdin.write(command + "\n")
+            scheduler.stdin.flush()
+            return json.loads(scheduler.stdout.readline())
+
+        for jobs in backlogs:
+            ask(jobs, "settle")
         seconds: dict[int, list[float]] = {jobs: [] for jobs in backlogs}
         for round_ in range(ROUNDS):
-            for jobs, service in services.items():
-                add_jobs(engines[jobs], 100, seed + 1 + ahead + 10_000 * round_)
-                started = time.perf_counter()
-                service.run_once()
-                seconds[jobs].append(time.perf_counter() - started)
-        for jobs, service in services.items():
+            for jobs in backlogs:
+                seconds[jobs].append(ask(jobs, f"add {seed + 1 + ahead + 10_000 * round_}")["seconds"])
+        for jobs in backlogs:
             figures[jobs][name] = statistics.median(seconds[jobs])
             if not ahead:
-                free_one(engines[jobs])
-                started = time.perf_counter()
-                outcome = service.run_once()
-                figures[jobs]["freed_s"] = time.perf_counter() - started
-                assert outcome.admitted, "the freed capacity admitted nothing"
-                figures[jobs]["pending"] = len(service.pending.rows)
-        del services
-    for jobs, engine in engines.items():
-        engine.dispose()
-        rss = subprocess.run([sys.executable, __file__, "--scheduler-rss-of", engine.url.database], capture_output=True,
+                freed = ask(jobs, "free")
+                assert freed["admitted"], "the freed capacity admitted nothing"
+                figures[jobs]["freed_s"], figures[jobs]["pending"] = freed["seconds"], freed["pending"]
+        for scheduler in schedulers.values():
+            scheduler.stdin.close()
+            if scheduler.wait() != 0:
+                raise RuntimeError(f"a backlog's scheduler exited with {scheduler.returncode}")
+    for jobs, path in paths.items():
+        rss = subprocess.run([sys.executable, __file__, "--scheduler-rss-of", path], capture_output=True,
                              text=True, check=True)
         figures[jobs]["rss_mb"] = float(rss.stdout.split()[-1])
     return figures
+
+
+def backlog_scheduler(path: str, ahead: float) -> None:
+    """`incremental_cycles`' child: a scheduler service over the backlog at `path` whose clock is `ahead` seconds
+    ahead, answering one JSON line per command on stdin: `settle` (cycles until one places nothing and found
+    inadmissible jobs, then one more), `add SEED` (100 more submissions, then a cycle: its `seconds`), `free` (the
+    oldest admitted job ends, then a cycle: its `seconds`, whether it `admitted`, how many are `pending`)."""
+    engine = make_engine(f"sqlite:///{path}")
+    service = SchedulerService(Database(engine, make_sessionmaker(engine)), Settings(database_url=f"sqlite:///{path}"),
+                               now=lambda: models.utcnow() + timedelta(seconds=ahead))
+    for command in sys.stdin:
+        verb, *argument = command.split()
+        if verb == "settle":
+            while service.run_once().placements or not service.pending.parked:
+                pass
+            service.run_once()
+            answer: dict = {}
+        elif verb == "add":
+            add_jobs(engine, 100, int(argument[0]))
+            started = time.perf_counter()
+            service.run_once()
+            answer = {"seconds": time.perf_counter() - started}
+        else:
+            free_one(engine)
+            started = time.perf_counter()
+            outcome = service.run_once()
+            answer = {"seconds": time.perf_counter() - started, "admitted": bool(outcome.admitted),
+                      "pending": len(service.pending.rows)}
+        print(json.dumps(answer), flush=True)
+    engine.dispose()
 
 
 def scheduler_rss(path: str) -> float:
@@ -341,7 +373,12 @@ def main() -> None:
                         help="pending JobSets for the incremental cycles, comma-separated")
     parser.add_argument("--scheduler-rss-of", metavar="PATH", help=argparse.SUPPRESS)  # `scheduler_rss`, in a child
     parser.add_argument("--scheduler-cycle-of", metavar="PATH", help=argparse.SUPPRESS)  # `scheduler_cycle`'s child
+    parser.add_argument("--backlog-scheduler-of", metavar="PATH", help=argparse.SUPPRESS)  # `backlog_scheduler`
+    parser.add_argument("--ahead", type=float, default=0.0, help=argparse.SUPPRESS)  # its clock
     args = parser.parse_args()
+    if args.backlog_scheduler_of:
+        backlog_scheduler(args.backlog_scheduler_of, args.ahead)
+        return
     if args.scheduler_rss_of:
         print(scheduler_rss(args.scheduler_rss_of))
         return
