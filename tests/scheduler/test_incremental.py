@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select, update
 
+from broker import scheduling as scheduling_module
 from broker.db.models import PLACEMENT_LIVE_STATES, Cluster, Job, Node, Placement, Queue, utcnow
 from broker.inventory import PodHold, member_inventory, write_inventory
 from broker.jobs import FederationCapacity, KnownClusters, federation_capacity
@@ -200,9 +201,10 @@ def test_cycles_read_only_new_rows_until_in_doubt(db, setup, settings):
     assert scheduler.pending.full_reads == 4
 
 
-def test_reading_the_pending_rows_steps_aside_once_a_row(db, setup):
+def test_reading_the_pending_rows_steps_aside_once_a_row(db, setup, monkeypatch):
     """A new leader parses every pending manifest: between rows it lets the API's requests go first
-    (`broker.courtesy`), on a full read as on a read of the new rows."""
+    (`broker.courtesy`), on a full read as on a read of the new rows; and so along the rows whose reasons its commit
+    changed (every pending one, after a new leader's first cycle)."""
     with setup() as session:
         add_cluster(session, "eu-west")
         queue = add_queue(session)
@@ -218,8 +220,14 @@ def test_reading_the_pending_rows_steps_aside_once_a_row(db, setup):
             submit(session, session.get(Queue, queue.id), f"more-{i}")
     pauses.clear()
     with db.read() as session:
-        read_inventory(session, now=EPOCH.timestamp() + 60, pending=pending)
+        inventory = read_inventory(session, now=EPOCH.timestamp() + 60, pending=pending)
     assert pending.full_reads == 1 and len(pauses) >= 5
+    result = schedule(inventory.snapshot, inventory.pending)
+    outcome = commit_cycle(db, inventory, result)
+    monkeypatch.setattr(scheduling_module, "JOBS_BETWEEN_PAUSES", 2)
+    pauses.clear()
+    pending.committed(inventory, result, outcome)
+    assert len(outcome.changed) >= 9 and len(pauses) >= len(outcome.changed) // 2
 
 
 def test_three_jobs_cancelled_while_three_others_come_back_are_read_though_their_ids_and_squares_add_up_alike(
