@@ -282,12 +282,14 @@ def backlog_scheduler(path: str, ahead: float) -> None:
             started = time.perf_counter()
             service.run_once()
             answer = {"seconds": time.perf_counter() - started}
-        else:
+        elif verb == "free":
             free_one(engine)
             started = time.perf_counter()
             outcome = service.run_once()
             answer = {"seconds": time.perf_counter() - started, "admitted": bool(outcome.admitted),
                       "pending": len(service.pending.rows)}
+        else:
+            raise SystemExit(f"unknown command {verb!r}: settle, add SEED or free")
         print(json.dumps(answer), flush=True)
     engine.dispose()
 
