@@ -20,6 +20,7 @@ placement, so the next cycle places it once.
 from __future__ import annotations
 
 import sys
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from operator import itemgetter
@@ -40,7 +41,7 @@ from broker.placement import (DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Cluster, C
                               Node, Parked, PendingJob, Placement, Queue, RunningPlacement, Snapshot, Tenant, Waiting,
                               dry_run, shape_of)
 from broker.placement.cycle import JOBS_BETWEEN_PAUSES
-from broker.placement.model import no_pause
+from broker.placement.model import QUEUE_ORDER, Backlog, no_pause
 from broker.placement.snapshot import ClusterIndex
 from broker.settings import ConfigError, Settings
 from clusters.quantity import add_into
@@ -94,7 +95,7 @@ class Inventory:
     """One cycle's read: the engine's snapshot and pending jobs, and the ids the commit writes with."""
 
     snapshot: Snapshot
-    pending: list[PendingJob]
+    pending: Backlog
     records: Mapping[str, PendingRecord]  # pending job id -> its tenant id and stored reasons
     unplaceable: dict[str, Waiting]  # pending jobs whose manifest no longer parses
     cluster_ids: dict[str, int]
@@ -155,7 +156,7 @@ def read_inventory(session: Session, *, now: float, pending: PendingJobs | None 
                     preemption=q.preemption_policy, reclaim_within_cohort=q.reclaim_within_cohort)
               for q, tenant in session.execute(select(QueueRow, TenantRow.name).join(TenantRow))]
     snapshot = Snapshot(clusters, queues, tenants, running.values(), now, kept and kept.indexes, pause)
-    inventory = Inventory(snapshot, [], {}, {}, cluster_ids, {}, tenant_ids, fence,
+    inventory = Inventory(snapshot, Backlog({}), {}, {}, cluster_ids, {}, tenant_ids, fence,
                           ({c.name: c for c in clusters}, {q.name: q for q in queues}, {t.name: t for t in tenants},
                            running))
     if with_pending:
@@ -370,9 +371,11 @@ class PendingJobs:
         self.rows: dict[str, _PendingRow] = {}
         self.ids: set[int] = set()  # the rows' job ids, as the pending index gives them
         self.digest = _IdDigest()  # of `ids`
-        # the rows' jobs a cycle passes on as they are (`plain`), and the others, looked at one by one each cycle:
-        # backing off, avoiding clusters, placed before (`single_out`), or no longer parsing
+        # the rows' jobs a cycle passes on as they are (`plain`; by queue, each in its order: `queued`), and the
+        # others, looked at one by one each cycle: backing off, avoiding clusters, placed before (`single_out`), or no
+        # longer parsing
         self.plain: dict[str, PendingJob] = {}
+        self.queued: dict[str, list[PendingJob]] = {}
         self.others: set[str] = set()
         self.fence: int | None = None  # None: the next read is a full one
         self.full_read_at = float("-inf")  # snapshot clock of the last full read
@@ -443,7 +446,7 @@ class PendingJobs:
         full = self.fence != fence or now - self.full_read_at >= self.resync_interval
         if full:
             wanted = sorted(_pending_ids(session))
-            self.rows, self.ids, self.plain, self.others = {}, set(), {}, set()
+            self.rows, self.ids, self.plain, self.queued, self.others = {}, set(), {}, {}, set()
             self.digest, self.parked, self.parts = _IdDigest(), frozenset(), {}
             self.full_read_at, self.full_reads = now, self.full_reads + 1
         else:
@@ -456,9 +459,10 @@ class PendingJobs:
                 if missing else {}
             for row in rows:
                 self.pause()
-                self._keep(row.id, _pending_row(row, kept.get(str(row.id)), manifests.get(row.id), self.parts))
-        if full:  # in the order a cycle sorts each queue in, which then costs it a comparison a job, the new ones aside
-            self.plain = dict(sorted(self.plain.items(), key=lambda item: item[1].queue_order))
+                self._keep(row.id, _pending_row(row, kept.get(str(row.id)), manifests.get(row.id), self.parts),
+                           in_order=not full)
+        if full:  # each queue sorted once, rather than each job put in its place
+            self.queued = Backlog.of(self.plain.values()).queues
         return None if full else sorted({*wanted, *map(int, self.others)})
 
     def _new_ids(self, session: Session) -> list[int]:
@@ -475,17 +479,20 @@ class PendingJobs:
             self._drop(str(gone))
         return sorted(ids - self.ids)
 
-    def _keep(self, job_id: int, row: _PendingRow) -> None:
+    def _keep(self, job_id: int, row: _PendingRow, in_order: bool = True) -> None:
+        """Keep the row; a plain job also in its queue's order, unless `in_order` is False (the caller sorts)."""
         key = str(job_id)
         self.rows[key] = row
         if job_id not in self.ids:
             self.ids.add(job_id)
             self.digest.add(job_id)
+        self._unplain(key)
         if row.job is not None and row.requeue_at is None and not row.avoid:
             self.plain[key] = row.job
             self.others.discard(key)
+            if in_order:
+                insort(self.queued.setdefault(row.job.queue, []), row.job, key=QUEUE_ORDER)
         else:
-            self.plain.pop(key, None)
             self.others.add(key)
 
     def _drop(self, job_id: str) -> None:
@@ -493,13 +500,22 @@ class PendingJobs:
         if int(job_id) in self.ids:
             self.ids.remove(int(job_id))
             self.digest.add(int(job_id), -1)
-        self.plain.pop(job_id, None)
+        self._unplain(job_id)
         self.others.discard(job_id)
+
+    def _unplain(self, job_id: str) -> bool:
+        """Take the job out of the plain ones (and its queue's order), if it is one; was it?"""
+        job = self.plain.pop(job_id, None)
+        if job is None:
+            return False
+        listed = self.queued[job.queue]
+        del listed[bisect_left(listed, job.queue_order, key=QUEUE_ORDER)]
+        return True
 
     def single_out(self, job_ids: Iterable[str]) -> None:
         """These jobs were placed before: from now on a cycle reads their previous clusters and held parts."""
         for job_id in job_ids:
-            if self.plain.pop(job_id, None) is not None:
+            if self._unplain(job_id):
                 self.others.add(job_id)
 
 
@@ -599,7 +615,8 @@ def _read_pending(session: Session, inventory: Inventory, pending: PendingJobs) 
             held.setdefault(job_id, set()).add(part)
     pending.single_out(previous.keys() & pending.plain.keys())
     inventory.records = _Records(pending.rows)
-    inventory.pending = list(pending.plain.values())
+    queues = dict(pending.queued)  # each queue's kept list as it is, but those the others go in: a copy of it
+    copied: set[str] = set()
     for job_id in sorted(pending.others):
         row = pending.rows[job_id]
         if row.requeue_at is not None and row.requeue_at > now:
@@ -615,7 +632,11 @@ def _read_pending(session: Session, inventory: Inventory, pending: PendingJobs) 
             job = replace(job, previous_clusters=tuple(sorted(previous.get(job_id, ()))),
                           avoided=_avoided(row.avoid, now))
         if job.spec.parts:
-            inventory.pending.append(job)
+            if job.queue not in copied:
+                queues[job.queue] = list(queues.get(job.queue, ()))
+                copied.add(job.queue)
+            insort(queues[job.queue], job, key=QUEUE_ORDER)
+    inventory.pending = Backlog(queues)
 
 
 class _Records(Mapping[str, PendingRecord]):

@@ -9,15 +9,15 @@ from broker.placement.cycle import DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Confi
 from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, Hold, NodeAssignment, Parked, Placement,
                                         Preemption, Waiting)
 from broker.placement.model import (CLUSTER_STATES, FAIR_SHARE_PREEMPTION_POLICIES, GPU, PREEMPTION_POLICIES,
-                                    RECLAIM_POLICIES, Cluster, HyperNode, Node, PendingJob, Queue, Resources,
-                                    RunningPlacement, Tenant, shape_of)
+                                    RECLAIM_POLICIES, Backlog, Cluster, HyperNode, Node, PendingJob, Queue,
+                                    Resources, RunningPlacement, Tenant, shape_of)
 from broker.placement.plugins import FILTERS, SCORES
 from broker.placement.snapshot import Snapshot
 
 __all__ = [
     "CLUSTER_STATES", "DEFAULT_FILTERS", "DEFAULT_SCORE_WEIGHTS", "FAIR_SHARE_PREEMPTION_POLICIES", "FILTERS", "GPU",
     "PREEMPTION_POLICIES", "RECLAIM_POLICIES", "SCORES",
-    "Cluster", "ClusterVerdict", "Config", "CycleResult", "DryRun", "Hold", "HyperNode", "Node", "NodeAssignment",
-    "Parked", "PendingJob", "Placement", "Preemption", "Queue", "Resources", "RunningPlacement", "Snapshot", "Tenant",
-    "Waiting", "dry_run", "schedule", "shape_of",
+    "Backlog", "Cluster", "ClusterVerdict", "Config", "CycleResult", "DryRun", "Hold", "HyperNode", "Node",
+    "NodeAssignment", "Parked", "PendingJob", "Placement", "Preemption", "Queue", "Resources", "RunningPlacement",
+    "Snapshot", "Tenant", "Waiting", "dry_run", "schedule", "shape_of",
 ]

@@ -1,6 +1,6 @@
 """One scheduling cycle over one snapshot, in numbered phases (after Kueue's scheduler).
 
-1. Group the pending jobs by queue; order each queue (priority, then submission, then id).
+1. Take the pending jobs by queue, each queue in its order (priority, then submission, then id: `Backlog`).
 2. Repeatedly take the head of the queue that should go next (`_queue_key`).
 3. Decide that job: quota, then filters and scores per cluster, then bind the gang to nodes.
    If it does not fit: preempt where the queue allows it, else, once it has waited too long, hold
@@ -40,7 +40,7 @@ from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, Hol
 from broker.placement.explain import amount, duration, pods_phrase
 from broker.placement.fairness import (QuotaVerdict, check_quota, dominant_share, fair_share_allows,
                                        tenant_fair_shares, weighted_share)
-from broker.placement.model import PendingJob, RunningPlacement, no_pause
+from broker.placement.model import Backlog, PendingJob, RunningPlacement, no_pause
 from broker.placement.plugins import FILTERS, SCORES, Candidate, HeldNodes, Request
 from broker.placement.snapshot import ClusterIndex, Fit, HyperNodeState, QueueState, Snapshot, fits
 from clusters.quantity import add_into
@@ -48,6 +48,7 @@ from clusters.quantity import add_into
 DEFAULT_FILTERS = ("ClusterState", "JobSetCRD", "RecentEviction", "ClusterSelector", "TaintToleration",
                    "NodeEligibility", "Reservation", "Capacity", "ExclusiveTopology", "TopologyBound")
 DEFAULT_SCORE_WEIGHTS = MappingProxyType({"TightestTier": 4.0, "BinPacking": 2.0, "Spread": 0.0, "Locality": 1.0})
+TENANT = attrgetter("tenant")
 
 
 @dataclass(frozen=True)
@@ -295,20 +296,19 @@ class _Cycle:
             for victim in victims:
                 self._evict(victim, -1)
 
-    def run(self, pending: Iterable[PendingJob]) -> CycleResult:
-        # Phase 1: each queue in its own order: 1. priority, 2. submission time, 3. job id.
+    def run(self, pending: Backlog) -> CycleResult:
+        # Phase 1: each queue in its own order (`PendingJob.queue_order`): 1. priority, 2. submission time, 3. job id.
         queued: dict[str, list[PendingJob]] = {}
         waiting: dict[str, Waiting] = {}
         placements, preemptions, order = [], [], []
         tenants, queueless = set(), []
-        for count, job in enumerate(pending):
-            if not count % JOBS_BETWEEN_PAUSES:
-                self.pause()
-            tenants.add(job.tenant)
-            if job.queue in self.snapshot.queues:
-                queued.setdefault(job.queue, []).append(job)
-            else:
-                queueless.append(job)
+        for name, jobs in pending.queues.items():
+            if name not in self.snapshot.queues:
+                queueless += jobs
+                tenants.update(map(TENANT, jobs))
+            elif jobs:
+                queued[name] = jobs[::-1]  # pop() takes the head
+                tenants.add(self.snapshot.queues[name].queue.tenant)  # its jobs' (a job is its queue's tenant's)
         self.activate(tenants)
         for job in queueless:
             waiting[job.id] = self.decide(job).waiting
@@ -318,8 +318,6 @@ class _Cycle:
         changes = 0
         heap = []
         for name, jobs in queued.items():
-            self.pause()
-            jobs.sort(key=attrgetter("queue_order"), reverse=True)  # pop() takes the head
             heap.append((self._queue_key(self.snapshot.queues[name], jobs[-1]), name, changes))
         heapq.heapify(heap)
         # Phase 2 and 3: decide queue heads in fairness order; keys are re-checked when popped.
@@ -371,22 +369,30 @@ class _Cycle:
         heap). None once the queue is empty or another queue goes first (this one is back in the heap).
 
         The walk changes nothing, so what `_still_inadmissible` and `_queue_key` say of a job here is said once per
-        kind (shape, priority, tenant) and reused for the walk: a backlog of parked jobs costs a lookup each."""
+        kind (shape, priority) and reused for the walk: a backlog of parked jobs costs a lookup each."""
         top = heap[0][0] if heap else None
         parked, inadmissible = self.parked.jobs, self.inadmissible
         now, patience = self.snapshot.now, self.config.starvation_after_s
         holds_left = self.reserves and len(self.holds) < self.config.max_holds
-        seen: dict[tuple, tuple[bool, int]] = {}  # (shape, priority, tenant) -> `_kind_against`
-        job, kind = jobs.pop(), None  # kind: the job's `_kind_against`, once looked up (it is parked, of a kind)
+        seen: dict[tuple, tuple[bool, int]] = {}  # (shape, priority) -> `_kind_against` (a queue has one tenant)
+        job, bounded = jobs.pop(), False  # bounded: past the head, whose key was the heap's first
         while True:
-            if kind is None and (job.shape is None or job.avoided or job.id not in parked):
+            if job.shape is None or job.avoided or job.id not in parked:
+                if bounded and self._queue_key(state, job) > top:
+                    break
                 if not self._still_inadmissible(job):
                     return job
             else:
-                if holds_left and now - job.submitted_at >= patience and self._within_share(job.tenant):
-                    return job  # it may take a hold (`_may_hold`)
-                kind = kind or seen.get((job.shape, job.priority, job.tenant)) or self._kind_against(
-                    state, job, top, seen)
+                if now - job.submitted_at >= patience:  # maybe starving: its own key says, and it may take a hold
+                    if bounded and self._queue_key(state, job) > top:
+                        break
+                    if holds_left and self._within_share(job.tenant):
+                        return job  # `_may_hold`
+                    kind = seen.get((job.shape, job.priority)) or self._kind_against(state, job, top, seen)
+                else:
+                    kind = seen.get((job.shape, job.priority)) or self._kind_against(state, job, top, seen)
+                    if bounded and (kind[1] > 0 or kind[1] == 0 and self._queue_key(state, job) > top):
+                        break
                 if not kind[0]:
                     return job
             inadmissible.add(job.id)
@@ -394,18 +400,10 @@ class _Cycle:
                 return None
             if not len(jobs) % JOBS_BETWEEN_PAUSES:
                 self.pause()
-            job, kind = jobs.pop(), None
-            if top is None:
-                continue
-            if job.shape is None or job.avoided or job.id not in parked or now - job.submitted_at >= patience:
-                after = self._queue_key(state, job) > top  # not parked, not of a kind, or maybe starving: its key says
-            else:
-                kind = seen.get((job.shape, job.priority, job.tenant)) or self._kind_against(state, job, top, seen)
-                after = kind[1] > 0 or kind[1] == 0 and self._queue_key(state, job) > top
-            if after:
-                jobs.append(job)
-                heapq.heappush(heap, (self._queue_key(state, job), state.queue.name, changes))
-                return None
+            job, bounded = jobs.pop(), top is not None
+        jobs.append(job)  # another queue goes first
+        heapq.heappush(heap, (self._queue_key(state, job), state.queue.name, changes))
+        return None
 
     def _kind_against(self, state: QueueState, job: PendingJob, top: tuple | None, seen: dict) -> tuple[bool, int]:
         """For `_pop_past_parked`, of a parked job with a shape and no clusters to avoid: does one of its kind that
@@ -417,7 +415,7 @@ class _Cycle:
             kind = self.kinds[key] = (self._kind_stays(job), self._standing(state, job))
         stays, standing = kind
         edge = standing if top is None else top[:len(standing)]
-        seen[job.shape, job.priority, job.tenant] = answer = (stays, (standing > edge) - (standing < edge))
+        seen[job.shape, job.priority] = answer = (stays, (standing > edge) - (standing < edge))
         return answer
 
     # -- phase 3: one job -----------------------------------------------------------------------
@@ -870,13 +868,14 @@ def _per_part(placement: Placement, job: PendingJob, cluster: ClusterIndex) -> l
     return result
 
 
-def schedule(snapshot: Snapshot, pending: Iterable[PendingJob], config: Config = Config(),
+def schedule(snapshot: Snapshot, pending: Backlog | Iterable[PendingJob], config: Config = Config(),
              parked: Parked = Parked(), pause: Callable[[], None] = no_pause) -> CycleResult:
-    """Decide placements, preemptions and reasons for the pending jobs; the snapshot keeps the decisions.
+    """Decide placements, preemptions and reasons for the pending jobs (a `Backlog`, or jobs in any order to make one
+    of); the snapshot keeps the decisions.
     `parked`: jobs found inadmissible before, not decided again (no reason for them) while they stay so.
     `pause`: called between decisions and every `JOBS_BETWEEN_PAUSES` jobs walked (for a process whose requests go
     first, `broker.courtesy`); it may wait, and must not change anything the cycle reads."""
-    return _Cycle(snapshot, config, parked, pause).run(pending)
+    return _Cycle(snapshot, config, parked, pause).run(pending if isinstance(pending, Backlog) else Backlog.of(pending))
 
 
 def dry_run(snapshot: Snapshot, job: PendingJob, config: Config = Config()) -> DryRun:

@@ -7,8 +7,10 @@ one GPU is 1000, memory is bytes × 1000. Keys are Kubernetes resource names.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from broker.jobset import JobSpec
 
@@ -124,7 +126,7 @@ class RunningPlacement:
 @dataclass(frozen=True, slots=True)
 class PendingJob:
     id: str
-    tenant: str
+    tenant: str  # its queue's tenant (a tenant submits to its own queues)
     queue: str
     priority: int  # resolved from the priority class; higher goes first
     submitted_at: float  # seconds, same clock as `Snapshot.now`
@@ -140,6 +142,35 @@ class PendingJob:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "queue_order", (-self.priority, self.submitted_at, self.id))
+
+
+QUEUE_ORDER = attrgetter("queue_order")
+
+
+class Backlog:
+    """Pending jobs by queue, each queue's in its order (`PendingJob.queue_order`), as a cycle takes them. Whoever
+    keeps the jobs between cycles keeps them so (`broker.scheduling.PendingJobs`): a cycle over 100,000 of them then
+    groups and sorts none (that was 0.1 s of every cycle). Iterating gives every job, queue by queue."""
+
+    __slots__ = ("queues",)
+
+    def __init__(self, queues: Mapping[str, Sequence[PendingJob]]) -> None:
+        self.queues = queues  # queue name -> its jobs in queue order; read, never changed
+
+    @classmethod
+    def of(cls, jobs: Iterable[PendingJob]) -> Backlog:
+        queues: dict[str, list[PendingJob]] = {}
+        for job in jobs:
+            queues.setdefault(job.queue, []).append(job)
+        for listed in queues.values():
+            listed.sort(key=QUEUE_ORDER)
+        return cls(queues)
+
+    def __iter__(self) -> Iterator[PendingJob]:
+        return chain.from_iterable(self.queues.values())
+
+    def __len__(self) -> int:
+        return sum(map(len, self.queues.values()))
 
 
 def shape_of(spec: JobSpec) -> str:

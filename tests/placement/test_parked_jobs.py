@@ -229,6 +229,46 @@ def test_a_parked_job_keeps_its_turn_in_its_queue():
     assert [p.job_id for p in alone.placements] == [behind.id], "without the parked job ahead, behind goes first"
 
 
+def test_a_parked_job_past_its_queues_head_keeps_its_turn_too():
+    """As above, with a parked job of 8 GPUs that no selector lets in ahead of the parked job of 64 in plain's queue:
+    its turn comes before preempts' job, the next parked job's after it, so preempts' job is placed before the job
+    behind them — when the two parked jobs' turns pass in one walk through plain's queue as when both are decided."""
+    hog = running_job("hog", "preempts", "a", A_NODES[:2])
+    rest = [running_job("mine", "plain", "a", A_NODES[2:3]), running_job("full", "preempts", "b", B_NODES)]
+    first = shaped(queue_name="plain", tenant="t1", gpus=8, submitted_at=0.5,
+                   annotations={"archipelago.io/cluster-selector": "region in (nowhere)"})
+    parked = shaped(queue_name="plain", tenant="t1", gpus=8, pods=8, submitted_at=1.0)
+    behind = shaped(queue_name="plain", tenant="t1", gpus=8, submitted_at=2.0)
+    between = shaped(queue_name="preempts", tenant="t2", gpus=8, submitted_at=3.0)
+    before = schedule(federation([hog, *rest]), [first, parked])
+    assert before.inadmissible == {first.id, parked.id}
+    for result in (schedule(federation([hog, *rest]), [first, parked, behind, between],
+                            parked=Parked(before.inadmissible)),
+                   schedule(federation([hog, *rest]), [first, parked, behind, between])):
+        assert [(p.job_id, p.cluster) for p in result.placements] == [(between.id, "a")]
+
+
+def test_a_long_waiting_parked_job_past_its_queues_head_keeps_its_turn_by_its_age():
+    """Everyone has waited past starvation_after_s, and no job may hold nodes: the oldest go first. Plain's queue
+    holds two parked jobs of 64 GPUs of priority 2, submitted at 1 and 3, then a job of 8 of priority 0 submitted
+    at 1.5; preempts' job of 8 was submitted at 2. One node is free: preempts' job goes before the second parked
+    job, hence before the job behind it, and takes the node — when the parked jobs' turns pass in one walk through
+    plain's queue as when both are decided."""
+    running = [running_job("m1", "plain", "a", A_NODES[:2]), running_job("m2", "plain", "b", B_NODES[:1]),
+               running_job("t1", "preempts", "a", A_NODES[2:3]), running_job("t2", "preempts", "b", B_NODES[1:])]
+    config = Config(max_holds=0)
+    older = shaped(queue_name="plain", tenant="t1", gpus=8, pods=8, priority=2, submitted_at=1.0)
+    parked = shaped(queue_name="plain", tenant="t1", gpus=8, pods=8, priority=2, submitted_at=3.0)
+    behind = shaped(queue_name="plain", tenant="t1", gpus=8, submitted_at=1.5)
+    between = shaped(queue_name="preempts", tenant="t2", gpus=8, submitted_at=2.0)
+    before = schedule(federation(running, now=2000.0), [older, parked], config)
+    assert before.inadmissible == {older.id, parked.id}
+    for result in (schedule(federation(running, now=2000.0), [older, parked, behind, between], config,
+                            parked=Parked(before.inadmissible)),
+                   schedule(federation(running, now=2000.0), [older, parked, behind, between], config)):
+        assert [(p.job_id, p.cluster) for p in result.placements] == [(between.id, "a")]
+
+
 def test_the_job_behind_a_parked_job_waits_for_its_own_turn():
     """Three jobs of 8 GPUs, their tenants and queues holding alike, in submission order: a parked job no cluster's
     selector lets in, then preempts' job, then the job behind the parked one in plain's queue. Two nodes are free,

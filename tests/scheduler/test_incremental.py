@@ -14,7 +14,7 @@ from broker.db.models import PLACEMENT_LIVE_STATES, Cluster, Job, Node, Placemen
 from broker.inventory import PodHold, member_inventory, write_inventory
 from broker.jobs import FederationCapacity, KnownClusters, federation_capacity
 from broker.jobset import parse_jobset
-from broker.placement import Config, Parked, schedule, shape_of
+from broker.placement import Backlog, Config, Parked, schedule, shape_of
 from broker.scheduling import PendingJobs, commit_cycle, read_inventory
 from broker.services.scheduler import SchedulerService
 from clusters.topology import ResolvedHyperNode, Topology
@@ -38,6 +38,10 @@ def decisions(inventory, parked: Parked = Parked()) -> tuple:
             sorted((h.job_id, h.cluster, h.nodes) for h in result.holds.values())), result
 
 
+def by_queue(backlog: Backlog) -> dict[str, list[str]]:
+    return {name: [job.id for job in jobs] for name, jobs in backlog.queues.items() if jobs}
+
+
 def assert_same_as_a_full_read(db, scheduler: SchedulerService, foreign_reasons_at: int | None = None) -> int:
     """The kept rows are those a full read finds; the cycle places, preempts and holds as a full one, and says
     the same of every job it decided (the inadmissible ones it did not decide do not fit in a full cycle either).
@@ -48,6 +52,7 @@ def assert_same_as_a_full_read(db, scheduler: SchedulerService, foreign_reasons_
     with db.read() as session:
         full = read_inventory(session, now=scheduler.now().timestamp())
     assert sorted(incremental.pending, key=lambda j: j.id) == sorted(full.pending, key=lambda j: j.id)
+    assert by_queue(incremental.pending) == by_queue(full.pending)  # each queue in its order, as a cycle takes it
     # the kept clusters and live placements: what a full read builds (by name, by id)
     assert (incremental.inputs[0], incremental.inputs[3], incremental.cluster_ids) == (
         full.inputs[0], full.inputs[3], full.cluster_ids)
