@@ -392,6 +392,40 @@ def test_a_new_leaders_first_full_read_freezes_without_a_full_collection(db, set
         gc.unfreeze()
 
 
+def test_a_cycle_that_reads_the_whole_backlog_runs_with_the_collector_off(db, setup, settings, monkeypatch):
+    """A new leader's first cycle, and the next after one that failed, read, decide and keep every pending job with
+    the collector off (young collections would only promote them), and turn it on again, failed or not; a cycle that
+    reads only the new rows leaves it on."""
+    import gc
+
+    from broker.services import scheduler as scheduler_module
+    collector_on = []
+    commit = scheduler_module.commit_cycle
+
+    def committing(*args):
+        collector_on.append(gc.isenabled())
+        if len(collector_on) == 1:
+            raise RuntimeError("the database went away")
+        return commit(*args)
+
+    monkeypatch.setattr(scheduler_module, "commit_cycle", committing)
+    scheduler = SchedulerService(db, settings.model_copy(update={"scheduler_resync_interval": 1e9}), now=Clock())
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1)
+        queue = add_queue(session)
+        submit(session, queue, "big", gpus=8, pods=8)  # 64 GPUs: it stays pending
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError):
+        scheduler.run_once()
+    assert collector_on == [False] and gc.isenabled()
+    scheduler.run_once()  # in doubt: every row again
+    assert collector_on == [False, False] and gc.isenabled()
+    with setup() as session:
+        submit(session, queue, "another", gpus=8, pods=8)
+    scheduler.run_once()
+    assert collector_on == [False, False, True] and gc.isenabled()
+
+
 def test_pending_jobs_of_one_shape_share_their_parts(db, setup, settings):
     """One copy of the parts per shape, however many pending jobs have it (and a full read keeps sharing them)."""
     scheduler = SchedulerService(db, settings, now=Clock())
