@@ -615,7 +615,7 @@ def _read_pending(session: Session, inventory: Inventory, pending: PendingJobs) 
             held.setdefault(job_id, set()).add(part)
     pending.single_out(previous.keys() & pending.plain.keys())
     inventory.records = _Records(pending.rows)
-    queues = dict(pending.queued)  # each queue's kept list as it is, but those the others go in: a copy of it
+    queues = dict(pending.queued)  # the kept lists (the commit changes them after the cycle), copies where others go
     copied: set[str] = set()
     for job_id in sorted(pending.others):
         row = pending.rows[job_id]

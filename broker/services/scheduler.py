@@ -62,7 +62,8 @@ def collector_off(off: bool) -> Iterator[None]:
     live on, so the young and middle collections their allocations set off (20–130 ms each at 100,000 jobs, holding
     the GIL while the API's requests in the same process wait) would only walk them to promote them; what it froze
     (`freeze_long_lived`) no collection walks after it. Measured (bench/leader_api.py, one host, the same hour): API
-    p99 during a new leader's first cycle 258–273 ms for GET, 290–294 ms for POST, from 500 and 601 ms."""
+    p99 during a new leader's first cycle 258–298 ms for GET, 290–348 ms for POST (three runs), from 406–500 and
+    429–601 ms (two runs)."""
     if not off or not gc.isenabled():
         yield
         return
