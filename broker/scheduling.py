@@ -389,6 +389,11 @@ class PendingJobs:
         """In doubt: read every pending row next time, and decide every job."""
         self.fence, self.parked, self.inputs = None, frozenset(), None
 
+    def reads_all(self, now: float) -> bool:
+        """Will the next read (at `now`, snapshot clock) be a full one, as far as this scheduler knows? (Another
+        scheduler's commit since makes it one too.)"""
+        return self.fence is None or now - self.full_read_at >= self.resync_interval
+
     def still_parked(self, inventory: Inventory) -> Parked:
         """The last cycle's inadmissible jobs, and what changed since that could make one fit: clusters that changed
         or where a live placement ended or changed (capacity back), the tenants of those placements (quota back),
@@ -443,7 +448,7 @@ class PendingJobs:
                          QueueRow.name, TenantRow.name, Job.avoid, Job.requeue_at) \
             .join(QueueRow, QueueRow.id == Job.queue_id).join(TenantRow, TenantRow.id == Job.tenant_id)
         kept = self.rows
-        full = self.fence != fence or now - self.full_read_at >= self.resync_interval
+        full = self.fence != fence or self.reads_all(now)
         if full:
             wanted = sorted(_pending_ids(session))
             self.rows, self.ids, self.plain, self.queued, self.others = {}, set(), {}, {}, set()
@@ -509,7 +514,10 @@ class PendingJobs:
         if job is None:
             return False
         listed = self.queued[job.queue]
-        del listed[bisect_left(listed, job.queue_order, key=QUEUE_ORDER)]
+        index = bisect_left(listed, job.queue_order, key=QUEUE_ORDER)
+        if index == len(listed) or listed[index] is not job:
+            raise RuntimeError(f"job {job_id} is not where its queue's order puts it: the kept queues are out of step")
+        del listed[index]
         return True
 
     def single_out(self, job_ids: Iterable[str]) -> None:
@@ -615,8 +623,7 @@ def _read_pending(session: Session, inventory: Inventory, pending: PendingJobs) 
             held.setdefault(job_id, set()).add(part)
     pending.single_out(previous.keys() & pending.plain.keys())
     inventory.records = _Records(pending.rows)
-    queues = dict(pending.queued)  # the kept lists (the commit changes them after the cycle), copies where others go
-    copied: set[str] = set()
+    others: dict[str, list[PendingJob]] = {}
     for job_id in sorted(pending.others):
         row = pending.rows[job_id]
         if row.requeue_at is not None and row.requeue_at > now:
@@ -632,11 +639,27 @@ def _read_pending(session: Session, inventory: Inventory, pending: PendingJobs) 
             job = replace(job, previous_clusters=tuple(sorted(previous.get(job_id, ()))),
                           avoided=_avoided(row.avoid, now))
         if job.spec.parts:
-            if job.queue not in copied:
-                queues[job.queue] = list(queues.get(job.queue, ()))
-                copied.add(job.queue)
-            insort(queues[job.queue], job, key=QUEUE_ORDER)
+            others.setdefault(job.queue, []).append(job)
+    queues = dict(pending.queued)  # the kept lists (the commit changes them after the cycle), merged where others go
+    for name, jobs in others.items():
+        queues[name] = _merged(queues.get(name, []), jobs)
     inventory.pending = Backlog(queues)
+
+
+# Up to this many jobs are put into a queue's kept order one by one (a search and a move each); more, and the queue
+# is sorted once with them (a key and a comparison per job: 10,000 requeued jobs put one by one into a queue of
+# 100,000 took 0.2 s, sorted with it 25 ms).
+MERGED_ONE_BY_ONE = 64
+
+
+def _merged(kept: list[PendingJob], more: list[PendingJob]) -> list[PendingJob]:
+    """A new list of the kept queue's jobs and `more`, in queue order; `kept` is left as it was."""
+    if len(more) > MERGED_ONE_BY_ONE:
+        return sorted(kept + more, key=QUEUE_ORDER)
+    merged = list(kept)
+    for job in more:
+        insort(merged, job, key=QUEUE_ORDER)
+    return merged
 
 
 class _Records(Mapping[str, PendingRecord]):

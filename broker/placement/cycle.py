@@ -308,7 +308,11 @@ class _Cycle:
                 tenants.update(map(TENANT, jobs))
             elif jobs:
                 queued[name] = jobs[::-1]  # pop() takes the head
-                tenants.add(self.snapshot.queues[name].queue.tenant)  # its jobs' (a job is its queue's tenant's)
+                tenant = self.snapshot.queues[name].queue.tenant  # its jobs' (a job is its queue's tenant's)
+                if jobs[0].tenant != tenant:
+                    raise ValueError(f"job {jobs[0].id} of queue {name} belongs to tenant {jobs[0].tenant}, the "
+                                     f"queue to {tenant}: a queue holds its tenant's jobs")
+                tenants.add(tenant)
         self.activate(tenants)
         for job in queueless:
             waiting[job.id] = self.decide(job).waiting
@@ -871,7 +875,7 @@ def _per_part(placement: Placement, job: PendingJob, cluster: ClusterIndex) -> l
 def schedule(snapshot: Snapshot, pending: Backlog | Iterable[PendingJob], config: Config = Config(),
              parked: Parked = Parked(), pause: Callable[[], None] = no_pause) -> CycleResult:
     """Decide placements, preemptions and reasons for the pending jobs (a `Backlog`, or jobs in any order to make one
-    of); the snapshot keeps the decisions.
+    of; a job belongs to its queue's tenant); the snapshot keeps the decisions.
     `parked`: jobs found inadmissible before, not decided again (no reason for them) while they stay so.
     `pause`: called between decisions and every `JOBS_BETWEEN_PAUSES` jobs walked (for a process whose requests go
     first, `broker.courtesy`); it may wait, and must not change anything the cycle reads."""

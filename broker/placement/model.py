@@ -161,7 +161,11 @@ class Backlog:
     def of(cls, jobs: Iterable[PendingJob]) -> Backlog:
         queues: dict[str, list[PendingJob]] = {}
         for job in jobs:
-            queues.setdefault(job.queue, []).append(job)
+            listed = queues.setdefault(job.queue, [])
+            if listed and listed[0].tenant != job.tenant:
+                raise ValueError(f"jobs {listed[0].id} and {job.id} of queue {job.queue} belong to tenants "
+                                 f"{listed[0].tenant} and {job.tenant}: a queue holds one tenant's jobs")
+            listed.append(job)
         for listed in queues.values():
             listed.sort(key=QUEUE_ORDER)
         return cls(queues)

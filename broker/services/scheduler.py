@@ -58,10 +58,11 @@ def freeze_long_lived(collect: bool) -> None:
 @contextmanager
 def collector_off(off: bool) -> Iterator[None]:
     """The garbage collector off for the block if `off` (and it was on): for a cycle that reads, decides and keeps the
-    whole backlog at once — a new leader's first, or the next after a cycle in doubt. Its millions of new objects
-    live on, so the young and middle collections their allocations set off (20–130 ms each at 100,000 jobs, holding
-    the GIL while the API's requests in the same process wait) would only walk them to promote them; what it froze
-    (`freeze_long_lived`) no collection walks after it. Measured (bench/leader_api.py, one host, the same hour): API
+    whole backlog at once — a new leader's first, the next after a cycle in doubt, one every resync interval. Its
+    millions of new objects live on, so the young and middle collections their allocations set off (20–130 ms each at
+    100,000 jobs, holding the GIL while the API's requests in the same process wait) would only walk them to promote
+    them; what the read froze (`freeze_long_lived`) no collection walks after it, and what the block kept after that
+    (the rows' new reasons) is frozen as it ends, or the first young collection would walk it all. Measured (bench/leader_api.py, one host, the same hour): API
     p99 during a new leader's first cycle 258–298 ms for GET, 290–348 ms for POST (three runs), from 406–500 and
     429–601 ms (two runs)."""
     if not off or not gc.isenabled():
@@ -70,6 +71,7 @@ def collector_off(off: bool) -> Iterator[None]:
     gc.disable()
     try:
         yield
+        gc.freeze()
     finally:
         gc.enable()
 
@@ -104,7 +106,7 @@ class SchedulerService(LoopService):
             if not has_pending(session):
                 return CommitOutcome()
         started = time.perf_counter()
-        with collector_off(self.pending.fence is None):  # the whole backlog comes in at once
+        with collector_off(self.pending.reads_all(self.now().timestamp())):  # the whole backlog comes in at once
             try:
                 inventory = self.read()
                 result = schedule(inventory.snapshot, inventory.pending, self.config,

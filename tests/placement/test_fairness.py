@@ -168,3 +168,13 @@ def test_nobody_lends_what_nobody_has_unused():
     assert lent(over_with_no_lender) == {"over": {}, "exact": {}}
     nobody_borrows = {"exact": ({GPU: 8_000}, {GPU: 8_000}), "idle": ({GPU: 8_000}, {})}
     assert lent(nobody_borrows) == {"exact": {}, "idle": {}}
+
+
+def test_a_job_of_another_tenant_than_its_queues_is_refused_with_both_named():
+    """Fairness reads a job's tenant off its queue (a tenant submits to its own queues): a job that says otherwise,
+    or two jobs of one queue of two tenants, are refused, saying which."""
+    federation = [queue("a", tenant="x")]
+    with pytest.raises(ValueError, match="belongs to tenant y, the queue to x"):
+        schedule(snapshot(ONE_CLUSTER_64_GPUS, federation), [job("a", tenant="y")])
+    with pytest.raises(ValueError, match="belong to tenants x and y: a queue holds one tenant's jobs"):
+        schedule(snapshot(ONE_CLUSTER_64_GPUS, federation), [job("a", tenant="x"), job("a", tenant="y")])

@@ -15,6 +15,7 @@ from broker.inventory import PodHold, member_inventory, write_inventory
 from broker.jobs import FederationCapacity, KnownClusters, federation_capacity
 from broker.jobset import parse_jobset
 from broker.placement import Backlog, Config, Parked, schedule, shape_of
+from broker.placement.model import QUEUE_ORDER
 from broker.scheduling import PendingJobs, commit_cycle, read_inventory
 from broker.services.scheduler import SchedulerService
 from clusters.topology import ResolvedHyperNode, Topology
@@ -52,7 +53,9 @@ def assert_same_as_a_full_read(db, scheduler: SchedulerService, foreign_reasons_
     with db.read() as session:
         full = read_inventory(session, now=scheduler.now().timestamp())
     assert sorted(incremental.pending, key=lambda j: j.id) == sorted(full.pending, key=lambda j: j.id)
-    assert by_queue(incremental.pending) == by_queue(full.pending)  # each queue in its order, as a cycle takes it
+    assert by_queue(incremental.pending) == by_queue(full.pending)
+    for jobs in incremental.pending.queues.values():  # each queue in its order, as a cycle takes it
+        assert [job.id for job in jobs] == [job.id for job in sorted(jobs, key=QUEUE_ORDER)]
     # the kept clusters and live placements: what a full read builds (by name, by id)
     assert (incremental.inputs[0], incremental.inputs[3], incremental.cluster_ids) == (
         full.inputs[0], full.inputs[3], full.cluster_ids)
@@ -101,12 +104,15 @@ def _jobs(session, state: str) -> list[Job]:
                                 .order_by(Job.id)))
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_a_sequence_of_changes_is_decided_as_a_full_read_would(db, setup, settings, seed):
+@pytest.mark.parametrize(("seed", "merged_one_by_one"), [*((seed, 64) for seed in range(4)), (0, 0), (1, 0)])
+def test_a_sequence_of_changes_is_decided_as_a_full_read_would(db, setup, settings, seed, merged_one_by_one,
+                                                               monkeypatch):
     """Submissions, cancels, finished and evicted (requeued, backing off) jobs, capacity edits, time crossing
     starvation_after, another scheduler's commit (and one of its jobs evicted at once), the inventory sync's pods,
     placements starting or being deleted, a cluster NotReady and back: before every cycle, the kept pending jobs,
-    clusters and live placements read as every row."""
+    clusters and live placements read as every row. (The jobs looked at one by one each cycle go into their queues'
+    order one by one, or with each queue sorted at once: `MERGED_ONE_BY_ONE`.)"""
+    monkeypatch.setattr(scheduling_module, "MERGED_ONE_BY_ONE", merged_one_by_one)
     rnd, clock = random.Random(seed), Clock()
     scheduler = SchedulerService(db, settings.model_copy(update={"scheduler_resync_interval": 1e9}), now=clock)
     with setup() as session:
@@ -393,12 +399,13 @@ def test_a_new_leaders_first_full_read_freezes_without_a_full_collection(db, set
 
 
 def test_a_cycle_that_reads_the_whole_backlog_runs_with_the_collector_off(db, setup, settings, monkeypatch):
-    """A new leader's first cycle, and the next after one that failed, read, decide and keep every pending job with
-    the collector off (young collections would only promote them), and turn it on again, failed or not; a cycle that
-    reads only the new rows leaves it on."""
+    """A new leader's first cycle, the next after one that failed, and one a resync interval later read, decide and
+    keep every pending job with the collector off (young collections would only promote them), and turn it on again,
+    failed or not, what they kept frozen if they did not fail; a cycle that reads only the new rows leaves it on."""
     import gc
 
     from broker.services import scheduler as scheduler_module
+    gc.unfreeze()
     collector_on = []
     commit = scheduler_module.commit_cycle
 
@@ -409,21 +416,28 @@ def test_a_cycle_that_reads_the_whole_backlog_runs_with_the_collector_off(db, se
         return commit(*args)
 
     monkeypatch.setattr(scheduler_module, "commit_cycle", committing)
-    scheduler = SchedulerService(db, settings.model_copy(update={"scheduler_resync_interval": 1e9}), now=Clock())
+    clock = Clock()
+    scheduler = SchedulerService(db, settings.model_copy(update={"scheduler_resync_interval": 300}), now=clock)
     with setup() as session:
         add_cluster(session, "eu-west", leaves=1)
         queue = add_queue(session)
         submit(session, queue, "big", gpus=8, pods=8)  # 64 GPUs: it stays pending
-    assert gc.isenabled()
-    with pytest.raises(RuntimeError):
+    try:
+        assert gc.isenabled()
+        with pytest.raises(RuntimeError):
+            scheduler.run_once()
+        assert collector_on == [False] and gc.isenabled() and gc.get_freeze_count() == 0
+        scheduler.run_once()  # in doubt: every row again
+        assert collector_on == [False, False] and gc.isenabled() and gc.get_freeze_count() > 0
+        with setup() as session:
+            submit(session, queue, "another", gpus=8, pods=8)
         scheduler.run_once()
-    assert collector_on == [False] and gc.isenabled()
-    scheduler.run_once()  # in doubt: every row again
-    assert collector_on == [False, False] and gc.isenabled()
-    with setup() as session:
-        submit(session, queue, "another", gpus=8, pods=8)
-    scheduler.run_once()
-    assert collector_on == [False, False, True] and gc.isenabled()
+        assert collector_on == [False, False, True] and gc.isenabled()
+        clock.moment += timedelta(seconds=300)
+        scheduler.run_once()  # a resync
+        assert collector_on == [False, False, True, False] and gc.isenabled()
+    finally:
+        gc.unfreeze()
 
 
 def test_pending_jobs_of_one_shape_share_their_parts(db, setup, settings):
