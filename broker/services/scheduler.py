@@ -63,7 +63,7 @@ def collector_off(off: bool) -> Iterator[None]:
     100,000 jobs, holding the GIL while the API's requests in the same process wait) would only walk them to promote
     them; what the read froze (`freeze_long_lived`) no collection walks after it, and what the block kept after that
     (the rows' new reasons) is frozen as it ends, or the first young collection would walk it all. Measured (bench/leader_api.py, one host, the same hour): API
-    p99 during a new leader's first cycle 258–298 ms for GET, 290–348 ms for POST (three runs), from 406–500 and
+    p99 during a new leader's first cycle 242–298 ms for GET, 245–348 ms for POST (four runs), from 406–500 and
     429–601 ms (two runs)."""
     if not off or not gc.isenabled():
         yield
