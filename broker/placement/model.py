@@ -155,7 +155,7 @@ class Backlog:
     __slots__ = ("queues",)
 
     def __init__(self, queues: Mapping[str, Sequence[PendingJob]]) -> None:
-        self.queues = queues  # queue name -> its jobs in queue order; read, never changed
+        self.queues = queues  # queue name -> its jobs in queue order; a cycle reads them, never changes them
 
     @classmethod
     def of(cls, jobs: Iterable[PendingJob]) -> Backlog:
@@ -172,9 +172,6 @@ class Backlog:
 
     def __iter__(self) -> Iterator[PendingJob]:
         return chain.from_iterable(self.queues.values())
-
-    def __len__(self) -> int:
-        return sum(map(len, self.queues.values()))
 
 
 def shape_of(spec: JobSpec) -> str:
