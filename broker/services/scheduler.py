@@ -59,19 +59,16 @@ def freeze_long_lived(collect: bool) -> None:
 def collector_off(off: bool) -> Iterator[None]:
     """The garbage collector off for the block if `off` (and it was on): for a cycle that reads, decides and keeps the
     whole backlog at once — a new leader's first, the next after a cycle in doubt, one every resync interval. Its
-    millions of new objects live on, so the young and middle collections their allocations set off (20–130 ms each at
-    100,000 jobs, holding the GIL while the API's requests in the same process wait) would only walk them to promote
-    them; what the read froze (`freeze_long_lived`) no collection walks after it, and what the block kept after that
-    (the rows' new reasons) is frozen as it ends, or the first young collection would walk it all. Measured (bench/leader_api.py, one host, the same hour): API
-    p99 during a new leader's first cycle 242–298 ms for GET, 245–348 ms for POST (four runs), from 406–500 and
-    429–601 ms (two runs)."""
+    millions of new objects live on, so the young and middle collections their allocations set off (20–130 ms each
+    at 100,000 jobs, holding the GIL while the API's requests in the same process wait) would only walk them to
+    promote them. Measured (bench/leader_api.py, one host, the same hour): API p99 during a new leader's first cycle
+    242–298 ms for GET, 245–348 ms for POST (four runs), from 406–500 and 429–601 ms (two runs)."""
     if not off or not gc.isenabled():
         yield
         return
     gc.disable()
     try:
         yield
-        gc.freeze()
     finally:
         gc.enable()
 
@@ -105,7 +102,7 @@ class SchedulerService(LoopService):
         with self.database.read() as session:
             if not has_pending(session):
                 return CommitOutcome()
-        started = time.perf_counter()
+        started, full_reads = time.perf_counter(), self.pending.full_reads
         with collector_off(self.pending.reads_all(self.now().timestamp())):  # the whole backlog comes in at once
             try:
                 inventory = self.read()
@@ -117,6 +114,10 @@ class SchedulerService(LoopService):
                 self.clusters.forget()
                 raise
             self.pending.committed(inventory, result, outcome)
+            if len(self.pending.rows) >= LONG_LIVED_ROWS and self.pending.full_reads != full_reads:
+                # what the cycle kept after its read froze the rows (their new reasons) frozen too, or the first young
+                # collection would walk it all; a later `freeze_long_lived(collect=True)` looks through it again
+                gc.freeze()
         SCHEDULER_CYCLE_SECONDS.observe(time.perf_counter() - started)
         if outcome.stale:  # placements_last_cycle keeps the last cycle that ran
             CYCLES_DROPPED.inc()

@@ -401,13 +401,16 @@ def test_a_new_leaders_first_full_read_freezes_without_a_full_collection(db, set
 def test_a_cycle_that_reads_the_whole_backlog_runs_with_the_collector_off(db, setup, settings, monkeypatch):
     """A new leader's first cycle, the next after one that failed, and one a resync interval later read, decide and
     keep every pending job with the collector off (young collections would only promote them), and turn it on again,
-    failed or not, what they kept frozen if they did not fail; a cycle that reads only the new rows leaves it on."""
+    failed or not; past LONG_LIVED_ROWS, what a full read's cycle kept after the read froze the rows is frozen too
+    (below, nothing: no collection would ever look through it again). A cycle that reads only the new rows leaves
+    the collector on."""
     import gc
 
     from broker.services import scheduler as scheduler_module
     gc.unfreeze()
-    collector_on = []
-    commit = scheduler_module.commit_cycle
+    collector_on, freezes = [], []
+    commit, freeze = scheduler_module.commit_cycle, gc.freeze
+    monkeypatch.setattr(gc, "freeze", lambda: freezes.append(len(collector_on)) or freeze())
 
     def committing(*args):
         collector_on.append(gc.isenabled())
@@ -427,15 +430,21 @@ def test_a_cycle_that_reads_the_whole_backlog_runs_with_the_collector_off(db, se
         with pytest.raises(RuntimeError):
             scheduler.run_once()
         assert collector_on == [False] and gc.isenabled() and gc.get_freeze_count() == 0
-        scheduler.run_once()  # in doubt: every row again
-        assert collector_on == [False, False] and gc.isenabled() and gc.get_freeze_count() > 0
+        scheduler.run_once()  # in doubt: every row again; one pending job, below LONG_LIVED_ROWS: nothing frozen
+        assert collector_on == [False, False] and gc.isenabled() and gc.get_freeze_count() == 0
+        monkeypatch.setattr(scheduler_module, "LONG_LIVED_ROWS", 1)
+        scheduler.pending.forget()
+        scheduler.run_once()
+        assert collector_on == [False, False, False] and gc.isenabled()
+        assert freezes == [2, 3] and gc.get_freeze_count() > 0  # the rows after the read, their new reasons at the end
+        gc.unfreeze()
         with setup() as session:
             submit(session, queue, "another", gpus=8, pods=8)
         scheduler.run_once()
-        assert collector_on == [False, False, True] and gc.isenabled()
+        assert collector_on == [False, False, False, True] and gc.isenabled() and freezes == [2, 3]
         clock.moment += timedelta(seconds=300)
         scheduler.run_once()  # a resync
-        assert collector_on == [False, False, True, False] and gc.isenabled()
+        assert collector_on == [False, False, False, True, False] and gc.isenabled()
     finally:
         gc.unfreeze()
 
