@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from broker.db import migrate  # noqa: E402
 from broker.db.models import Job, Queue, Tenant, Token  # noqa: E402
+from broker.jobset import parse_jobset, placement_record  # noqa: E402
 from broker.tenancy import hash_token  # noqa: E402
 
 ADMIN_TOKEN = "bench-admin-token"
@@ -102,12 +103,13 @@ def queue_backlog(url: str, backlog: int) -> None:
     named as its job: the dispatcher applies it under that name)."""
     engine = create_engine(url)
     now = datetime.now(timezone.utc)
+    record = placement_record(parse_jobset(jobset("backlog")))  # the same for every one
     with engine.begin() as connection:
         tenant_id, queue_id = connection.execute(select(Queue.tenant_id, Queue.id)
                                                  .where(Queue.name == "training")).one()
         rows = [{"tenant_id": tenant_id, "queue_id": queue_id, "name": f"backlog-{i}", "namespace": "research",
-                 "manifest": jobset(f"backlog-{i}"), "priority_class": "normal", "priority": 1000,
-                 "placement_mode": "whole", "demand": {"nvidia.com/gpu": 32000}, "state": "Queued",
+                 "manifest": jobset(f"backlog-{i}"), "placement_spec": record, "priority_class": "normal",
+                 "priority": 1000, "placement_mode": "whole", "demand": {"nvidia.com/gpu": 32000}, "state": "Queued",
                  "waiting_reasons": {}, "status": {}, "restart_count": 0, "submitted_at": now} for i in range(backlog)]
         for start in range(0, len(rows), 10_000):
             connection.execute(insert(Job), rows[start:start + 10_000])

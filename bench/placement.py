@@ -44,7 +44,7 @@ from sqlalchemy.orm import Session  # noqa: E402
 from broker.db import models  # noqa: E402
 from broker.db.runtime import Database  # noqa: E402
 from broker.db.session import make_engine, make_sessionmaker  # noqa: E402
-from broker.jobset import parse_jobset  # noqa: E402
+from broker.jobset import parse_jobset, placement_record  # noqa: E402
 from broker.placement import (GPU, Cluster, HyperNode, Node, PendingJob, Queue, Snapshot, Tenant,  # noqa: E402
                               schedule)
 from broker.placement.quality import first_fit, replay  # noqa: E402
@@ -162,7 +162,8 @@ def database(path: str, clusters: int, hypernodes: int, jobs: int, seed: int):
                 for h in cluster.hypernodes])
         session.execute(insert(models.Job), [
             {"id": i + 1, "tenant_id": tenant_id[tenant], "queue_id": queue_id[queue], "name": body["metadata"]["name"],
-             "namespace": "bench", "manifest": body, "priority": priority, "submitted_at": epoch + timedelta(milliseconds=i)}
+             "namespace": "bench", "manifest": body, "placement_spec": placement_record(parse_jobset(body)),
+             "priority": priority, "submitted_at": epoch + timedelta(milliseconds=i)}
             for i, (tenant, queue, body, priority) in enumerate(submissions(jobs, seed))])
     return engine
 
@@ -198,7 +199,8 @@ def add_jobs(engine, count: int, seed: int) -> None:
     with Session(engine) as session, session.begin():
         session.execute(insert(models.Job), [
             {"tenant_id": tenant_id[tenant], "queue_id": queue_id[queue], "name": f"more-{seed}-{i}",
-             "namespace": "bench", "manifest": body, "priority": priority, "submitted_at": now}
+             "namespace": "bench", "manifest": body, "placement_spec": placement_record(parse_jobset(body)),
+             "priority": priority, "submitted_at": now}
             for i, (tenant, queue, body, priority) in enumerate(submissions(count, seed))])
 
 

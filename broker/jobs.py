@@ -23,7 +23,7 @@ from broker.jobset import (CLUSTER_SELECTOR_ANNOTATION, HIGHEST_TIER_ANNOTATION,
                            ON_PREEMPTION_ANNOTATION, PLACEMENT_ANNOTATION,
                            PRIORITY_CLASS_LABEL, QUEUE_LABEL, STARTUP_TIMEOUT_ANNOTATION, TOPOLOGY_MODE_ANNOTATION,
                            JobSetError, JobSpec,
-                           parse_jobset)
+                           parse_jobset, placement_record)
 from broker.placement import Config
 from broker.placement.feasibility import empty, never_fits
 from broker.placement.snapshot import ClusterIndex
@@ -247,7 +247,8 @@ def store_jobs(session: Session, tenant: Submitter, accepted: list, settings: Se
     now = utcnow()
     rows = [{"tenant_id": tenant.id, "queue_id": queue.id, "name": spec.name, "namespace": namespace,
              "manifest": manifest, "priority_class": spec.priority_class or settings.default_priority_class,
-             "priority": priority, "placement_mode": spec.placement, "demand": dict(spec.requests), "state": "Queued",
+             "priority": priority, "placement_mode": spec.placement, "placement_spec": placement_record(spec),
+             "demand": dict(spec.requests), "state": "Queued",
              "waiting_reasons": {}, "status": {}, "restart_count": 0, "submitted_at": now}
             for _, spec, queue, namespace, priority, manifest in accepted]
     # Core inserts: one round trip per table however large the batch, which the ORM's unit of work is not.

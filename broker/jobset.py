@@ -6,13 +6,14 @@ The REST API calls `parse_jobset` to validate submissions, so every error names 
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from clusters.labels import (NodeSelectorTerm, Selector, TermError, check_annotations, check_labels, is_dns_label,
-                             node_selector_term, parse_selector)
+from clusters.labels import (NodeSelectorTerm, Requirement, Selector, TermError, check_annotations, check_labels,
+                             is_dns_label, node_selector_term, parse_selector)
 from clusters.pods import PodSpecError, as_list, as_mapping, check_resource_requirements, effective_requests
 from clusters.taints import toleration_error
 
@@ -92,19 +93,15 @@ class PartSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class JobSpec:
-    name: str
-    namespace: str | None
-    labels: Mapping[str, str]
-    annotations: Mapping[str, str]
-    queue: str | None
-    priority_class: str | None
+class PlacementSpec:
+    """What the placement engine reads of a JobSet: where it may run and what it needs there. The scheduler
+    rebuilds it for each pending job from the job's `placement_record`, not from its manifest."""
+
     placement: str  # "whole" | "split"
     cluster_selector: Selector
     topology_mode: str | None  # "hard" | "soft" | None (treated as soft)
     highest_tier_allowed: int | None  # only meaningful with "hard"
     parts: tuple[PartSpec, ...]
-    max_restarts: int = 0
     requests: Mapping[str, int] = field(init=False, repr=False, compare=False)  # all parts' demand, summed
 
     def __post_init__(self) -> None:
@@ -122,6 +119,66 @@ class JobSpec:
     def tier_bound(self) -> int | None:
         """The highest HyperNode tier a placement may use, or None when any layout will do."""
         return self.highest_tier_allowed if self.topology_mode == "hard" else None
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec(PlacementSpec):
+    """A parsed JobSet: its placement spec, and who it is and where it queues."""
+
+    name: str
+    namespace: str | None
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    queue: str | None
+    priority_class: str | None
+    max_restarts: int = 0
+
+
+# `placement_record`'s format: a record of another version is not read (the manifest is parsed instead), so a change
+# to what `PlacementSpec` holds or means bumps it.
+PLACEMENT_RECORD_VERSION = 1
+
+
+def placement_record(spec: PlacementSpec) -> str:
+    """The placement spec as compact JSON, stored with the job when it is submitted: a new leader's scheduler reads
+    100,000 of these rather than parsing as many manifests, and the jobs of one template share one text (one
+    `from_placement_record` each). Mappings keep their order, so the rebuilt spec has the parsed one's shape."""
+    return json.dumps({
+        "v": PLACEMENT_RECORD_VERSION, "placement": spec.placement,
+        "clusterSelector": _requirements(spec.cluster_selector), "topologyMode": spec.topology_mode,
+        "highestTierAllowed": spec.highest_tier_allowed,
+        "parts": [{"name": p.name, "replicas": p.replicas, "parallelism": p.parallelism, "completions": p.completions,
+                   "podRequests": dict(p.pod_requests), "tolerations": [dict(t) for t in p.tolerations],
+                   "nodeSelector": dict(p.node_selector), "exclusiveTopology": p.exclusive_topology,
+                   "nodeAffinity": None if p.node_affinity is None else [
+                       [_requirements(term.expressions), _requirements(term.fields)] for term in p.node_affinity]}
+                  for p in spec.parts]}, separators=(",", ":"))
+
+
+def from_placement_record(text: str) -> PlacementSpec:
+    """The spec `placement_record` stored; ValueError for a record of another version or none at all (the caller
+    parses the manifest instead)."""
+    record = json.loads(text)
+    if not isinstance(record, dict) or record.get("v") != PLACEMENT_RECORD_VERSION:
+        raise ValueError(f"not a version {PLACEMENT_RECORD_VERSION} placement record")
+    parts = tuple(PartSpec(
+        name=p["name"], replicas=p["replicas"], parallelism=p["parallelism"], completions=p["completions"],
+        pod_requests=MappingProxyType(p["podRequests"]), tolerations=tuple(map(MappingProxyType, p["tolerations"])),
+        node_selector=MappingProxyType(p["nodeSelector"]), exclusive_topology=p["exclusiveTopology"],
+        node_affinity=None if p["nodeAffinity"] is None else tuple(
+            NodeSelectorTerm(_selector(expressions), _selector(fields)) for expressions, fields in p["nodeAffinity"]))
+        for p in record["parts"])
+    return PlacementSpec(placement=record["placement"], cluster_selector=_selector(record["clusterSelector"]),
+                         topology_mode=record["topologyMode"], highest_tier_allowed=record["highestTierAllowed"],
+                         parts=parts)
+
+
+def _requirements(selector: Selector) -> list[list]:
+    return [[r.key, r.operator, list(r.values)] for r in selector.requirements]
+
+
+def _selector(requirements: list[list]) -> Selector:
+    return Selector(tuple(Requirement(key, operator, tuple(values)) for key, operator, values in requirements))
 
 
 def _mapping(value: Any, path: str) -> Mapping:

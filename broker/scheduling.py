@@ -36,7 +36,8 @@ from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLAC
 from broker.db.runtime import Database, WriteSlices
 from broker.db.session import in_chunks
 from broker.dispatch import lock_job_rows
-from broker.jobset import ON_PREEMPTION_ANNOTATION, JobSetError, PartSpec, parse_jobset
+from broker.jobset import (ON_PREEMPTION_ANNOTATION, JobSetError, PartSpec, PlacementSpec, from_placement_record,
+                           parse_jobset)
 from broker.placement import (DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Cluster, Config, CycleResult, DryRun, HyperNode,
                               Node, Parked, PendingJob, Placement, Queue, RunningPlacement, Snapshot, Tenant, Waiting,
                               dry_run, shape_of)
@@ -445,7 +446,7 @@ class PendingJobs:
         Rows are read a slice at a time, so that no more than a slice's manifests and reasons are in memory at once.
         Returns the jobs whose earlier placements to read: those just read and those placed before (None: all)."""
         columns = select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason, Job.waiting_reasons,
-                         QueueRow.name, TenantRow.name, Job.avoid, Job.requeue_at) \
+                         QueueRow.name, TenantRow.name, Job.avoid, Job.requeue_at, Job.placement_spec) \
             .join(QueueRow, QueueRow.id == Job.queue_id).join(TenantRow, TenantRow.id == Job.tenant_id)
         kept = self.rows
         full = self.fence != fence or self.reads_all(now)
@@ -457,15 +458,17 @@ class PendingJobs:
         else:
             wanted = self._new_ids(session)
         self.fence = fence
+        recorded: dict[str | None, tuple[PlacementSpec, str] | None] = {None: None}  # `_recorded`'s memo
         for chunk in in_chunks(wanted):
             rows = session.execute(columns.where(Job.id.in_(chunk))).all()
-            missing = [row.id for row in rows if str(row.id) not in kept]
+            missing = [row.id for row in rows
+                       if str(row.id) not in kept and _recorded(row.placement_spec, recorded, self.parts) is None]
             manifests = dict(session.execute(select(Job.id, Job.manifest).where(Job.id.in_(missing))).all()) \
                 if missing else {}
             for row in rows:
                 self.pause()
-                self._keep(row.id, _pending_row(row, kept.get(str(row.id)), manifests.get(row.id), self.parts),
-                           in_order=not full)
+                self._keep(row.id, _pending_row(row, kept.get(str(row.id)), recorded.get(row.placement_spec),
+                                                manifests.get(row.id), self.parts), in_order=not full)
         if full:  # each queue sorted once, rather than each job put in its place
             self.queued = Backlog.of(self.plain.values()).queues
         return None if full else sorted({*wanted, *map(int, self.others)})
@@ -571,10 +574,28 @@ def _pending_ids(session: Session) -> set[int]:
     return set(map(int, listed.split(","))) if listed else set()
 
 
-def _pending_row(row: Any, kept: _PendingRow | None, manifest: dict | None,
-                 parts: dict[str, tuple[PartSpec, ...]]) -> _PendingRow:
-    """The row as read, with the manifest parsed (or its parse kept from an earlier read). Jobs of one shape share
-    one copy of their parts (`parts`, by shape): at 100,000 pending jobs that is a hundred megabytes less."""
+def _recorded(text: str | None, memo: dict[str | None, tuple[PlacementSpec, str] | None],
+              parts: dict[str, tuple[PartSpec, ...]]) -> tuple[PlacementSpec, str] | None:
+    """The spec and shape a job's `placement_spec` record holds, once per text (the jobs of one template share one;
+    its parts are those of its shape, `parts`); None without a record this version reads (submitted before records
+    were written): its manifest is parsed."""
+    if text not in memo:
+        try:
+            spec = from_placement_record(text)
+        except (ValueError, KeyError, TypeError):
+            memo[text] = None
+        else:
+            shape = sys.intern(shape_of(spec))
+            shared = parts.setdefault(shape, spec.parts)
+            memo[text] = (spec if shared is spec.parts else replace(spec, parts=shared)), shape
+    return memo[text]
+
+
+def _pending_row(row: Any, kept: _PendingRow | None, recorded: tuple[PlacementSpec, str] | None,
+                 manifest: dict | None, parts: dict[str, tuple[PartSpec, ...]]) -> _PendingRow:
+    """The row as read, with its placement spec: kept from an earlier read, else its record's (`_recorded`), else
+    its manifest parsed. Jobs of one shape share one copy of their parts (`parts`, by shape): at 100,000 pending
+    jobs that is a hundred megabytes less."""
     job_id = str(row.id)
     record = PendingRecord(row.tenant_id, row.reason, reasons_digest(row.waiting_reasons or {}))
     requeue_at = row.requeue_at and as_utc(row.requeue_at)
@@ -583,6 +604,8 @@ def _pending_row(row: Any, kept: _PendingRow | None, manifest: dict | None,
     if kept is not None:
         spec, shape = kept.job.spec, kept.job.shape
         parts.setdefault(shape, spec.parts)
+    elif recorded is not None:
+        spec, shape = recorded
     else:
         try:
             spec = parse_jobset(manifest)

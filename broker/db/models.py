@@ -262,6 +262,9 @@ class Job(Base):
     name: Mapped[str] = mapped_column(String(63))
     namespace: Mapped[str] = mapped_column(String(63))
     manifest: Mapped[dict[str, Any]] = mapped_column(Json)
+    # what the scheduler reads of the manifest (`broker.jobset.placement_record`), written at submission; None for
+    # jobs submitted before it was (their manifest is parsed)
+    placement_spec: Mapped[str | None] = mapped_column(Text)
     priority_class: Mapped[str] = mapped_column(String(63), default="normal")
     priority: Mapped[int] = mapped_column(Integer, default=0)
     placement_mode: Mapped[str] = mapped_column(String(8), default="whole")

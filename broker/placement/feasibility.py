@@ -16,7 +16,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
-from broker.jobset import JobSpec
+from broker.jobset import PlacementSpec
 from broker.placement.cycle import Config
 from broker.placement.explain import amount, pods_phrase
 from broker.placement.model import Cluster, PendingJob
@@ -34,7 +34,7 @@ def empty(cluster: Cluster) -> ClusterIndex:
     return ClusterIndex(replace(cluster, state="Ready", jobset_crd=True, nodes=nodes))
 
 
-def never_fits(clusters: Iterable[ClusterIndex], spec: JobSpec, config: Config = Config()) -> Mapping[str, str]:
+def never_fits(clusters: Iterable[ClusterIndex], spec: PlacementSpec, config: Config = Config()) -> Mapping[str, str]:
     """Per cluster (from `empty`), why the job could never run there; empty when some cluster could
     take it (a `split` job: each part on some cluster, or all of them on one)."""
     clusters = list(clusters)

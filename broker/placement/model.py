@@ -12,7 +12,7 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from broker.jobset import JobSpec
+from broker.jobset import PlacementSpec
 
 Resources = Mapping[str, int]
 GPU = "nvidia.com/gpu"
@@ -130,7 +130,7 @@ class PendingJob:
     queue: str
     priority: int  # resolved from the priority class; higher goes first
     submitted_at: float  # seconds, same clock as `Snapshot.now`
-    spec: JobSpec
+    spec: PlacementSpec
     previous_clusters: tuple[str, ...] = ()  # where it ran before (restarts, data locality)
     # clusters it was evicted from because its pods did not become ready in time -> until when (for people)
     avoided: Mapping[str, str] = field(default_factory=_empty)
@@ -174,7 +174,7 @@ class Backlog:
         return chain.from_iterable(self.queues.values())
 
 
-def shape_of(spec: JobSpec) -> str:
+def shape_of(spec: PlacementSpec) -> str:
     """Everything of a JobSet that the filters and the search read, and nothing else (not its name, labels or
     annotations): equal for two JobSets only if they fit or not alike, on any cluster."""
     return repr((spec.parts, spec.cluster_selector, spec.placement, spec.tier_bound))

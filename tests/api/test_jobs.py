@@ -13,6 +13,8 @@ from sqlalchemy import select
 from api.app import create_app
 from broker.db.crypto import KubeconfigCipher
 from broker.db.models import Cluster, Job, Node, Queue
+from broker.jobset import from_placement_record, parse_jobset
+from broker.placement import shape_of
 from clusters.quantity import to_milli
 from tests.api.conftest import add_cluster_with_leaves, make_tenant
 from tests.api.jobsets import jobset, with_change
@@ -37,7 +39,7 @@ def example_tenants(admin):
 
 
 @pytest.mark.parametrize("filename", jobset_examples())
-def test_every_example_is_accepted_as_yaml(admin, example_tenants, filename):
+def test_every_example_is_accepted_as_yaml(admin, example_tenants, db, filename):
     manifest = example(filename)
     tenant = {"team-a": "team-a", "team-b": "team-b", "hpc": "hpc"}[manifest["metadata"]["namespace"]]
     answer = submit(admin, yaml.safe_dump(manifest), content_type="application/yaml", tenant=tenant)
@@ -48,6 +50,9 @@ def test_every_example_is_accepted_as_yaml(admin, example_tenants, filename):
     detail = admin.get(f"/api/v1/jobs/{job['id']}").json()
     assert detail["manifest"] == manifest
     assert [e["reason"] for e in detail["events"]] == ["Queued"]
+    with db.sessions() as session:  # what the scheduler reads of it, rather than parse the manifest again
+        record = session.get(Job, job["id"]).placement_spec
+    assert shape_of(from_placement_record(record)) == shape_of(parse_jobset(manifest))
 
 
 def test_a_tenant_submits_into_its_default_queue_and_namespace(research):

@@ -4,7 +4,9 @@ import copy
 
 import pytest
 
-from broker.jobset import JobSetError, effective_pod_requests, parse_jobset
+from broker.jobset import (JobSetError, effective_pod_requests, from_placement_record, parse_jobset,
+                           placement_record)
+from broker.placement import shape_of
 
 from tests.examples import example as load, jobset_examples
 
@@ -188,3 +190,53 @@ def test_a_part_that_did_not_parse_names_its_own_place_in_another_jobset():
         with pytest.raises(JobSetError) as error:
             parse_jobset(body)
         assert error.value.path == path
+
+
+# -- the placement record: what submission stores for the scheduler --------------------------------------------------
+
+def _everything() -> dict:
+    """A manifest that sets every field the placement spec holds: split, a cluster selector of several requirements,
+    hard topology with a tier, completions, tolerations, a node selector, a required node affinity with expressions
+    and fields, an exclusive topology, an empty term (matches no node), a pod overhead."""
+    body = manifest("everything", (("workers", 2, 4, 8), ("eval", 1, 1, 0)), {
+        "archipelago.io/placement": "split", "archipelago.io/cluster-selector": "region in (eu,us),!legacy,tier>1",
+        "archipelago.io/network-topology-mode": "hard", "archipelago.io/highest-tier-allowed": "2"},
+        exclusive="topology.example.com/block",
+        tolerations=({"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},
+                     {"key": "spot", "operator": "Equal", "value": "yes", "effect": "NoExecute", "tolerationSeconds": 60}))
+    workers = body["spec"]["replicatedJobs"][0]["template"]["spec"]
+    workers["completions"] = 3
+    pod = workers["template"]["spec"]
+    pod["nodeSelector"] = {"zone": "a", "pool": "train"}
+    pod["overhead"] = {"cpu": "250m"}
+    pod["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100", "a100"]},
+                              {"key": "rank", "operator": "Gt", "values": ["3"]}],
+         "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["bad-node"]}]},
+        {"matchExpressions": [{"key": "spare", "operator": "DoesNotExist"}]}]}}}
+    return body
+
+
+def _placement_fields(spec) -> tuple:
+    return spec.placement, spec.cluster_selector, spec.topology_mode, spec.highest_tier_allowed, spec.parts
+
+
+@pytest.mark.parametrize("body", [*(load(name) for name in jobset_examples()), _everything()],
+                         ids=[*jobset_examples(), "every-field"])
+def test_the_placement_record_gives_back_the_spec_it_was_made_of(body):
+    spec = parse_jobset(body)
+    again = from_placement_record(placement_record(spec))
+    assert _placement_fields(again) == _placement_fields(spec)
+    assert (again.requests, again.tier_bound, again.pods) == (spec.requests, spec.tier_bound, spec.pods)
+    assert shape_of(again) == shape_of(spec)  # the engine's answers are shared by shape: the same ones
+
+
+def test_jobs_of_one_template_share_one_record():
+    first, second = (parse_jobset(manifest(name, annotations={"team": name})) for name in ("first", "second"))
+    assert placement_record(first) == placement_record(second)
+
+
+@pytest.mark.parametrize("text", ['{"v": 0, "parts": []}', '[]', 'null'])
+def test_a_record_of_another_version_is_not_read(text):
+    with pytest.raises(ValueError, match="not a version 1 placement record"):
+        from_placement_record(text)

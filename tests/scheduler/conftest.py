@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import event, func, select
 
 from broker.db.models import Cluster, Event, HyperNode, Job, Node, Placement, Queue, Tenant
-from broker.jobset import parse_jobset
+from broker.jobset import parse_jobset, placement_record
 from broker.services.scheduler import SchedulerService
 from tests.placement.fixtures import GPU, manifest
 
@@ -46,11 +46,11 @@ def add_queue(session, name: str = "q", tenant: str = "research", quota_gpus: in
 
 def submit(session, queue: Queue, name: str, gpus: int = 8, pods: int = 1, priority: int = 1000,
            parts=None, annotations=None, state: str = "Queued") -> Job:
-    """A job as submission stores it: manifest, resolved priority, demand, Queued."""
+    """A job as submission stores it: manifest, placement record, resolved priority, demand, Queued."""
     body = manifest(name, parts or (("workers", 1, pods, gpus),), annotations, queue.name)
     spec = parse_jobset(body)
     job = Job(tenant=queue.tenant, queue=queue, name=name, namespace=queue.tenant.name, manifest=body,
-              priority=priority, placement_mode=spec.placement, demand=dict(spec.requests), state=state,
+              placement_spec=placement_record(spec), priority=priority, placement_mode=spec.placement, demand=dict(spec.requests), state=state,
               submitted_at=EPOCH + timedelta(seconds=next(_submitted)))
     session.add(job)
     return job

@@ -306,14 +306,30 @@ def test_a_job_placed_again_gets_the_next_generation_near_its_last_cluster(db, s
         assert (placement.generation, placement.cluster_name) == (2, "us-east")
 
 
-def test_a_manifest_that_no_longer_parses_says_so(db, setup, scheduler):
+@pytest.mark.parametrize("record", ["none", "another version's"])
+def test_a_manifest_that_no_longer_parses_says_so(db, setup, scheduler, record):
+    """A job stored before placement records were (or with another version's) is placed by its manifest."""
     with setup() as session:
         add_cluster(session, "eu-west")
         job = submit(session, add_queue(session), "broken")
+        other_version = job.placement_spec.replace('"v":1,', '"v":0,', 1)  # a record the scheduler could read but for it
         job.manifest = {**job.manifest, "kind": "Deployment"}
+        job.placement_spec = None if record == "none" else other_version
     scheduler.run_once()
     with db.sessions() as session:
         assert session.get(Job, job.id).reason.startswith("its manifest cannot be placed: kind:")
+
+
+def test_the_scheduler_places_a_job_by_the_record_submission_stored_not_by_its_manifest(db, setup, scheduler):
+    with setup() as session:
+        add_cluster(session, "eu-west")
+        job = submit(session, add_queue(session), "recorded", gpus=8, pods=2)
+        job.manifest = {**job.manifest, "kind": "Deployment"}  # never parsed again
+    scheduler.run_once()
+    with db.sessions() as session:
+        assert session.get(Job, job.id).state == "Admitted"
+        (placement,) = placements_of(session, job.id)
+        assert placement.resources[GPU] == 16_000  # the record's demand
 
 
 def test_cancelled_jobs_are_not_placed(db, setup, scheduler):

@@ -144,8 +144,10 @@ def test_a_sequence_of_changes_is_decided_as_a_full_read_would(db, setup, settin
                     job = submit(session, queue, f"job-{next(names)}", parts=parts if annotations else None,
                                  gpus=rnd.choice([2, 4, 8]), pods=rnd.choice([1, 2, 4, 8]), annotations=annotations,
                                  priority=rnd.choice([500, 1000, 1500]))
-                    if rnd.random() < 0.1:  # a manifest that no longer parses
-                        job.manifest = {**job.manifest, "kind": "Deployment"}
+                    if rnd.random() < 0.2:  # submitted before placement records were: its manifest is parsed
+                        job.placement_spec = None
+                        if rnd.random() < 0.5:  # and no longer parses
+                            job.manifest = {**job.manifest, "kind": "Deployment"}
             elif change == "cancel" and (queued := _jobs(session, "Queued")):
                 rnd.choice(queued).cancel_requested_at = clock()
             elif change in ("finish", "evict") and (admitted := _jobs(session, "Admitted")) or foreign_admitted:
@@ -449,16 +451,23 @@ def test_a_cycle_that_reads_the_whole_backlog_runs_with_the_collector_off(db, se
         gc.unfreeze()
 
 
-def test_pending_jobs_of_one_shape_share_their_parts(db, setup, settings):
-    """One copy of the parts per shape, however many pending jobs have it (and a full read keeps sharing them)."""
+@pytest.mark.parametrize("recorded", [True, False], ids=["placement records", "one parsed from its manifest"])
+def test_pending_jobs_of_one_shape_share_their_parts(db, setup, settings, recorded):
+    """One copy of the parts per shape, however many pending jobs have it (and a full read keeps sharing them), read
+    from their placement records or (submitted before those were) from their manifests."""
     scheduler = SchedulerService(db, settings, now=Clock())
     with setup() as session:
         add_cluster(session, "eu-west", leaves=1)
         queue = add_queue(session)
+        names = {}
         for name in ("big-a", "big-b", "small"):
-            submit(session, queue, name, gpus=8 if name.startswith("big") else 1, pods=8)
+            job = submit(session, queue, name, gpus=8 if name.startswith("big") else 1, pods=8, annotations={"n": name})
+            if name == "big-b" and not recorded:
+                job.placement_spec = None
+            session.flush()
+            names[str(job.id)] = name
     for _ in range(2):
-        jobs = {job.spec.name: job for job in scheduler.read().pending}
+        jobs = {names[job.id]: job for job in scheduler.read().pending}
         assert jobs["big-a"].spec.parts is jobs["big-b"].spec.parts
         assert jobs["big-a"].spec.parts != jobs["small"].spec.parts
         scheduler.pending.forget()
