@@ -759,7 +759,7 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
         events.append(_event(job_id, "Admitted", _placed_message(placements) + _preempting(victims.get(job_id, {})),
                              inventory.records[job_id].tenant_id, now))
     if rows:
-        session.execute(insert(PlacementRow), rows)
+        session.execute(insert(PlacementRow.__table__), rows)
         outcome.fence = session.scalar(select(func.max(PlacementRow.id)))
     outcome.placements = len(rows)
 
@@ -781,7 +781,7 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     events += _fail_on_preemption(session, preempted, inventory, now)
 
     if events:
-        session.execute(insert(Event), events)
+        session.execute(insert(Event.__table__), events)
     return outcome
 
 
@@ -830,7 +830,7 @@ def write_reasons(session: Session, inventory: Inventory, changed: Sequence[Wait
     events = [_event(w.job_id, "Waiting", w.message, inventory.records[w.job_id].tenant_id, now)
               for w in changed if w.message != inventory.records[w.job_id].reason]
     if events:
-        session.execute(insert(Event), events)
+        session.execute(insert(Event.__table__), events)
 
 
 def _fail_on_preemption(session: Session, preempted: Mapping[str, str], inventory: Inventory,

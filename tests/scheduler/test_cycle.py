@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import JSON, event, select, type_coerce, update
 
 from broker.db.models import Job, Node, Placement, Queue
 from broker.services import build_services
@@ -97,6 +97,28 @@ def test_a_job_that_does_not_fit_stays_queued_with_a_reason_per_cluster(db, setu
                                           "ap-south": "not ready (not answering)"}
         assert [e.message for e in job_events(session, job.id, "Waiting")] == ["no cluster can take it now"]
         assert count(session, Placement) == 0
+
+
+def test_waiting_reasons_are_stored_by_reason_and_read_back_by_cluster(db, setup, scheduler):
+    """Stored grouped (a job waits for a few reasons on many clusters); a row written before reads as it is."""
+    with setup() as session:
+        for name in ("c", "a", "d"):
+            add_cluster(session, name)
+        add_cluster(session, "b", state="Cordoned")
+        job, older = (submit(session, add_queue(session, name=f"q-{n}"), n, gpus=8, pods=16) for n in ("huge", "old"))
+    scheduler.run_once()
+    with db.sessions() as session:
+        stored = session.execute(select(type_coerce(Job.waiting_reasons, JSON)).where(Job.id == job.id)).scalar_one()
+        assert {reason: sorted(clusters) for reason, clusters in stored.items()} == {
+            "needs 128 GPUs; 64 GPUs free": ["a", "c", "d"], "cordoned": ["b"]}
+        assert list(session.get(Job, job.id).waiting_reasons.items()) == [
+            ("a", "needs 128 GPUs; 64 GPUs free"), ("b", "cordoned"), ("c", "needs 128 GPUs; 64 GPUs free"),
+            ("d", "needs 128 GPUs; 64 GPUs free")]
+    with db.sessions() as session, session.begin():
+        session.execute(update(Job).where(Job.id == older.id).values(
+            waiting_reasons=type_coerce({"a": "cordoned", "b": "not ready"}, JSON)))
+    with db.sessions() as session:
+        assert session.get(Job, older.id).waiting_reasons == {"a": "cordoned", "b": "not ready"}
 
 
 def test_a_job_over_its_queue_quota_waits_for_quota(db, setup, scheduler):
