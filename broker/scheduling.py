@@ -31,8 +31,8 @@ from sqlalchemy import String, bindparam, cast, func, insert, literal_column, se
 from sqlalchemy.orm import Session
 
 from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES,
-                              Cluster as ClusterRow, Event, HyperNode as HyperNodeRow, Job, Node as NodeRow,
-                              Placement as PlacementRow, Queue as QueueRow, Tenant as TenantRow, as_utc)
+                              Cluster as ClusterRow, Event, HyperNode as HyperNodeRow, Job, Json, Node as NodeRow,
+                              Placement as PlacementRow, Queue as QueueRow, Tenant as TenantRow, as_utc, by_reason)
 from broker.db.runtime import Database, WriteSlices
 from broker.db.session import in_chunks
 from broker.dispatch import lock_job_rows
@@ -823,10 +823,16 @@ def write_reasons(session: Session, inventory: Inventory, changed: Sequence[Wait
     order of decisions, a slice and a batch that lock two of them could each hold what the other waits for."""
     now = datetime.now(timezone.utc)
     jobs = Job.__table__
+    stored: dict[int, dict[str, list[str]]] = {}  # each reasons mapping as stored, once (jobs of a shape share one)
+    rows = []
+    for w in changed:
+        if id(w.clusters) not in stored:
+            stored[id(w.clusters)] = by_reason(w.clusters)
+        rows.append({"job_id": int(w.job_id), "new_reason": w.message, "new_reasons": stored[id(w.clusters)]})
+    rows.sort(key=itemgetter("job_id"))
     session.execute(update(jobs).where(jobs.c.id == bindparam("job_id"), jobs.c.state == "Queued")
-                    .values(reason=bindparam("new_reason"), waiting_reasons=bindparam("new_reasons")),
-                    sorted(({"job_id": int(w.job_id), "new_reason": w.message, "new_reasons": dict(w.clusters)}
-                            for w in changed), key=itemgetter("job_id")))
+                    .values(reason=bindparam("new_reason"), waiting_reasons=bindparam("new_reasons", type_=Json)),
+                    rows)
     events = [_event(w.job_id, "Waiting", w.message, inventory.records[w.job_id].tenant_id, now)
               for w in changed if w.message != inventory.records[w.job_id].reason]
     if events:

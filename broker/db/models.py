@@ -65,6 +65,14 @@ class UtcDateTime(TypeDecorator):
         return None if value is None else as_utc(value)
 
 
+def by_reason(reasons: Mapping[str, str]) -> dict[str, list[str]]:
+    """{cluster: reason} as `ReasonsByCluster` stores it: {reason: [clusters]}."""
+    grouped: dict[str, list[str]] = {}
+    for cluster, reason in reasons.items():
+        grouped.setdefault(reason, []).append(cluster)
+    return grouped
+
+
 class ReasonsByCluster(TypeDecorator):
     """A waiting job's reason per cluster, stored by reason (`{"needs 8 GPUs; 0 GPUs free": ["eu-1", "eu-2"]}`): a
     job waits for a few reasons on fifty clusters, and a new leader's first cycle writes them for every waiting job
@@ -78,12 +86,7 @@ class ReasonsByCluster(TypeDecorator):
         return dialect.type_descriptor(JSONB() if dialect.name == "postgresql" else JSON())
 
     def process_bind_param(self, value: Mapping[str, str] | None, dialect) -> dict[str, list[str]] | None:
-        if value is None:
-            return None
-        grouped: dict[str, list[str]] = {}
-        for cluster, reason in value.items():
-            grouped.setdefault(reason, []).append(cluster)
-        return grouped
+        return None if value is None else by_reason(value)
 
     def process_result_value(self, value: dict | None, dialect) -> dict[str, str] | None:
         if not value or isinstance(next(iter(value.values())), str):
