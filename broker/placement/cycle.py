@@ -104,6 +104,9 @@ class _Cycle:
         self.released: set[str] = set()  # `_released`, as of `released_at` holds
         self.answers: dict[tuple, bool] = {}  # `_may_fit`, `_may_fit_preempting`: since the last change
         self.unplaced: dict[tuple, Waiting] = {}  # `_decide_or_recall`: since the last change
+        # `_place`: (cluster, shape, part) -> (the cluster's version, its reason or None, the negative score of its
+        # estimate or None), while the cluster is as it was
+        self.estimates: dict[tuple, tuple[int, str | None, float | None]] = {}
         self.within_share: dict[str, bool] = {}  # `_within_share`: since the last change
         self.standings: dict[str, dict[tuple, tuple]] = {}  # tenant -> (queue, demand) -> `_standing`'s shares
         self.demands: dict[str, tuple] = {}  # shape -> `_demand_key`
@@ -531,16 +534,27 @@ class _Cycle:
         cluster is re-scored and goes back in line behind any better estimate.
         """
         cap = self.config.max_candidates_per_tier
+        job = request.job
+        # what the changing filters, the estimate and the scores say of a cluster follows from the request's shape and
+        # part and the cluster's state alone, unless the job prefers clusters it ran on (Locality) or this is a split
+        # job's later part (Spread reads where the others went): kept per cluster while its version lasts (a decision
+        # changes one or two clusters of fifty). The clusters a job avoids never get this far (`_fixed_reasons`).
+        shared = job.shape is not None and not job.previous_clusters and not request.clusters_used
         line = []
         for cluster, reason in zip(self.snapshot.clusters.values(), self._fixed_reasons(request)):
             if reason is None:
-                reason = self._filter(request, cluster, self.changing_filters)
-            if reason is None:
-                estimate = cluster.search(request.parts, request.demand, request.bound, cap, bind=False)
-                if estimate is None:
-                    reason = self._no_fit(request, cluster)
+                key = (cluster.name, job.shape, request.part)
+                known = self.estimates.get(key) if shared else None
+                if known is not None and known[0] == cluster.version:
+                    _, reason, negative = known
                 else:
-                    line.append((-self._score(request, Candidate(cluster, estimate.hypernode)), cluster.name, False))
+                    reason, negative = self._estimate(request, cluster, cap), None
+                    if not isinstance(reason, str):
+                        reason, negative = None, reason
+                    if shared:
+                        self.estimates[key] = (cluster.version, reason, negative)
+                if negative is not None:
+                    line.append((negative, cluster.name, False))
             if reason:
                 reasons[cluster.name] = reason
                 if verdicts is not None:
@@ -553,6 +567,8 @@ class _Cycle:
             fit = bound.get(name) or cluster.search(request.parts, request.demand, request.bound, cap, bind=True)
             if fit is None:
                 reasons[name] = self._no_fit(request, cluster)
+                if shared:  # binds no better until the cluster changes
+                    self.estimates[name, job.shape, request.part] = (cluster.version, reasons[name], None)
                 if verdicts is not None:
                     verdicts[name] = ClusterVerdict(name, None, reasons[name])
                 continue
@@ -569,6 +585,17 @@ class _Cycle:
             self._apply(placement, request.job)
             return placement
         return None
+
+    def _estimate(self, request: Request, cluster: ClusterIndex, cap: int) -> str | float:
+        """The first reason the changing filters or the search on HyperNode totals give to keep the request off
+        the cluster, or the negative score of the estimate where it would go."""
+        reason = self._filter(request, cluster, self.changing_filters)
+        if reason is not None:
+            return reason
+        estimate = cluster.search(request.parts, request.demand, request.bound, cap, bind=False)
+        if estimate is None:
+            return self._no_fit(request, cluster)
+        return -self._score(request, Candidate(cluster, estimate.hypernode))
 
     def _no_fit(self, request: Request, cluster: ClusterIndex) -> str:
         """Why the search found no place, after the filters passed: the gang's pods do not fit nodes."""

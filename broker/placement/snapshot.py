@@ -86,6 +86,7 @@ class ClusterIndex:
             add_into(self.allocatable_total, node.allocatable)
         self.broker_pods = [0] * len(self.nodes)  # pods of placements per node (exclusive domains)
         self.locks = [0] * len(self.nodes)  # > 0: inside a domain another job holds exclusively
+        self.version = 0  # grows with every `apply`: what was found here at one version holds while it lasts
         self._eligible: dict[tuple, bytearray] = {}
         self._eligible_counts: dict[tuple, int] = {}
         self._domains: dict[str, dict[str, list[int]]] = {}
@@ -98,7 +99,7 @@ class ClusterIndex:
         for name in _SHARED:
             setattr(twin, name, getattr(self, name))
         twin.free, twin.free_total = [dict(free) for free in self.free], dict(self.free_total)
-        twin.broker_pods, twin.locks = list(self.broker_pods), list(self.locks)
+        twin.broker_pods, twin.locks, twin.version = list(self.broker_pods), list(self.locks), 0
         twin.hypernodes = {name: state.copy() for name, state in self.hypernodes.items()}
         twin.node_hypernodes = [[twin.hypernodes[h.name] for h in states] for states in self.node_hypernodes]
         twin.by_tier = {tier: {r: list(entries) for r, entries in by.items()} for tier, by in self.by_tier.items()}
@@ -336,6 +337,7 @@ class ClusterIndex:
               domains: Iterable[tuple[str, str]], sign: int) -> None:
         """Take (sign=+1) or give back (sign=-1) the pods of one placement (on a cordoned or NotReady
         node they change only the node's own free amounts: the totals never counted it)."""
+        self.version += 1
         touched = {h.name: h for i in usage if self.usable[i] for h in self.node_hypernodes[i]}
         for state in touched.values():
             self._unindex(state)

@@ -1,0 +1,91 @@
+"""What a cycle keeps per cluster between decisions — the changing filters' reason, or the estimate's score, for a
+request of one shape, while the cluster's version lasts (`_Cycle.estimates`) — changes no decision: the same cycle
+keeping nothing decides alike (hypothesis), over workloads whose jobs repeat a few shapes, some placed before (the
+Locality score), some avoiding a cluster, split ones (the Spread score reads the clusters their other parts use)."""
+
+from dataclasses import replace
+from types import MappingProxyType
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.placement import Config, schedule, shape_of
+from broker.placement import cycle as engine
+from broker.placement.cycle import DEFAULT_SCORE_WEIGHTS
+
+from .fixtures import cluster, fabric, hard, job, queue, snapshot
+from .test_properties import inventories
+
+SPLIT = {"archipelago.io/placement": "split"}
+SPREAD = Config(score_weights=MappingProxyType({**DEFAULT_SCORE_WEIGHTS, "Spread": 3.0}))
+
+
+@st.composite
+def repeated_shapes(draw, clusters=("c0", "c1", "c2")):
+    shapes = [(tuple((f"p{k}", draw(st.integers(1, 2)), draw(st.integers(1, 4)), draw(st.sampled_from([1, 4, 8])))
+                     for k in range(draw(st.integers(1, 2)))),
+               draw(st.sampled_from([{}, hard(1), hard(2), SPLIT, {**SPLIT, **hard(1)}])))
+              for _ in range(draw(st.integers(1, 3)))]
+    jobs = []
+    for i in range(draw(st.integers(2, 16))):
+        parts, annotations = draw(st.sampled_from(shapes))
+        pending = job(draw(st.sampled_from(["a", "b"])), parts=parts, annotations=annotations,
+                      priority=draw(st.integers(0, 2)), submitted_at=float(i), job_id=f"j{i}")
+        pending = replace(pending, shape=shape_of(pending.spec))
+        kind = draw(st.sampled_from(["plain", "plain", "placed before", "avoiding"]))
+        if kind == "placed before":
+            pending = replace(pending, previous_clusters=(draw(st.sampled_from(clusters)),))
+        elif kind == "avoiding":
+            pending = replace(pending, avoided=MappingProxyType({draw(st.sampled_from(clusters)): "12:00"}))
+        jobs.append(pending)
+    return jobs
+
+
+class _KeepsNothing(dict):
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
+def _keeping_nothing(monkeypatch) -> None:
+    made = engine._Cycle.__init__
+
+    def init(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        self.estimates = _KeepsNothing()
+
+    monkeypatch.setattr(engine._Cycle, "__init__", init)
+
+
+def queues():
+    return [queue("a", weight=1, preemption="LowerPriority"), queue("b", weight=2, quota=48)]
+
+
+@pytest.mark.parametrize("config", [Config(), SPREAD], ids=["default weights", "with Spread"])
+@settings(max_examples=60, deadline=None)
+@given(inventory=inventories(), jobs=repeated_shapes(), starving=st.booleans())
+def test_what_is_kept_per_cluster_changes_no_decision(config, inventory, jobs, starving):
+    now = 1e9 if starving else 0.0  # every job waited past starvation_after: some take holds
+    kept = schedule(snapshot(inventory, queues(), now=now), jobs, config)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _keeping_nothing(monkeypatch)
+        again = schedule(snapshot(inventory, queues(), now=now), jobs, config)
+    assert kept == again
+
+
+def test_a_split_jobs_later_part_is_scored_by_where_its_own_parts_went():
+    """Spread alone: each job's p0 (two pods of 8 GPUs, one leaf) goes first, then its p1 (one pod) prefers the emptiest
+    cluster its p0 is not on. j2's p0 lands on c2, and c0 is where its p1 goes; c0's score as j0's p1 saw it (with
+    j0's p0 there, nothing has changed on c0 since) is not j2's to reuse."""
+    inventory = [cluster("c0", fabric("c0-", leaves=2, nodes_per_leaf=2, leaves_per_spine=2)),
+                 cluster("c1", fabric("c1-", leaves=3, nodes_per_leaf=1, leaves_per_spine=2)),
+                 cluster("c2", fabric("c2-", leaves=3, nodes_per_leaf=2, leaves_per_spine=2))]
+    spread = Config(score_weights=MappingProxyType({"TightestTier": 0.0, "BinPacking": 0.0, "Spread": 1.0,
+                                                    "Locality": 0.0}))
+    jobs = [job("a", parts=(("p0", 1, 2, 8), ("p1", 1, 1, 8)), annotations={**SPLIT, **hard(1)},
+                submitted_at=float(i), job_id=f"j{i}") for i in range(3)]
+    jobs = [replace(j, shape=shape_of(j.spec)) for j in jobs]
+    result = schedule(snapshot(inventory, [queue("a")]), jobs, spread)
+    assert [(p.job_id, p.part, p.cluster) for p in result.placements] == [
+        ("j0", "p0", "c0"), ("j0", "p1", "c1"), ("j1", "p0", "c2"), ("j1", "p1", "c1"), ("j2", "p0", "c2"),
+        ("j2", "p1", "c0")]
