@@ -809,11 +809,15 @@ def commit_cycle(database: Database, inventory: Inventory, result: CycleResult) 
 
 
 def changed_reasons(inventory: Inventory, result: CycleResult) -> list[Waiting]:
-    """The waiting jobs whose reasons differ from those stored: the only ones written."""
+    """The waiting jobs whose reasons differ from those stored: the only ones written. Ids ascending, so that each
+    slice `commit_cycle` writes is rows that sit together in the table (in the cycle's order of decisions, each
+    slice of 200 touched pages all over it, and committing them took four times as long)."""
     digests: dict[int, int] = {}
-    return [waiting for waiting in [*result.waiting.values(), *inventory.unplaceable.values()]
-            if waiting.message != inventory.records[waiting.job_id].reason
-            or reasons_digest(waiting.clusters, digests) != inventory.records[waiting.job_id].reasons_digest]
+    changed = [waiting for waiting in [*result.waiting.values(), *inventory.unplaceable.values()]
+               if waiting.message != inventory.records[waiting.job_id].reason
+               or reasons_digest(waiting.clusters, digests) != inventory.records[waiting.job_id].reasons_digest]
+    changed.sort(key=lambda waiting: int(waiting.job_id))
+    return changed
 
 
 def write_reasons(session: Session, inventory: Inventory, changed: Sequence[Waiting]) -> None:
