@@ -42,7 +42,7 @@ from broker.placement.fairness import (QuotaVerdict, check_quota, dominant_share
                                        tenant_fair_shares, weighted_share)
 from broker.placement.model import Backlog, PendingJob, RunningPlacement, no_pause
 from broker.placement.plugins import FILTERS, SCORES, Candidate, HeldNodes, Request
-from broker.placement.snapshot import ClusterIndex, Fit, HyperNodeState, QueueState, Snapshot, fits
+from broker.placement.snapshot import ClusterIndex, Fit, HyperNodeState, QueueState, Snapshot, eligibility_key, fits
 from clusters.quantity import add_into
 
 DEFAULT_FILTERS = ("ClusterState", "JobSetCRD", "RecentEviction", "ClusterSelector", "TaintToleration",
@@ -502,16 +502,16 @@ class _Cycle:
         return self.reason_maps.setdefault(tuple(reasons.items()), MappingProxyType(reasons))
 
     def _fixed_reasons(self, request: Request) -> tuple[str | None, ...]:
-        """What the fixed filters say of each cluster, in the snapshot's order: once per cycle for a shape (a cycle
-        over a saturated federation asks them of every cluster for thousands of jobs of a few shapes)."""
+        """What the fixed filters say of each cluster, in the snapshot's order: once per cycle for what they read
+        (`FilterPlugin.fixed`) — a cycle over a saturated federation asks them of every cluster for thousands of jobs
+        of hundreds of shapes, and a few kinds of constraints."""
         job = request.job
-        key = (job.shape, request.part, tuple(job.avoided.items()))
-        reasons = self.fixed_reasons.get(key) if job.shape is not None else None
+        key = (job.spec.cluster_selector, tuple((p.name, eligibility_key(p)) for p in request.parts),
+               tuple(job.avoided.items()))
+        reasons = self.fixed_reasons.get(key)
         if reasons is None:
-            reasons = tuple(self._filter(request, cluster, self.fixed_filters)
-                            for cluster in self.snapshot.clusters.values())
-            if job.shape is not None:
-                self.fixed_reasons[key] = reasons
+            reasons = self.fixed_reasons[key] = tuple(self._filter(request, cluster, self.fixed_filters)
+                                                      for cluster in self.snapshot.clusters.values())
         return reasons
 
     @staticmethod

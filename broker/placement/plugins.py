@@ -68,7 +68,9 @@ class Candidate:
 class FilterPlugin(Protocol):
     name: str
     depends_on_capacity: bool  # skipped when asking "would it fit after preemption?"
-    fixed: bool  # its answer follows from the request's shape, the job's avoided clusters and the cluster's facts
+    # its answer follows from the job's cluster selector, its request's parts' names and node constraints
+    # (`eligibility_key`), the clusters the job avoids, and the cluster's facts: asked once a cycle for each of those
+    fixed: bool
 
     def filter(self, request: Request, cluster: ClusterIndex) -> str | None: ...
 

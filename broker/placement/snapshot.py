@@ -162,7 +162,7 @@ class ClusterIndex:
     def eligible(self, part: PartSpec) -> bytearray:
         """Which nodes a pod of this part may use: schedulable, taints tolerated, node selector and
         required node affinity matched (the pod slots left are counted as a resource, `pods`)."""
-        key = _eligibility_key(part)
+        key = eligibility_key(part)
         if key not in self._eligible:
             choosy = bool(part.node_selector) or part.node_affinity is not None
             self._eligible[key] = bytearray(
@@ -174,7 +174,7 @@ class ClusterIndex:
 
     def eligible_count(self, part: PartSpec) -> int:
         """How many nodes a pod of this part may use (`eligible`)."""
-        key = _eligibility_key(part)
+        key = eligibility_key(part)
         if key not in self._eligible_counts:
             self.eligible(part)
         return self._eligible_counts[key]
@@ -362,7 +362,7 @@ _SHARED = ("cluster", "name", "nodes", "position", "usable", "usable_count", "al
            "_eligible_counts", "_domains", "tiers")
 
 
-def _eligibility_key(part: PartSpec) -> tuple:
+def eligibility_key(part: PartSpec) -> tuple:
     """What decides which nodes a part's pods may use; parts alike share `ClusterIndex.eligible`."""
     if not part.tolerations and not part.node_selector and part.node_affinity is None:
         return _UNCONSTRAINED

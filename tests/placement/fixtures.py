@@ -8,10 +8,14 @@
 from __future__ import annotations
 
 import itertools
-from typing import Iterable
+from contextlib import contextmanager
+from typing import Iterable, Iterator
+
+import pytest
 
 from broker.jobset import parse_jobset
 from broker.placement import Cluster, HyperNode, Node, PendingJob, Queue, RunningPlacement, Snapshot, Tenant
+from broker.placement import cycle as engine
 
 GPU = "nvidia.com/gpu"
 GiB = 2**30 * 1000  # memory in milli-units
@@ -111,3 +115,24 @@ def gpus_by_queue(placements, jobs) -> dict[str, int]:
 def running(job_id, cluster_name, nodes, gpus_per_node=8, priority=0, started_at=0.0, queue_name="q", tenant="t"):
     return RunningPlacement(job_id, None, cluster_name, None, {n: {GPU: gpus_per_node * 1000} for n in nodes},
                             {n: 1 for n in nodes}, tenant, queue_name, priority, started_at)
+
+
+class _KeepsNothing(dict):
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
+@contextmanager
+def keeping_nothing(*memos: str) -> Iterator[None]:
+    """Cycles made inside keep nothing in these memos (`_Cycle` attributes): they ask everything afresh, the
+    reference a memo must match."""
+    made = engine._Cycle.__init__
+
+    def init(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        for memo in memos:
+            setattr(self, memo, _KeepsNothing())
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(engine._Cycle, "__init__", init)
+        yield

@@ -1,6 +1,7 @@
 """The filters whose answers no decision changes (cluster state, JobSet CRD, avoided clusters, cluster selector,
-taints, node eligibility) are asked once per shape in a cycle (`plugins.FilterPlugin.fixed`): a cycle with shapes
-decides and explains exactly as one without, whatever the clusters' labels, taints and states, the jobs' selectors,
+taints, node eligibility) are asked once a cycle for each kind of request they read (`plugins.FilterPlugin.fixed`:
+its cluster selector, its parts' names and node constraints, the clusters the job avoids): a cycle decides and
+explains exactly as one that keeps nothing, whatever the clusters' labels, taints and states, the jobs' selectors,
 tolerations, avoided clusters and split parts. Then one named case per part of the memo's key."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 
 from broker.jobset import parse_jobset
 from broker.placement import PendingJob, Snapshot, Tenant, schedule, shape_of
-from tests.placement.fixtures import cluster, fabric, job, manifest, queue
+from tests.placement.fixtures import cluster, fabric, job, keeping_nothing, manifest, queue
 
 TAINT = {"key": "gpu", "value": "h100", "effect": "NoSchedule"}
 TOLERATES = {"key": "gpu", "operator": "Equal", "value": "h100", "effect": "NoSchedule"}
@@ -50,13 +51,14 @@ def explained(result) -> tuple:
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_a_cycle_with_shapes_decides_and_explains_as_one_without(seed):
+def test_a_cycle_decides_and_explains_as_one_that_keeps_nothing(seed):
     rnd = random.Random(seed)
     snapshot_seed, jobs = rnd.random(), [arrival(rnd, i) for i in range(16)]
     shaped = [replace(j, shape=shape_of(j.spec)) for j in jobs]
-    with_shapes = schedule(federation(random.Random(snapshot_seed)), shaped)
-    without = schedule(federation(random.Random(snapshot_seed)), jobs)
-    assert explained(with_shapes) == explained(without)
+    kept = schedule(federation(random.Random(snapshot_seed)), shaped)
+    with keeping_nothing("fixed_reasons", "estimates", "unplaced"):
+        afresh = schedule(federation(random.Random(snapshot_seed)), shaped)
+    assert explained(kept) == explained(afresh)
 
 
 def shaped(pending: PendingJob, **changes) -> PendingJob:
@@ -85,3 +87,24 @@ def test_each_part_of_a_split_job_is_filtered_on_its_own_tolerations():
                          cluster("b", fabric("b-", leaves=1, nodes_per_leaf=1))], QUEUES, (), (), 60.0)
     result = schedule(snapshot, [pending])
     assert sorted((p.part, p.cluster) for p in result.placements) == [("eval", "b"), ("workers", "a")]
+
+
+def test_a_job_that_tolerates_a_taint_is_not_kept_off_by_one_that_does_not():
+    """Only a, tainted, has room; the first job does not tolerate the taint and waits, the second (same selector and
+    part names) tolerates it and goes there."""
+    snapshot = Snapshot([cluster("a", fabric("a-", leaves=1, nodes_per_leaf=1), taints=(TAINT,))], QUEUES, (), (), 60.0)
+    intolerant = job("q", gpus=8, tenant="t1", submitted_at=1.0)
+    tolerant = job("q", gpus=4, tenant="t1", submitted_at=2.0, tolerations=[TOLERATES])
+    result = schedule(snapshot, [intolerant, tolerant])
+    assert [(p.job_id, p.cluster) for p in result.placements] == [(tolerant.id, "a")]
+    assert result.waiting[intolerant.id].clusters["a"] == "has taint gpu=h100:NoSchedule that workers does not tolerate"
+
+
+def test_a_reason_names_the_jobs_own_part():
+    """Two jobs alike but for their parts' names, on a tainted cluster: each reason names its own part."""
+    snapshot = Snapshot([cluster("a", fabric("a-", leaves=1, nodes_per_leaf=1), taints=(TAINT,))], QUEUES, (), (), 60.0)
+    workers = job("q", gpus=8, tenant="t1", submitted_at=1.0)
+    trainer = job("q", tenant="t1", submitted_at=2.0, parts=(("trainer", 1, 1, 8),))
+    result = schedule(snapshot, [workers, trainer])
+    assert [result.waiting[j.id].clusters["a"].split(" that ")[1] for j in (workers, trainer)] == [
+        "workers does not tolerate", "trainer does not tolerate"]

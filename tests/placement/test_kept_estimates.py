@@ -11,10 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.placement import Config, schedule, shape_of
-from broker.placement import cycle as engine
 from broker.placement.cycle import DEFAULT_SCORE_WEIGHTS
 
-from .fixtures import cluster, fabric, hard, job, queue, snapshot
+from .fixtures import cluster, fabric, hard, job, keeping_nothing, queue, snapshot
 from .test_properties import inventories
 
 SPLIT = {"archipelago.io/placement": "split"}
@@ -42,21 +41,6 @@ def repeated_shapes(draw, clusters=("c0", "c1", "c2")):
     return jobs
 
 
-class _KeepsNothing(dict):
-    def __setitem__(self, key, value) -> None:
-        pass
-
-
-def _keeping_nothing(monkeypatch) -> None:
-    made = engine._Cycle.__init__
-
-    def init(self, *args, **kwargs):
-        made(self, *args, **kwargs)
-        self.estimates = _KeepsNothing()
-
-    monkeypatch.setattr(engine._Cycle, "__init__", init)
-
-
 def queues():
     return [queue("a", weight=1, preemption="LowerPriority"), queue("b", weight=2, quota=48)]
 
@@ -67,8 +51,7 @@ def queues():
 def test_what_is_kept_per_cluster_changes_no_decision(config, inventory, jobs, starving):
     now = 1e9 if starving else 0.0  # every job waited past starvation_after: some take holds
     kept = schedule(snapshot(inventory, queues(), now=now), jobs, config)
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        _keeping_nothing(monkeypatch)
+    with keeping_nothing("estimates"):
         again = schedule(snapshot(inventory, queues(), now=now), jobs, config)
     assert kept == again
 
