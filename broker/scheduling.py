@@ -446,7 +446,7 @@ class PendingJobs:
         Rows are read a slice at a time, so that no more than a slice's manifests and reasons are in memory at once.
         Returns the jobs whose earlier placements to read: those just read and those placed before (None: all)."""
         columns = select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason, Job.waiting_reasons,
-                         QueueRow.name, TenantRow.name, Job.avoid, Job.requeue_at, Job.placement_spec) \
+                         QueueRow.name, TenantRow.name, Job.avoid, Job.requeue_at) \
             .join(QueueRow, QueueRow.id == Job.queue_id).join(TenantRow, TenantRow.id == Job.tenant_id)
         kept = self.rows
         full = self.fence != fence or self.reads_all(now)
@@ -461,13 +461,15 @@ class PendingJobs:
         recorded: dict[str | None, tuple[PlacementSpec, str] | None] = {None: None}  # `_recorded`'s memo
         for chunk in in_chunks(wanted):
             rows = session.execute(columns.where(Job.id.in_(chunk))).all()
-            missing = [row.id for row in rows
-                       if str(row.id) not in kept and _recorded(row.placement_spec, recorded, self.parts) is None]
+            new = [row.id for row in rows if str(row.id) not in kept]  # a kept row's spec is kept with it
+            records = dict(session.execute(select(Job.id, Job.placement_spec).where(Job.id.in_(new))).all()) \
+                if new else {}
+            missing = [job_id for job_id, text in records.items() if _recorded(text, recorded, self.parts) is None]
             manifests = dict(session.execute(select(Job.id, Job.manifest).where(Job.id.in_(missing))).all()) \
                 if missing else {}
             for row in rows:
                 self.pause()
-                self._keep(row.id, _pending_row(row, kept.get(str(row.id)), recorded.get(row.placement_spec),
+                self._keep(row.id, _pending_row(row, kept.get(str(row.id)), recorded[records.get(row.id)],
                                                 manifests.get(row.id), self.parts), in_order=not full)
         if full:  # each queue sorted once, rather than each job put in its place
             self.queued = Backlog.of(self.plain.values()).queues

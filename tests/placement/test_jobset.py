@@ -1,11 +1,12 @@
 """JobSet parsing: every shared example, and the errors a tenant sees for bad manifests."""
 
 import copy
+import json
 
 import pytest
 
-from broker.jobset import (JobSetError, effective_pod_requests, from_placement_record, parse_jobset,
-                           placement_record)
+from broker.jobset import (PLACEMENT_RECORD_VERSION, JobSetError, effective_pod_requests, from_placement_record,
+                           parse_jobset, placement_record)
 from broker.placement import shape_of
 
 from tests.examples import example as load, jobset_examples
@@ -240,3 +241,30 @@ def test_jobs_of_one_template_share_one_record():
 def test_a_record_of_another_version_is_not_read(text):
     with pytest.raises(ValueError, match="not a version 1 placement record"):
         from_placement_record(text)
+
+
+def test_what_a_record_of_this_version_says_is_fixed():
+    """Pending jobs keep the records submission stored: if parsing comes to read a manifest otherwise (or the record
+    to hold more), this fails — bump PLACEMENT_RECORD_VERSION (records of the old one are then read from their
+    manifests) and write the new record here."""
+    assert PLACEMENT_RECORD_VERSION == 1
+    assert json.loads(placement_record(parse_jobset(_everything()))) == {
+        "v": 1, "placement": "split",
+        "clusterSelector": [["region", "In", ["eu", "us"]], ["legacy", "DoesNotExist", []], ["tier", "Gt", ["1"]]],
+        "topologyMode": "hard", "highestTierAllowed": 2,
+        "parts": [
+            {"name": "workers", "replicas": 2, "parallelism": 3, "completions": 3,
+             "podRequests": {"cpu": 1250, "memory": 1073741824000, "nvidia.com/gpu": 8000, "pods": 1000},
+             "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},
+                             {"key": "spot", "operator": "Equal", "value": "yes", "effect": "NoExecute",
+                              "tolerationSeconds": 60}],
+             "nodeSelector": {"zone": "a", "pool": "train"}, "exclusiveTopology": "topology.example.com/block",
+             "nodeAffinity": [[[["gpu", "In", ["h100", "a100"]], ["rank", "Gt", ["3"]]],
+                               [["metadata.name", "NotIn", ["bad-node"]]]],
+                              [[["spare", "DoesNotExist", []]], []]]},
+            {"name": "eval", "replicas": 1, "parallelism": 1, "completions": None,
+             "podRequests": {"cpu": 1000, "memory": 1073741824000, "pods": 1000},
+             "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},
+                             {"key": "spot", "operator": "Equal", "value": "yes", "effect": "NoExecute",
+                              "tolerationSeconds": 60}],
+             "nodeSelector": {}, "exclusiveTopology": "topology.example.com/block", "nodeAffinity": None}]}

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.placement import Config, schedule, shape_of
+from broker.placement import cycle as engine
 from broker.placement.cycle import DEFAULT_SCORE_WEIGHTS
 
 from .fixtures import cluster, fabric, hard, job, keeping_nothing, queue, snapshot
@@ -24,12 +25,13 @@ SPREAD = Config(score_weights=MappingProxyType({**DEFAULT_SCORE_WEIGHTS, "Spread
 def repeated_shapes(draw, clusters=("c0", "c1", "c2")):
     shapes = [(tuple((f"p{k}", draw(st.integers(1, 2)), draw(st.integers(1, 4)), draw(st.sampled_from([1, 4, 8])))
                      for k in range(draw(st.integers(1, 2)))),
-               draw(st.sampled_from([{}, hard(1), hard(2), SPLIT, {**SPLIT, **hard(1)}])))
+               draw(st.sampled_from([{}, hard(1), hard(2), SPLIT, {**SPLIT, **hard(1)}])),
+               draw(st.sampled_from([None, None, "block"])))  # exclusive domains: `locks`
               for _ in range(draw(st.integers(1, 3)))]
     jobs = []
     for i in range(draw(st.integers(2, 16))):
-        parts, annotations = draw(st.sampled_from(shapes))
-        pending = job(draw(st.sampled_from(["a", "b"])), parts=parts, annotations=annotations,
+        parts, annotations, exclusive = draw(st.sampled_from(shapes))
+        pending = job(draw(st.sampled_from(["a", "b"])), parts=parts, annotations=annotations, exclusive=exclusive,
                       priority=draw(st.integers(0, 2)), submitted_at=float(i), job_id=f"j{i}")
         pending = replace(pending, shape=shape_of(pending.spec))
         kind = draw(st.sampled_from(["plain", "plain", "placed before", "avoiding"]))
@@ -54,6 +56,35 @@ def test_what_is_kept_per_cluster_changes_no_decision(config, inventory, jobs, s
     with keeping_nothing("estimates"):
         again = schedule(snapshot(inventory, queues(), now=now), jobs, config)
     assert kept == again
+
+
+@settings(max_examples=40, deadline=None)
+@given(inventory=inventories(), first=repeated_shapes(), second=repeated_shapes(), rnd=st.randoms())
+def test_what_is_kept_per_cluster_changes_no_preemption(inventory, first, second, rnd):
+    """Running work of lower priority in queue a, which preempts: trial evictions take capacity back and forth."""
+    placed = schedule(snapshot(inventory, queues()), first).placements
+    owner = {p.job_id: j.queue for j in first for p in placed if p.job_id == j.id}
+    running = [p.as_running(tenant="t", queue=owner[p.job_id], priority=rnd.randint(0, 3),
+                            started_at=rnd.random()) for p in placed]
+    urgent = [replace(j, id=f"u-{j.id}", priority=j.priority + 2) for j in second]
+    kept = schedule(snapshot(inventory, queues(), running=running), urgent)
+    with keeping_nothing("estimates"):
+        again = schedule(snapshot(inventory, queues(), running=running), urgent)
+    assert kept == again
+
+
+def test_the_next_job_of_a_shape_asks_again_only_of_the_cluster_that_changed(monkeypatch):
+    """Three empty clusters; the first job lands on c0: the second, of its shape, is estimated on c0 alone."""
+    asked = []
+    estimate = engine._Cycle._estimate
+    monkeypatch.setattr(engine._Cycle, "_estimate", lambda self, request, cluster, cap: (
+        asked.append((request.job.id, cluster.name)), estimate(self, request, cluster, cap))[1])
+    inventory = [cluster(name, fabric(f"{name}-", leaves=1, nodes_per_leaf=2)) for name in ("c0", "c1", "c2")]
+    jobs = [replace(j, shape=shape_of(j.spec)) for j in (job("a", gpus=8, job_id=f"j{i}", submitted_at=float(i))
+                                                         for i in range(2))]
+    result = schedule(snapshot(inventory, queues()), jobs)
+    assert [(p.job_id, p.cluster) for p in result.placements] == [("j0", "c0"), ("j1", "c0")]
+    assert asked == [("j0", "c0"), ("j0", "c1"), ("j0", "c2"), ("j1", "c0")]
 
 
 def test_a_split_jobs_later_part_is_scored_by_where_its_own_parts_went():
