@@ -104,9 +104,9 @@ class _Cycle:
         self.released: set[str] = set()  # `_released`, as of `released_at` holds
         self.answers: dict[tuple, bool] = {}  # `_may_fit`, `_may_fit_preempting`: since the last change
         self.unplaced: dict[tuple, Waiting] = {}  # `_decide_or_recall`: since the last change
-        # `_place`: (cluster, shape, part) -> (the cluster's version, its reason or None, the negative score of its
+        # `_place`: (shape, part) -> cluster -> (the cluster's version, its reason or None, the negative score of its
         # estimate or None), while the cluster is as it was
-        self.estimates: dict[tuple, tuple[int, str | None, float | None]] = {}
+        self.estimates: dict[tuple, dict[str, tuple[int, str | None, float | None]]] = {}
         self.within_share: dict[str, bool] = {}  # `_within_share`: since the last change
         self.standings: dict[str, dict[tuple, tuple]] = {}  # tenant -> (queue, demand) -> `_standing`'s shares
         self.demands: dict[str, tuple] = {}  # shape -> `_demand_key`
@@ -540,19 +540,18 @@ class _Cycle:
         # job's later part (Spread reads where the others went): kept per cluster while its version lasts (a decision
         # changes one or two clusters of fifty). The clusters a job avoids never get this far (`_fixed_reasons`).
         shared = job.shape is not None and not job.previous_clusters and not request.clusters_used
+        known = self.estimates.setdefault((job.shape, request.part), {}) if shared else {}
         line = []
         for cluster, reason in zip(self.snapshot.clusters.values(), self._fixed_reasons(request)):
             if reason is None:
-                key = (cluster.name, job.shape, request.part)
-                known = self.estimates.get(key) if shared else None
-                if known is not None and known[0] == cluster.version:
-                    _, reason, negative = known
+                said = known.get(cluster.name)
+                if said is not None and said[0] == cluster.version:
+                    _, reason, negative = said
                 else:
                     reason, negative = self._estimate(request, cluster, cap), None
                     if not isinstance(reason, str):
                         reason, negative = None, reason
-                    if shared:
-                        self.estimates[key] = (cluster.version, reason, negative)
+                    known[cluster.name] = (cluster.version, reason, negative)
                 if negative is not None:
                     line.append((negative, cluster.name, False))
             if reason:
@@ -567,8 +566,7 @@ class _Cycle:
             fit = bound.get(name) or cluster.search(request.parts, request.demand, request.bound, cap, bind=True)
             if fit is None:
                 reasons[name] = self._no_fit(request, cluster)
-                if shared:  # binds no better until the cluster changes
-                    self.estimates[name, job.shape, request.part] = (cluster.version, reasons[name], None)
+                known[name] = (cluster.version, reasons[name], None)  # binds no better until the cluster changes
                 if verdicts is not None:
                     verdicts[name] = ClusterVerdict(name, None, reasons[name])
                 continue

@@ -121,6 +121,9 @@ class _KeepsNothing(dict):
     def __setitem__(self, key, value) -> None:
         pass
 
+    def setdefault(self, key, default=None):
+        return default
+
 
 @contextmanager
 def keeping_nothing(*memos: str) -> Iterator[None]:
