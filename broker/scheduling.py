@@ -27,7 +27,7 @@ from operator import itemgetter
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from sqlalchemy import String, bindparam, cast, func, insert, literal_column, select, update
+from sqlalchemy import String, bindparam, cast, func, insert, literal_column, select, type_coerce, update
 from sqlalchemy.orm import Session
 
 from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES,
@@ -80,15 +80,28 @@ class PendingRecord:
 
 
 def reasons_digest(reasons: Mapping[str, str], memo: dict[int, int] | None = None) -> int:
-    """Equal per-cluster reasons, equal digests: whether a job's reasons changed, without keeping them. With `memo`,
-    once per mapping while they all live: a cycle's waiting jobs of one shape share theirs (a new leader's first
-    cycle has 100,000 of them)."""
+    """Equal per-cluster reasons, equal digests: whether a job's reasons changed, without keeping them; the digest of
+    what is stored is `stored_reasons_digest`. With `memo`, once per mapping while they all live: a cycle's waiting
+    jobs of one shape share theirs (a new leader's first cycle has 100,000 of them)."""
     if memo is None:
-        return hash(frozenset(reasons.items()))
+        return _grouped_digest(by_reason(reasons))
     digest = memo.get(id(reasons))
     if digest is None:
-        digest = memo[id(reasons)] = hash(frozenset(reasons.items()))
+        digest = memo[id(reasons)] = _grouped_digest(by_reason(reasons))
     return digest
+
+
+def stored_reasons_digest(stored: Mapping[str, Any] | None) -> int:
+    """`reasons_digest` of reasons as `jobs.waiting_reasons` stores them, {reason: [clusters]} (a row written before
+    that: {cluster: reason}), read without making them {cluster: reason} again: a full read of 100,000 waiting jobs
+    spent a second doing that."""
+    if stored and isinstance(next(iter(stored.values())), str):
+        stored = by_reason(stored)
+    return _grouped_digest(stored or {})
+
+
+def _grouped_digest(grouped: Mapping[str, Iterable[str]]) -> int:
+    return hash(frozenset((reason, frozenset(clusters)) for reason, clusters in grouped.items()))
 
 
 @dataclass(slots=True)
@@ -445,7 +458,8 @@ class PendingJobs:
         A manifest never changes after submission: those parsed already are kept through a full read.
         Rows are read a slice at a time, so that no more than a slice's manifests and reasons are in memory at once.
         Returns the jobs whose earlier placements to read: those just read and those placed before (None: all)."""
-        columns = select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason, Job.waiting_reasons,
+        stored_reasons = type_coerce(Job.waiting_reasons, Json).label("waiting_reasons")  # as stored: grouped
+        columns = select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason, stored_reasons,
                          QueueRow.name, TenantRow.name, Job.avoid, Job.requeue_at) \
             .join(QueueRow, QueueRow.id == Job.queue_id).join(TenantRow, TenantRow.id == Job.tenant_id)
         kept = self.rows
@@ -599,7 +613,7 @@ def _pending_row(row: Any, kept: _PendingRow | None, recorded: tuple[PlacementSp
     its manifest parsed. Jobs of one shape share one copy of their parts (`parts`, by shape): at 100,000 pending
     jobs that is a hundred megabytes less."""
     job_id = str(row.id)
-    record = PendingRecord(row.tenant_id, row.reason, reasons_digest(row.waiting_reasons or {}))
+    record = PendingRecord(row.tenant_id, row.reason, stored_reasons_digest(row.waiting_reasons))
     requeue_at = row.requeue_at and as_utc(row.requeue_at)
     if kept is not None and kept.unplaceable is not None:
         return replace(kept, record=record, requeue_at=requeue_at)

@@ -11,7 +11,7 @@ from broker.db.models import Job, Node, Placement, Queue
 from broker.services import build_services
 from broker.jobset import JobSetError, parse_jobset
 from broker.placement import Waiting
-from broker.scheduling import read_inventory, write_reasons
+from broker.scheduling import read_inventory, reasons_digest, stored_reasons_digest, write_reasons
 from tests.locks import against_a_transaction_locking
 from tests.placement.fixtures import GPU, manifest
 from tests.scheduler.conftest import EPOCH, add_cluster, add_queue, count, job_events, placements_of, submit
@@ -119,6 +119,16 @@ def test_waiting_reasons_are_stored_by_reason_and_read_back_by_cluster(db, setup
             waiting_reasons=type_coerce({"a": "cordoned", "b": "not ready"}, JSON)))
     with db.sessions() as session:
         assert session.get(Job, older.id).waiting_reasons == {"a": "cordoned", "b": "not ready"}
+
+
+def test_stored_reasons_have_the_digest_of_the_reasons_they_store():
+    """Whether a waiting job's reasons changed is read off the stored form, not made per cluster again."""
+    reasons = {"a": "cordoned", "b": "needs 8 GPUs; 0 GPUs free", "c": "needs 8 GPUs; 0 GPUs free"}
+    digest = reasons_digest(reasons)
+    assert stored_reasons_digest({"needs 8 GPUs; 0 GPUs free": ["c", "b"], "cordoned": ["a"]}) == digest
+    assert stored_reasons_digest(reasons) == digest  # a row written before reasons were stored by reason
+    assert stored_reasons_digest({"needs 8 GPUs; 0 GPUs free": ["b"], "cordoned": ["a", "c"]}) != digest
+    assert stored_reasons_digest({}) == stored_reasons_digest(None) == reasons_digest({})
 
 
 def test_a_job_over_its_queue_quota_waits_for_quota(db, setup, scheduler):
