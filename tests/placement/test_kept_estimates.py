@@ -1,7 +1,8 @@
 """What a cycle keeps per cluster between decisions — the changing filters' reason, or the estimate's score, for a
 request of one shape, while the cluster's version lasts (`_Cycle.estimates`) — changes no decision: the same cycle
 keeping nothing decides alike (hypothesis), over workloads whose jobs repeat a few shapes, some placed before (the
-Locality score), some avoiding a cluster, split ones (the Spread score reads the clusters their other parts use)."""
+Locality score), some avoiding a cluster, split ones (the Spread score reads the clusters their other parts use),
+some owning exclusive domains; starving ones taking holds; and urgent ones preempting running work."""
 
 from dataclasses import replace
 from types import MappingProxyType
@@ -15,7 +16,7 @@ from broker.placement import cycle as engine
 from broker.placement.cycle import DEFAULT_SCORE_WEIGHTS
 
 from .fixtures import cluster, fabric, hard, job, keeping_nothing, queue, snapshot
-from .test_properties import inventories
+from .test_properties import inventories, queues
 
 SPLIT = {"archipelago.io/placement": "split"}
 SPREAD = Config(score_weights=MappingProxyType({**DEFAULT_SCORE_WEIGHTS, "Spread": 3.0}))
@@ -41,10 +42,6 @@ def repeated_shapes(draw, clusters=("c0", "c1", "c2")):
             pending = replace(pending, avoided=MappingProxyType({draw(st.sampled_from(clusters)): "12:00"}))
         jobs.append(pending)
     return jobs
-
-
-def queues():
-    return [queue("a", weight=1, preemption="LowerPriority"), queue("b", weight=2, quota=48)]
 
 
 @pytest.mark.parametrize("config", [Config(), SPREAD], ids=["default weights", "with Spread"])
