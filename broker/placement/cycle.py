@@ -78,6 +78,17 @@ class _Outcome:
     verdicts: dict[str, ClusterVerdict] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class _Line:
+    """What `_place` made of the clusters for one kind of request (`_Cycle.lines`): each cluster's version then (-1:
+    to be asked again), why the clusters out of line are out, and the line of the others (a heap of their estimates'
+    negative scores)."""
+
+    versions: list[int]
+    reasons: dict[str, str]
+    line: list[tuple[float, str, bool]]
+
+
 JOBS_BETWEEN_PAUSES = 512  # ~1 ms of a cycle's walk past parked jobs
 
 
@@ -107,6 +118,11 @@ class _Cycle:
         # `_place`: (shape, part) -> cluster -> (the cluster's version, its reason or None, the negative score of its
         # estimate or None), while the cluster is as it was
         self.estimates: dict[tuple, dict[str, tuple[int, str | None, float | None]]] = {}
+        # `_place`: (shape, part, the fixed filters' key) -> the line of clusters it made last, and why the others
+        # were out, as of each cluster's version then
+        self.lines: dict[tuple, _Line] = {}
+        self.ordered = list(snapshot.clusters.values())  # the snapshot's clusters, in its order
+        self.position = {cluster.name: i for i, cluster in enumerate(self.ordered)}
         self.within_share: dict[str, bool] = {}  # `_within_share`: since the last change
         self.standings: dict[str, dict[tuple, tuple]] = {}  # tenant -> (queue, demand) -> `_standing`'s shares
         self.demands: dict[str, tuple] = {}  # shape -> `_demand_key`
@@ -501,18 +517,18 @@ class _Cycle:
         pending jobs would otherwise hold a copy of them per job."""
         return self.reason_maps.setdefault(tuple(reasons.items()), MappingProxyType(reasons))
 
-    def _fixed_reasons(self, request: Request) -> tuple[str | None, ...]:
-        """What the fixed filters say of each cluster, in the snapshot's order: once per cycle for what they read
-        (`FilterPlugin.fixed`) — a cycle over a saturated federation asks them of every cluster for thousands of jobs
-        of hundreds of shapes, and a few kinds of constraints."""
+    def _fixed_reasons(self, request: Request) -> tuple[tuple, tuple[str | None, ...]]:
+        """What the fixed filters say of each cluster, in the snapshot's order, with the key of what they read
+        (`FilterPlugin.fixed`): asked once per cycle for that key — a cycle over a saturated federation asks them of
+        every cluster for thousands of jobs of hundreds of shapes, and a few kinds of constraints."""
         job = request.job
         key = (job.spec.cluster_selector, tuple((p.name, eligibility_key(p)) for p in request.parts),
                tuple(job.avoided.items()))
         reasons = self.fixed_reasons.get(key)
         if reasons is None:
             reasons = self.fixed_reasons[key] = tuple(self._filter(request, cluster, self.fixed_filters)
-                                                      for cluster in self.snapshot.clusters.values())
-        return reasons
+                                                      for cluster in self.ordered)
+        return key, reasons
 
     @staticmethod
     def _filter(request: Request, cluster: ClusterIndex, filters: list) -> str | None:
@@ -538,27 +554,16 @@ class _Cycle:
         # what the changing filters, the estimate and the scores say of a cluster follows from the request's shape and
         # part and the cluster's state alone, unless the job prefers clusters it ran on (Locality) or this is a split
         # job's later part (Spread reads where the others went): kept per cluster while its version lasts (a decision
-        # changes one or two clusters of fifty). The clusters a job avoids never get this far (`_fixed_reasons`).
+        # changes one or two clusters of fifty), and so is the line they make. The clusters a job avoids never get this
+        # far (`_fixed_reasons`).
         shared = job.shape is not None and not job.previous_clusters and not request.clusters_used
         known = self.estimates.setdefault((job.shape, request.part), {}) if shared else {}
-        line = []
-        for cluster, reason in zip(self.snapshot.clusters.values(), self._fixed_reasons(request)):
-            if reason is None:
-                said = known.get(cluster.name)
-                if said is not None and said[0] == cluster.version:
-                    _, reason, negative = said
-                else:
-                    reason, negative = self._estimate(request, cluster, cap), None
-                    if not isinstance(reason, str):
-                        reason, negative = None, reason
-                    known[cluster.name] = (cluster.version, reason, negative)
-                if negative is not None:
-                    line.append((negative, cluster.name, False))
-            if reason:
-                reasons[cluster.name] = reason
-                if verdicts is not None:
-                    verdicts[cluster.name] = ClusterVerdict(cluster.name, None, reason)
-        heapq.heapify(line)
+        fixed_key, fixed = self._fixed_reasons(request)
+        kept = self._line((job.shape, request.part, fixed_key) if shared else None, request, known, fixed, cap)
+        reasons.update(kept.reasons)
+        if verdicts is not None:
+            verdicts.update((name, ClusterVerdict(name, None, reason)) for name, reason in kept.reasons.items())
+        line = list(kept.line)  # a heap already
         bound: dict[str, Fit] = {}
         while line:
             negative, name, bound_already = heapq.heappop(line)
@@ -567,6 +572,7 @@ class _Cycle:
             if fit is None:
                 reasons[name] = self._no_fit(request, cluster)
                 known[name] = (cluster.version, reasons[name], None)  # binds no better until the cluster changes
+                kept.versions[self.position[name]] = -1  # its place in the line is what `known` says now
                 if verdicts is not None:
                     verdicts[name] = ClusterVerdict(name, None, reasons[name])
                 continue
@@ -583,6 +589,52 @@ class _Cycle:
             self._apply(placement, request.job)
             return placement
         return None
+
+    def _line(self, key: tuple | None, request: Request, known: dict, fixed: tuple[str | None, ...],
+              cap: int) -> _Line:
+        """The clusters in line for the request, and why the others are out: the line `_place` made last for this
+        key, brought up to date — the clusters changed since are asked again (a cycle over a saturated federation
+        places thousands of jobs of a few hundred shapes; between two jobs of one shape, a few clusters of fifty
+        change). Key None: made afresh, and not kept."""
+        kept = self.lines.get(key) if key is not None else None
+        if kept is None:
+            kept = _Line([-1] * len(self.ordered), {}, [])
+            if key is not None:
+                self.lines[key] = kept
+        versions = kept.versions
+        changed = [i for i, cluster in enumerate(self.ordered) if cluster.version != versions[i]]
+        if not changed:
+            return kept
+        names = {self.ordered[i].name for i in changed}
+        line = [entry for entry in kept.line if entry[1] not in names]
+        reasons = kept.reasons
+        for i in changed:
+            cluster = self.ordered[i]
+            reason, negative = self._said(request, cluster, fixed[i], known, cap)
+            reasons.pop(cluster.name, None)
+            if reason:
+                reasons[cluster.name] = reason
+            if negative is not None:
+                line.append((negative, cluster.name, False))
+            versions[i] = cluster.version
+        heapq.heapify(line)
+        kept.line = line
+        return kept
+
+    def _said(self, request: Request, cluster: ClusterIndex, fixed_reason: str | None, known: dict,
+              cap: int) -> tuple[str | None, float | None]:
+        """Why the request cannot go to the cluster, or the negative score of its estimate there: the fixed
+        filters' reason, else what `known` kept for the cluster's version, else `_estimate` (kept in `known`)."""
+        if fixed_reason is not None:
+            return fixed_reason, None
+        said = known.get(cluster.name)
+        if said is not None and said[0] == cluster.version:
+            return said[1], said[2]
+        reason, negative = self._estimate(request, cluster, cap), None
+        if not isinstance(reason, str):
+            reason, negative = None, reason
+        known[cluster.name] = (cluster.version, reason, negative)
+        return reason, negative
 
     def _estimate(self, request: Request, cluster: ClusterIndex, cap: int) -> str | float:
         """The first reason the changing filters or the search on HyperNode totals give to keep the request off

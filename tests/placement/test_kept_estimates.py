@@ -1,5 +1,6 @@
 """What a cycle keeps per cluster between decisions — the changing filters' reason, or the estimate's score, for a
-request of one shape, while the cluster's version lasts (`_Cycle.estimates`) — changes no decision: the same cycle
+request of one shape, while the cluster's version lasts (`_Cycle.estimates`), and the line of clusters they make
+(`_Cycle.lines`) — changes no decision: the same cycle
 keeping nothing decides alike (hypothesis), over workloads whose jobs repeat a few shapes, some placed before (the
 Locality score), some avoiding a cluster, split ones (the Spread score reads the clusters their other parts use),
 some owning exclusive domains; starving ones taking holds; and urgent ones preempting running work."""
@@ -13,9 +14,11 @@ from hypothesis import strategies as st
 
 from broker.placement import Config, schedule, shape_of
 from broker.placement import cycle as engine
+from broker.placement import HyperNode
 from broker.placement.cycle import DEFAULT_SCORE_WEIGHTS
+from broker.placement.snapshot import ClusterIndex
 
-from .fixtures import cluster, fabric, hard, job, keeping_nothing, queue, snapshot
+from .fixtures import cluster, fabric, hard, job, keeping_nothing, node, queue, snapshot
 from .test_properties import inventories, queues
 
 SPLIT = {"archipelago.io/placement": "split"}
@@ -50,7 +53,7 @@ def repeated_shapes(draw, clusters=("c0", "c1", "c2")):
 def test_what_is_kept_per_cluster_changes_no_decision(config, inventory, jobs, starving):
     now = 1e9 if starving else 0.0  # every job waited past starvation_after: some take holds
     kept = schedule(snapshot(inventory, queues(), now=now), jobs, config)
-    with keeping_nothing("estimates"):
+    with keeping_nothing("estimates", "lines"):
         again = schedule(snapshot(inventory, queues(), now=now), jobs, config)
     assert kept == again
 
@@ -65,7 +68,7 @@ def test_what_is_kept_per_cluster_changes_no_preemption(inventory, first, second
                             started_at=rnd.random()) for p in placed]
     urgent = [replace(j, id=f"u-{j.id}", priority=j.priority + 2) for j in second]
     kept = schedule(snapshot(inventory, queues(), running=running), urgent)
-    with keeping_nothing("estimates"):
+    with keeping_nothing("estimates", "lines"):
         again = schedule(snapshot(inventory, queues(), running=running), urgent)
     assert kept == again
 
@@ -100,3 +103,22 @@ def test_a_split_jobs_later_part_is_scored_by_where_its_own_parts_went():
     assert [(p.job_id, p.part, p.cluster) for p in result.placements] == [
         ("j0", "p0", "c0"), ("j0", "p1", "c1"), ("j1", "p0", "c2"), ("j1", "p1", "c1"), ("j2", "p0", "c2"),
         ("j2", "p1", "c0")]
+
+
+def test_a_cluster_whose_nodes_could_not_hold_the_gang_is_not_bound_again_while_it_is_unchanged(monkeypatch):
+    """c0 has 8 GPUs free on its leaf, 4 on each of two nodes: its estimate (on HyperNode totals) puts a pod of 8
+    GPUs there, first in line (the fuller cluster), and binding finds no node for it. The next job of that shape
+    binds on c1 only: c0 is out of its line while c0 is as it was."""
+    bound = []
+    search = ClusterIndex.search
+    monkeypatch.setattr(ClusterIndex, "search", lambda self, parts, demand, tier, cap, bind: (
+        bind and bound.append(self.name), search(self, parts, demand, tier, cap, bind=bind))[1])
+    fragmented = ((node("c0-n0", used_gpus=4, labels={"leaf": "c0-leaf"}),
+                   node("c0-n1", used_gpus=4, labels={"leaf": "c0-leaf"})),
+                  (HyperNode("c0-leaf", 1, None, (), ("c0-n0", "c0-n1")),))
+    inventory = [cluster("c0", fragmented), cluster("c1", fabric("c1-", leaves=1, nodes_per_leaf=2))]
+    jobs = [replace(j, shape=shape_of(j.spec)) for j in (job("a", gpus=8, job_id=f"j{i}", submitted_at=float(i))
+                                                         for i in range(2))]
+    result = schedule(snapshot(inventory, queues()), jobs)
+    assert [(p.job_id, p.cluster) for p in result.placements] == [("j0", "c1"), ("j1", "c1")]
+    assert bound == ["c0", "c1", "c1"]
