@@ -6,7 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -99,10 +99,14 @@ class CapacityCache:
         self._lock = threading.Lock()
         self._known = KnownClusters()
 
-    def get(self, session: Session) -> FederationCapacity:
+    def get(self, session: Session | None = None) -> FederationCapacity:
+        """The capacity; read now if none is cached, in `session`, else in a read session of its own — never in a
+        caller's write transaction: in the leader process the first submission's read held SQLite's write lock a
+        second, and every loop's writes and the next submissions waited (bench/leader_api.py)."""
         with self._lock:
             if self._value is None:
-                self._value, self._at = federation_capacity(session, self._known), time.monotonic()
+                with nullcontext(session) if session is not None else self._read() as reading:
+                    self._value, self._at = federation_capacity(reading, self._known), time.monotonic()
             elif time.monotonic() - self._at > self._ttl and not self._refreshing:
                 self._refreshing = True
                 threading.Thread(target=self._refresh, args=(self._generation,), name="capacity", daemon=True).start()

@@ -104,12 +104,12 @@ def submit(request: Request, credentials: CredentialsDep, body: BodyDep,
     # cost a checkout, its round trips and its rollback); the answer serialized here, as FastAPI would (validated
     # when built), not in a second trip.
     settings = request.app.state.settings
+    capacity = request.app.state.capacity.get()  # before the write lock: a first read takes a second
     with request.app.state.db.write() as session:
         principal, own = submitter_of(session, settings, credentials)
         manifests, batch = decode_jobsets(request.headers.get("content-type", ""), body)
         owner = _submitting_tenant(session, principal, own, tenant)
-        accepted = job_service.accept_jobs(owner, manifests, settings, request.app.state.capacity.get(session),
-                                           queue_override=queue, batch=batch)
+        accepted = job_service.accept_jobs(owner, manifests, settings, capacity, queue_override=queue, batch=batch)
         submitted = job_service.store_jobs(session, owner, accepted, settings)
         request.app.state.services.wake_on_commit(session, "scheduler")
     answer = schemas.SubmitResult(items=[job_out(job, owner.name, queue_name, []) for job, queue_name in submitted])

@@ -1,5 +1,6 @@
 """The federation's capacity a submission is checked against: read again past its TTL by a thread, not by the
-submission that finds it stale (in the leader process, reading thousands of nodes took seconds)."""
+submission that finds it stale (in the leader process, reading thousands of nodes took seconds), and read first
+outside the submission's write transaction."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from contextlib import nullcontext
 import pytest
 
 from broker import jobs
+from broker.db.session import WRITE_LOCK
 from broker.jobs import CapacityCache
+from tests.api.jobsets import jobset
 
 
 @pytest.fixture
@@ -60,3 +63,29 @@ def test_a_capacity_forgotten_while_a_thread_read_it_is_read_again_by_the_next_s
     refreshed()
     assert cache.get("request") == "capacity 3"
     assert done == ["request", "refresh", "request"]
+
+
+def test_with_no_session_given_the_first_read_is_in_a_session_of_its_own(reads):
+    done, may_end = reads
+    may_end.set()
+    cache = CapacityCache(lambda: nullcontext("refresh"), ttl=60)
+    assert cache.get() == "capacity 1"
+    assert cache.get() == "capacity 1"  # cached: nothing read
+    assert done == ["refresh"]
+
+
+def test_a_submission_reads_the_capacity_before_it_takes_the_write_lock(research, monkeypatch):
+    """The first submission after a start reads every cluster's nodes: in its write transaction, that held SQLite's
+    write lock a second in the leader process (bench/leader_api.py)."""
+    locking = []
+    read = jobs.federation_capacity
+
+    def federation_capacity(session, known):
+        locking.append(bool(session.get_bind().get_execution_options().get(WRITE_LOCK)))
+        return read(session, known)
+
+    monkeypatch.setattr(jobs, "federation_capacity", federation_capacity)
+    research.app.state.capacity.forget()
+    answer = research.post("/api/v1/jobs", json=jobset("first"))
+    assert answer.status_code == 201, answer.text
+    assert locking == [False]
