@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Callable, Collection, Iterable
+from typing import Any, Callable, Collection, Iterable, Sequence
 
 from sqlalchemy import exists, func, or_, select, update
 from sqlalchemy.orm import Session
@@ -303,17 +303,23 @@ def request_deletions(session: Session, now: datetime) -> Changes:
 def record_statuses(session: Session, reports: Iterable[tuple[int, dict[str, Any], bool]], now: datetime, *,
                     also_locking: Iterable[int] = ()) -> Changes:
     """Member JobSets of the broker as watches or a list saw them — (cluster id, object, deleted) each, in the order
-    seen — in one transaction. The jobs and placements they report on are locked first (with the jobs
-    `also_locking` names, that the transaction goes on to change), ids ascending as every batch locks them
-    (`lock_jobs`): two batches never wait for each other in a cycle."""
+    seen — in one transaction (`lock_reported` first)."""
     reports = list(reports)
-    placement_ids = sorted({i for i in (_placement_id(obj) for _, obj, _ in reports) if i is not None})
-    lock_jobs(session, [*also_locking, *(job_id for chunk in in_chunks(placement_ids) for job_id in session.scalars(
-        select(Placement.job_id).where(Placement.id.in_(chunk))))])
+    lock_reported(session, reports, also_locking)
     changes = Changes()
     for cluster_id, obj, deleted in reports:
         changes.add(record_status(session, cluster_id, obj, now, deleted=deleted))
     return changes
+
+
+def lock_reported(session: Session, reports: Sequence[tuple[int, dict[str, Any], bool]],
+                  also_locking: Iterable[int] = ()) -> None:
+    """Lock the jobs and placements these reports are on (with the jobs `also_locking` names, that the transaction
+    goes on to change), ids ascending as every batch locks them (`lock_jobs`): two batches never wait for each other
+    in a cycle."""
+    placement_ids = sorted({i for i in (_placement_id(obj) for _, obj, _ in reports) if i is not None})
+    lock_jobs(session, [*also_locking, *(job_id for chunk in in_chunks(placement_ids) for job_id in session.scalars(
+        select(Placement.job_id).where(Placement.id.in_(chunk))))])
 
 
 def _placement_id(jobset: dict[str, Any]) -> int | None:

@@ -2,8 +2,8 @@
 
 Per member one watch on JobSets labelled `archipelago.io/job-id`: a list first (and again after a
 410 Gone or a reconnect, so nothing that happened while the watch was down is missed), then every
-event as it comes, handed to the service's recorder, which records all the events waiting, of every
-member, in one short transaction (`broker.dispatch.record_statuses`). An event received but not recorded
+event as it comes, handed to the service's recorder, which records the events waiting, of every
+member, in short transactions (`StatusService.record`). An event received but not recorded
 (a batch that failed, a process killed) is learned again from the list that restarts its member's watch.
 A member whose API cannot watch is polled by list every ARCHIPELAGO_STATUS_POLL_INTERVAL.
 
@@ -25,8 +25,8 @@ from sqlalchemy import select
 
 from broker.db.fencing import Fenced
 from broker.db.models import Cluster, utcnow
-from broker.db.runtime import Database, WriteSlices
-from broker.dispatch import Changes, record_list, record_statuses
+from broker.db.runtime import WRITE_BUDGET, Database, within
+from broker.dispatch import Changes, lock_reported, record_list, record_status
 from broker.metrics import MEMBER_ERRORS, STATUS_LAG_SECONDS
 from broker.services.loop import LoopService, WatchThread, in_lane
 from broker.services.members import UNAVAILABLE_STATES, MemberClients, backoff
@@ -39,7 +39,7 @@ log = logging.getLogger("archipelago.status")
 
 CANNOT_WATCH = frozenset({400, 405, 406, 415, 501})  # the member's API does not serve watches
 
-# Watch events recorded in one transaction, at most (fewer where they take longer than `WriteSlices.budget`). A
+# Watch events recorded in one transaction, at most (fewer where they take longer than `WRITE_BUDGET`: `record`). A
 # takeover brings thousands in its first minutes (every copy the new leader's first cycle placed starts); one
 # transaction each, on SQLite they queued behind one another for the write lock, and the leader's first cycle
 # waited minutes for its own turns (bench/leader_api.py).
@@ -66,7 +66,6 @@ class StatusService(LoopService):
         self._pool = ThreadPoolExecutor(settings.member_workers, thread_name_prefix="status")
         self._events: queue.SimpleQueue[tuple[int, dict, float] | None] = queue.SimpleQueue()  # the watches' events
         self._recorder: threading.Thread | None = None
-        self._slices = WriteSlices(most=EVENTS_PER_TRANSACTION)
         self._starting = threading.Lock()  # guards `_recorder` and `_stopped`
         self._stopped = False
 
@@ -114,24 +113,30 @@ class StatusService(LoopService):
         self._events.put((cluster_id, event, time.monotonic()))
 
     def record(self, events: Sequence[tuple[int, dict, float]]) -> None:
-        """Watch events — (cluster id, event, monotonic time received) each — in one transaction."""
+        """Watch events — (cluster id, event, monotonic time received) each — in transactions that each record them
+        for about half of `WRITE_BUDGET` (`within`; the flush at the commit takes about as long again)."""
         events = [e for e in events if e[1].get("type") in ("ADDED", "MODIFIED", "DELETED")]
-        if not events:
-            return
-        with self.database.write() as session, self._slices.timed(len(events)):
-            changes = record_statuses(session, ((cluster_id, event["object"], event["type"] == "DELETED")
-                                                for cluster_id, event, _ in events), self.now())
-        recorded = time.monotonic()
-        for _, _, received in events:
-            STATUS_LAG_SECONDS.observe(recorded - received)
-        changes.wake(self.wake)
+        while events:
+            reports = [(cluster_id, event["object"], event["type"] == "DELETED") for cluster_id, event, _ in events]
+            changes, recorded = Changes(), 0
+            with self.database.write() as session:
+                lock_reported(session, reports)
+                now = self.now()
+                for cluster_id, obj, deleted in within(reports, WRITE_BUDGET / 2):
+                    changes.add(record_status(session, cluster_id, obj, now, deleted=deleted))
+                    recorded += 1
+            at = time.monotonic()
+            for _, _, received in events[:recorded]:
+                STATUS_LAG_SECONDS.observe(at - received)
+            changes.wake(self.wake)
+            events = events[recorded:]
 
     def _record_loop(self) -> None:
-        """Record the events waiting, a slice a transaction (`WriteSlices`), until `stop`. The members of a batch that
-        fails have their watches stopped: the next pass starts them again, with a list."""
+        """Record the events waiting, up to EVENTS_PER_TRANSACTION at a time (`record`), until `stop`. The members of a
+        batch that fails have their watches stopped: the next pass starts them again, with a list."""
         while (first := self._events.get()) is not None:
             batch = [first]
-            while len(batch) < self._slices.size:
+            while len(batch) < EVENTS_PER_TRANSACTION:
                 try:
                     event = self._events.get_nowait()
                 except queue.Empty:

@@ -12,7 +12,7 @@ from sqlalchemy import event, select, update
 
 from broker.db.fencing import Fence, Fenced, fenced
 from broker.db.models import LEADER, Lease
-from broker.db.runtime import WriteSlices, open_database
+from broker.db.runtime import WriteSlices, open_database, within
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
@@ -199,3 +199,24 @@ def test_write_slices_size_the_next_slice_by_the_block_they_time():
     with slices.timed(40):
         time.sleep(0.02)  # at least twice the budget: at most half as many next
     assert slices.size <= 20
+
+
+def ticking(step: float):
+    """A clock that moves `step` seconds each time it is read."""
+    now = [0.0]
+
+    def read() -> float:
+        now[0] += step
+        return now[0]
+    return read
+
+
+@pytest.mark.parametrize(("seconds", "taken"), [
+    pytest.param(0.035, [0, 1, 2, 3], id="until-the-time-is-up"),
+    pytest.param(1.0, list(range(6)), id="all-when-there-is-time"),
+    pytest.param(0.0, [0], id="always-the-first"),
+])
+def test_within_takes_items_until_its_time_is_up(seconds, taken):
+    """The clock moves 10 ms a read: read once to set the deadline (at 10 ms), then before each item after the first
+    (the fourth item is taken at 40 ms, before the 45 ms deadline; the fifth would be at 50)."""
+    assert list(within(range(6), seconds, clock=ticking(0.01))) == taken

@@ -4,14 +4,17 @@ refused for good (fail_apply), deleted (finish_delete); and the wake-ups a step 
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 
 from sqlalchemy import event
 
 from broker.db.models import Placement
+from broker.db.runtime import WRITE_BUDGET, within
 from broker.db.session import WRITE_LOCK
 from broker.dispatch import (Changes, Work, due_work, fail_apply, finish_delete, lock_jobs, placement_owner,
                              retry_later, settle_job)
 from broker.services import dispatcher
+from tests.foundation.test_transactions import ticking
 from tests.outbox.conftest import NOW, seen
 
 
@@ -155,3 +158,24 @@ def test_a_large_batch_of_outcomes_is_recorded_in_bounded_transactions(outbox, m
         event.remove(outbox.db.engine, "begin", began)
     assert len(transactions) == 3
     assert [outbox.placements(job)[0].attempts for job in jobs] == [1] * 5
+
+
+def test_outcomes_are_recorded_in_transactions_that_end_when_their_time_is_up(outbox, monkeypatch):
+    """However few outcomes a transaction may take, it stops taking them when it has held the write lock about half
+    of WRITE_BUDGET (here each outcome takes longer): the next transaction records the rest, each once."""
+    monkeypatch.setattr(dispatcher, "within", partial(within, clock=ticking(WRITE_BUDGET)))
+    jobs = [outbox.job({"state": "Applying"}) for _ in range(3)]
+    works = [_work(outbox, job) for job in jobs]
+    transactions: list[bool] = []
+
+    def began(connection) -> None:
+        if connection.get_execution_options().get(WRITE_LOCK):
+            transactions.append(True)
+
+    event.listen(outbox.db.engine, "begin", began)
+    try:
+        dispatcher.record_outcomes(outbox.db, [dispatcher.Outcome(w, "retry", "timed out", 30.0) for w in works], NOW)
+    finally:
+        event.remove(outbox.db.engine, "begin", began)
+    assert len(transactions) == 3
+    assert [outbox.placements(job)[0].attempts for job in jobs] == [1] * 3

@@ -199,14 +199,14 @@ def test_watch_events_the_database_refuses_are_learned_again_from_a_list(federat
     [placement] = federation.job(job)["placements"]
 
     refused = []
-    recorded = status.record_statuses
+    lock = status.lock_reported
 
-    def refuse_watch_events(session, reports, now):  # the lists, in the watches' own threads, go through
+    def refuse_watch_events(session, reports, *args):  # the lists, in the watches' own threads, go through
         if threading.current_thread().name == "status-recorder":
             refused.append(list(reports))
             raise RuntimeError("the database is away")
-        return recorded(session, reports, now)
-    monkeypatch.setattr(status, "record_statuses", refuse_watch_events)
+        return lock(session, reports, *args)
+    monkeypatch.setattr(status, "lock_reported", refuse_watch_events)
     federation.sim.cluster(placement["cluster"]).finish_pods("team-a", "jobset.sigs.k8s.io/jobset-name=watched")
     _wait(lambda: refused)
     assert federation.state(job) == "Running"

@@ -5,8 +5,15 @@ through the list (`record_list`); here the event is handed to the status loop as
 from __future__ import annotations
 
 import time
+from functools import partial
 
+from sqlalchemy import event
+
+from broker.db.runtime import WRITE_BUDGET, within
+from broker.db.session import WRITE_LOCK
+from broker.services import status
 from clusters.sim.resources import JOBSETS
+from tests.foundation.test_transactions import ticking
 from tests.propagation.conftest import jobset
 
 LONG = {"sim.archipelago.io/duration": "1h"}
@@ -31,3 +38,34 @@ def test_a_copy_deleted_by_someone_else_as_the_watch_reports_it_is_reported_and_
     federation.run_until(lambda: [p.state for p in federation.placements(job)] == ["Running"])
     [recreated] = federation.copies(job)
     assert recreated["metadata"]["uid"] != copy["metadata"]["uid"]
+
+
+def test_watch_events_are_recorded_in_transactions_that_end_when_their_time_is_up(federation, monkeypatch):
+    """However few events the recorder takes at once, a transaction stops recording them when it has held the write
+    lock about half of WRITE_BUDGET (here each event takes longer): the next records the rest."""
+    jobs = [federation.submit(jobset(f"watched-{i}", annotations=LONG)) for i in range(2)]
+    for job in jobs:
+        federation.until_state(job, "Running")
+    events = []
+    for job in jobs:
+        [placement] = federation.placements(job)
+        [copy] = federation.copies(job)
+        member = federation.sim.cluster(placement.cluster_name)
+        with member.lock:
+            member.delete_object(JOBSETS, "team-a", copy["metadata"]["name"], "Foreground")
+        gone = {k: v for k, v in copy.items() if k != "cluster"}
+        events.append((placement.cluster_id, {"type": "DELETED", "object": gone}, time.monotonic()))
+    monkeypatch.setattr(status, "within", partial(within, clock=ticking(WRITE_BUDGET)))
+    transactions: list[bool] = []
+
+    def began(connection) -> None:
+        if connection.get_execution_options().get(WRITE_LOCK):
+            transactions.append(True)
+
+    event.listen(federation.db.engine, "begin", began)
+    try:
+        federation.status.record(events)
+    finally:
+        event.remove(federation.db.engine, "begin", began)
+    assert len(transactions) == 2
+    assert [[e["reason"] for e in federation.job(job)["events"]].count("Drift") for job in jobs] == [1, 1]
