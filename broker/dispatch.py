@@ -336,7 +336,7 @@ def record_status(session: Session, cluster_id: int, jobset: dict[str, Any], now
     placement_id = _placement_id(jobset)
     if placement_id is None:
         return Changes()
-    locked = session.info.get(LOCKED)  # a batch's rows (`record_statuses`): no query per copy
+    locked = session.info.get(LOCKED)  # a batch's rows (`lock_reported`): no query per copy
     row = (locked.placements.get(placement_id) if locked is not None else None) or session.execute(
         select(Placement.job_id, Placement.cluster_id).where(Placement.id == placement_id)).first()
     if row is None or row.cluster_id != cluster_id:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from broker.db.runtime import Database
+from broker.db.session import WRITE_LOCK
 from broker.dispatch import lock_job_rows, lock_jobs
 
 
@@ -46,3 +48,29 @@ def waiting_for_a_lock(db: Database) -> bool:
     with db.engine.connect() as connection:
         return bool(connection.scalar(text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                                            "AND datname = current_database()")))
+
+
+@contextmanager
+def write_transactions(db: Database) -> Iterator[list[bool]]:
+    """A list that grows by one for each write transaction begun on the database meanwhile."""
+    begun: list[bool] = []
+
+    def began(connection) -> None:
+        if connection.get_execution_options().get(WRITE_LOCK):
+            begun.append(True)
+
+    event.listen(db.engine, "begin", began)
+    try:
+        yield begun
+    finally:
+        event.remove(db.engine, "begin", began)
+
+
+def ticking(step: float) -> Callable[[], float]:
+    """A clock that moves `step` seconds each time it is read."""
+    now = [0.0]
+
+    def read() -> float:
+        now[0] += step
+        return now[0]
+    return read

@@ -104,7 +104,8 @@ def submit(request: Request, credentials: CredentialsDep, body: BodyDep,
     # cost a checkout, its round trips and its rollback); the answer serialized here, as FastAPI would (validated
     # when built), not in a second trip.
     settings = request.app.state.settings
-    capacity = request.app.state.capacity.get()  # before the write lock: a first read takes a second
+    # before the write lock, a first read taking a second; not for a request with no token (answered 401 below)
+    capacity = request.app.state.capacity.get() if credentials is not None else None
     with request.app.state.db.write() as session:
         principal, own = submitter_of(session, settings, credentials)
         manifests, batch = decode_jobsets(request.headers.get("content-type", ""), body)

@@ -7,7 +7,7 @@ import threading
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -73,21 +73,21 @@ WRITE_BUDGET = 0.05
 
 
 def within(items: Iterable[T], seconds: float, clock: Callable[[], float] = time.perf_counter) -> Iterator[T]:
-    """The items, one at a time, until `seconds` have passed since the first (which is always taken): a loop
-    transaction that records items one by one stops when it has held the write lock long enough, however slowly the
-    GIL lets it run beside the scheduler — sized by count alone, the dispatcher's 91 outcomes held it 208 ms during a
-    new leader's first cycle (bench/leader_api.py). The caller writes the rest in its next transaction."""
+    """The items, one at a time, until `seconds` have passed since the call (the first is always taken)."""
     until = clock() + seconds
-    for count, item in enumerate(items):
-        if count and clock() >= until:
-            return
-        yield item
+
+    def taken() -> Iterator[T]:
+        for count, item in enumerate(items):
+            if count and clock() >= until:
+                return
+            yield item
+    return taken()
 
 
 @dataclass
 class WriteSlices:
     """How many items the next of a series of write transactions takes (the reasons a cycle writes, in one statement
-    each; `within` is for items recorded one by one), so that each holds SQLite's write lock about `budget` seconds:
+    each; `record_in_turns` is for items recorded one by one), so that each holds SQLite's write lock about `budget` seconds:
     a submission waits for the loop transaction under way (`WriterQueue`). The items' cost is what the last
     transaction measured: on a slow host, or while the scheduler computes beside them (the GIL), fewer items take as
     long."""
@@ -172,6 +172,29 @@ class Database:
         submission may be waiting for."""
         if self.fence is not None and not getattr(self._writing, "depth", 0):
             REQUESTS_FIRST.pause()
+
+
+def record_in_turns(database: Database, items: Sequence[T], *, most: int,
+                    lock: Callable[[Session, Sequence[T]], object], record: Callable[[Session, T], object],
+                    committed: Callable[[Sequence[T]], object] = lambda done: None, autoflush: bool = True) -> None:
+    """Record the items one by one (`record`) in write transactions that each lock the rows of up to `most` of them
+    first (`lock`) and stop taking them once they have held the write lock about half of WRITE_BUDGET (`within`; the
+    commit's writes take about as long again), however slowly the GIL lets them run beside the scheduler — sized by
+    count alone, the dispatcher's 91 outcomes held it 208 ms during a new leader's first cycle (bench/leader_api.py).
+    `committed` gets those each transaction recorded, once committed; the next one takes at most twice as many."""
+    size = most
+    while items:
+        batch = items[:size]
+        recording = within(batch, WRITE_BUDGET / 2)  # from before the locks
+        recorded = 0
+        with database.write() as session:
+            session.autoflush = autoflush
+            lock(session, batch)
+            for item in recording:
+                record(session, item)
+                recorded += 1
+        committed(items[:recorded])
+        items, size = items[recorded:], min(most, 2 * recorded)
 
 
 def open_database(settings: Settings, *, upgrade: bool) -> Database:

@@ -80,12 +80,12 @@ class _Outcome:
 
 @dataclass(slots=True)
 class _Line:
-    """What `_place` made of the clusters for one kind of request (`_Cycle.lines`): each cluster's version then (-1:
-    to be asked again), why the clusters out of line are out, and the line of the others (a heap of their estimates'
-    negative scores)."""
+    """What `_place` made of the clusters for one kind of request (`_Cycle.lines`), by the clusters' order in the
+    snapshot: each one's version then (-1: to be asked again) and why it is out of line (None: in line), and the line
+    (a heap of the estimates' negative scores)."""
 
     versions: list[int]
-    reasons: dict[str, str]
+    reasons: list[str | None]
     line: list[tuple[float, str, bool]]
 
 
@@ -118,11 +118,12 @@ class _Cycle:
         # `_place`: (shape, part) -> cluster -> (the cluster's version, its reason or None, the negative score of its
         # estimate or None), while the cluster is as it was
         self.estimates: dict[tuple, dict[str, tuple[int, str | None, float | None]]] = {}
-        # `_place`: (shape, part, the fixed filters' key) -> the line of clusters it made last, and why the others
+        # `_place`: (shape, part) -> the fixed filters' key -> the line of clusters it made last, and why the others
         # were out, as of each cluster's version then
-        self.lines: dict[tuple, _Line] = {}
+        self.lines: dict[tuple, dict[tuple, _Line]] = {}
         self.ordered = list(snapshot.clusters.values())  # the snapshot's clusters, in its order
-        self.position = {cluster.name: i for i, cluster in enumerate(self.ordered)}
+        self.names = [cluster.name for cluster in self.ordered]
+        self.position = {name: i for i, name in enumerate(self.names)}
         self.within_share: dict[str, bool] = {}  # `_within_share`: since the last change
         self.standings: dict[str, dict[tuple, tuple]] = {}  # tenant -> (queue, demand) -> `_standing`'s shares
         self.demands: dict[str, tuple] = {}  # shape -> `_demand_key`
@@ -513,9 +514,14 @@ class _Cycle:
         return outcome
 
     def _shared(self, reasons: dict[str, str]) -> Mapping[str, str]:
-        """One mapping for equal reasons: jobs of one shape wait for the same reasons, and a cycle over 100,000
-        pending jobs would otherwise hold a copy of them per job."""
-        return self.reason_maps.setdefault(tuple(reasons.items()), MappingProxyType(reasons))
+        """One mapping for equal reasons, in the clusters' order: jobs of one shape wait for the same reasons, and a
+        cycle over 100,000 pending jobs would otherwise hold a copy of them per job (a bind that failed for this job
+        adds its reason last, one that failed for an earlier job of the shape in its place)."""
+        ordered = tuple(sorted(reasons.items()))
+        shared = self.reason_maps.get(ordered)
+        if shared is None:
+            shared = self.reason_maps[ordered] = MappingProxyType(dict(ordered))
+        return shared
 
     def _fixed_reasons(self, request: Request) -> tuple[tuple, tuple[str | None, ...]]:
         """What the fixed filters say of each cluster, in the snapshot's order, with the key of what they read
@@ -559,10 +565,12 @@ class _Cycle:
         shared = job.shape is not None and not job.previous_clusters and not request.clusters_used
         known = self.estimates.setdefault((job.shape, request.part), {}) if shared else {}
         fixed_key, fixed = self._fixed_reasons(request)
-        kept = self._line((job.shape, request.part, fixed_key) if shared else None, request, known, fixed, cap)
-        reasons.update(kept.reasons)
+        kind = self.lines.setdefault((job.shape, request.part), {}) if shared else {}
+        kept = self._line(kind, fixed_key, request, known, fixed, cap)
+        out = [(name, reason) for name, reason in zip(self.names, kept.reasons) if reason]
+        reasons.update(out)
         if verdicts is not None:
-            verdicts.update((name, ClusterVerdict(name, None, reason)) for name, reason in kept.reasons.items())
+            verdicts.update((name, ClusterVerdict(name, None, reason)) for name, reason in out)
         line = list(kept.line)  # a heap already
         bound: dict[str, Fit] = {}
         while line:
@@ -572,7 +580,8 @@ class _Cycle:
             if fit is None:
                 reasons[name] = self._no_fit(request, cluster)
                 known[name] = (cluster.version, reasons[name], None)  # binds no better until the cluster changes
-                kept.versions[self.position[name]] = -1  # its place in the line is what `known` says now
+                for other in kind.values():  # where it stands in every line of the shape is what `known` says now
+                    other.versions[self.position[name]] = -1
                 if verdicts is not None:
                     verdicts[name] = ClusterVerdict(name, None, reasons[name])
                 continue
@@ -590,30 +599,24 @@ class _Cycle:
             return placement
         return None
 
-    def _line(self, key: tuple | None, request: Request, known: dict, fixed: tuple[str | None, ...],
-              cap: int) -> _Line:
+    def _line(self, kind: dict[tuple, _Line], fixed_key: tuple, request: Request, known: dict,
+              fixed: tuple[str | None, ...], cap: int) -> _Line:
         """The clusters in line for the request, and why the others are out: the line `_place` made last for this
-        key, brought up to date — the clusters changed since are asked again (a cycle over a saturated federation
-        places thousands of jobs of a few hundred shapes; between two jobs of one shape, a few clusters of fifty
-        change). Key None: made afresh, and not kept."""
-        kept = self.lines.get(key) if key is not None else None
+        kind of request and fixed filters' key, brought up to date — the clusters changed since are asked again (a
+        cycle over a saturated federation places thousands of jobs of a few hundred shapes; between two jobs of one
+        shape, a few clusters of fifty change)."""
+        kept = kind.get(fixed_key)
         if kept is None:
-            kept = _Line([-1] * len(self.ordered), {}, [])
-            if key is not None:
-                self.lines[key] = kept
+            kept = kind[fixed_key] = _Line([-1] * len(self.ordered), [None] * len(self.ordered), [])
         versions = kept.versions
         changed = [i for i, cluster in enumerate(self.ordered) if cluster.version != versions[i]]
         if not changed:
             return kept
-        names = {self.ordered[i].name for i in changed}
+        names = {self.names[i] for i in changed}
         line = [entry for entry in kept.line if entry[1] not in names]
-        reasons = kept.reasons
         for i in changed:
             cluster = self.ordered[i]
-            reason, negative = self._said(request, cluster, fixed[i], known, cap)
-            reasons.pop(cluster.name, None)
-            if reason:
-                reasons[cluster.name] = reason
+            kept.reasons[i], negative = self._said(request, cluster, fixed[i], known, cap)
             if negative is not None:
                 line.append((negative, cluster.name, False))
             versions[i] = cluster.version

@@ -32,10 +32,11 @@ from datetime import datetime
 from typing import Any, Callable
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from broker import events
 from broker.db.models import PLACEMENT_ACTIVE_STATES, Cluster, Job, Placement, utcnow
-from broker.db.runtime import WRITE_BUDGET, Database, within
+from broker.db.runtime import Database, record_in_turns
 from broker.dispatch import (KEPT_STATES, Changes, StartupPolicy, Unready, Work, cancellations_or_fail_over_due,
                              due_work, evict_all_unready, fail_apply, fail_over, finish_apply, finish_delete,
                              kept_placements, lock_jobs, overdue_startups, placement_owner, request_deletions,
@@ -338,41 +339,33 @@ class DispatcherService(LoopService):
         return Outcome(work, "retry", str(exc))
 
 
-# Outcomes recorded per transaction, at most (fewer where they take longer than `WRITE_BUDGET`): the applies that
+# Outcomes recorded per transaction, at most (fewer where they take longer: `record_in_turns`): the applies that
 # finished while the last batch committed come by the hundred on a leader's first dispatch, and one transaction for
 # them all held SQLite's write lock from every submission.
 OUTCOMES_PER_TRANSACTION = 100
 
 
 def record_outcomes(database: Database, outcomes: list[Outcome], now: datetime) -> Changes:
-    """Every outcome of a batch of member calls (the dispatcher's, or a pull member's agent's), in transactions that
-    each record up to OUTCOMES_PER_TRANSACTION of them for about half of `WRITE_BUDGET` (`within`; the flush at the
-    commit takes about as long again). Each step checks the placement is still in the state the call was made in:
-    an outcome recorded twice changes nothing the second time."""
+    """Every outcome of a batch of member calls (the dispatcher's, or a pull member's agent's), up to
+    OUTCOMES_PER_TRANSACTION a transaction (`record_in_turns`), their jobs locked first, one flush at each commit.
+    Each step checks the placement is still in the state the call was made in: an outcome recorded twice changes
+    nothing the second time."""
     changes = Changes()
-    while outcomes:
-        recorded = _record_in_one_transaction(database, outcomes[:OUTCOMES_PER_TRANSACTION], now, changes)
-        outcomes = outcomes[recorded:]
+
+    def record(session: Session, o: Outcome) -> None:
+        if o.kind == "done" and o.work.state == "Deleting":
+            changes.add(finish_delete(session, o.work, now))
+        elif o.kind == "done":
+            changes.add(finish_apply(session, o.work, o.jobset, now, adopted=o.adopted))
+        elif o.kind == "fail":
+            changes.add(fail_apply(session, o.work, o.error, now))
+        elif o.kind == "retry":
+            retry_later(session, o.work, o.error, o.delay if o.delay is not None else
+                        backoff(o.work.attempts + 1, RETRY_BASE, RETRY_CAP), now)
+
+    record_in_turns(database, outcomes, most=OUTCOMES_PER_TRANSACTION, autoflush=False, record=record,
+                    lock=lambda session, batch: lock_jobs(session, (o.work.job_id for o in batch)))
     return changes
-
-
-def _record_in_one_transaction(database: Database, outcomes: list[Outcome], now: datetime, changes: Changes) -> int:
-    """Record the outcomes one transaction has time for, into `changes`; how many it recorded."""
-    recorded = 0
-    with database.write() as session, session.no_autoflush:  # one flush at the commit
-        lock_jobs(session, (o.work.job_id for o in outcomes))  # their rows in two queries, not four each
-        for o in within(outcomes, WRITE_BUDGET / 2):
-            if o.kind == "done" and o.work.state == "Deleting":
-                changes.add(finish_delete(session, o.work, now))
-            elif o.kind == "done":
-                changes.add(finish_apply(session, o.work, o.jobset, now, adopted=o.adopted))
-            elif o.kind == "fail":
-                changes.add(fail_apply(session, o.work, o.error, now))
-            elif o.kind == "retry":
-                retry_later(session, o.work, o.error, o.delay if o.delay is not None else
-                            backoff(o.work.attempts + 1, RETRY_BASE, RETRY_CAP), now)
-            recorded += 1
-    return recorded
 
 
 def assigned_work(database: Database, cluster_id: int, now: datetime) -> tuple[list[Work], list[int], Changes]:

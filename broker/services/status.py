@@ -25,7 +25,7 @@ from sqlalchemy import select
 
 from broker.db.fencing import Fenced
 from broker.db.models import Cluster, utcnow
-from broker.db.runtime import WRITE_BUDGET, Database, within
+from broker.db.runtime import Database, record_in_turns
 from broker.dispatch import Changes, lock_reported, record_list, record_status
 from broker.metrics import MEMBER_ERRORS, STATUS_LAG_SECONDS
 from broker.services.loop import LoopService, WatchThread, in_lane
@@ -39,7 +39,7 @@ log = logging.getLogger("archipelago.status")
 
 CANNOT_WATCH = frozenset({400, 405, 406, 415, 501})  # the member's API does not serve watches
 
-# Watch events recorded in one transaction, at most (fewer where they take longer than `WRITE_BUDGET`: `record`). A
+# Watch events recorded in one transaction, at most (fewer where they take longer: `record_in_turns`). A
 # takeover brings thousands in its first minutes (every copy the new leader's first cycle placed starts); one
 # transaction each, on SQLite they queued behind one another for the write lock, and the leader's first cycle
 # waited minutes for its own turns (bench/leader_api.py).
@@ -113,23 +113,24 @@ class StatusService(LoopService):
         self._events.put((cluster_id, event, time.monotonic()))
 
     def record(self, events: Sequence[tuple[int, dict, float]]) -> None:
-        """Watch events — (cluster id, event, monotonic time received) each — in transactions that each record them
-        for about half of `WRITE_BUDGET` (`within`; the flush at the commit takes about as long again)."""
-        events = [e for e in events if e[1].get("type") in ("ADDED", "MODIFIED", "DELETED")]
-        while events:
-            reports = [(cluster_id, event["object"], event["type"] == "DELETED") for cluster_id, event, _ in events]
-            changes, recorded = Changes(), 0
-            with self.database.write() as session:
-                lock_reported(session, reports)
-                now = self.now()
-                for cluster_id, obj, deleted in within(reports, WRITE_BUDGET / 2):
-                    changes.add(record_status(session, cluster_id, obj, now, deleted=deleted))
-                    recorded += 1
+        """Watch events — (cluster id, event, monotonic time received) each — up to EVENTS_PER_TRANSACTION a
+        transaction (`record_in_turns`), their jobs locked first; each transaction's wake-ups follow its commit."""
+        events = [(cluster_id, event["object"], event["type"] == "DELETED", received)
+                  for cluster_id, event, received in events if event.get("type") in ("ADDED", "MODIFIED", "DELETED")]
+        now, changes = self.now(), Changes()
+
+        def committed(done: Sequence[tuple[int, dict, bool, float]]) -> None:
+            nonlocal changes
             at = time.monotonic()
-            for _, _, received in events[:recorded]:
+            for *_, received in done:
                 STATUS_LAG_SECONDS.observe(at - received)
             changes.wake(self.wake)
-            events = events[recorded:]
+            changes = Changes()
+
+        record_in_turns(self.database, events, most=EVENTS_PER_TRANSACTION, committed=committed,
+                        lock=lambda session, batch: lock_reported(session, [report[:3] for report in batch]),
+                        record=lambda session, report: changes.add(
+                            record_status(session, report[0], report[1], now, deleted=report[2])))
 
     def _record_loop(self) -> None:
         """Record the events waiting, up to EVENTS_PER_TRANSACTION at a time (`record`), until `stop`. The members of a
@@ -148,7 +149,7 @@ class StatusService(LoopService):
                 self.record(batch)
                 continue
             except Fenced as exc:  # this replica no longer carries them: their watches end, as on a refused call
-                log.debug("status: %d watch events refused: %s", len(batch), exc)
+                log.debug("status: watch events refused (a batch of %d): %s", len(batch), exc)
             except Exception:
                 log.exception("status: recording watch events failed (%d in the batch); their members are listed "
                               "again", len(batch))

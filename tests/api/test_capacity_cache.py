@@ -9,6 +9,7 @@ import time
 from contextlib import nullcontext
 
 import pytest
+from fastapi.testclient import TestClient
 
 from broker import jobs
 from broker.db.session import WRITE_LOCK
@@ -18,8 +19,8 @@ from tests.api.jobsets import jobset
 
 @pytest.fixture
 def reads(monkeypatch) -> tuple[list[str], threading.Event]:
-    """Each read's session ("request": the submission's own; "refresh": the cache's thread), and an event that
-    lets the thread's reads end."""
+    """Each read's session ("request": the submission's own; "refresh": the cache's own, in its thread or for a
+    first read given no session), and an event that lets the cache's own reads end."""
     done, may_end = [], threading.Event()
 
     def read_capacity(session: str, known) -> str:
@@ -89,3 +90,11 @@ def test_a_submission_reads_the_capacity_before_it_takes_the_write_lock(research
     answer = research.post("/api/v1/jobs", json=jobset("first"))
     assert answer.status_code == 201, answer.text
     assert locking == [False]
+
+
+def test_a_submission_with_no_token_reads_no_capacity(app, monkeypatch):
+    """It is answered 401 before anything is read for it."""
+    monkeypatch.setattr(jobs, "federation_capacity", lambda session, known: pytest.fail("capacity read"))
+    with TestClient(app) as anonymous:
+        anonymous.app.state.capacity.forget()
+        assert anonymous.post("/api/v1/jobs", json=jobset("first")).status_code == 401

@@ -6,13 +6,16 @@ from __future__ import annotations
 import threading
 import time
 from datetime import datetime, timezone
+from functools import partial
 
 import pytest
 from sqlalchemy import event, select, update
 
 from broker.db.fencing import Fence, Fenced, fenced
 from broker.db.models import LEADER, Lease
-from broker.db.runtime import WriteSlices, open_database, within
+from broker.db import runtime
+from broker.db.runtime import WRITE_BUDGET, WriteSlices, open_database, record_in_turns, within
+from tests.locks import ticking
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
@@ -201,16 +204,6 @@ def test_write_slices_size_the_next_slice_by_the_block_they_time():
     assert slices.size <= 20
 
 
-def ticking(step: float):
-    """A clock that moves `step` seconds each time it is read."""
-    now = [0.0]
-
-    def read() -> float:
-        now[0] += step
-        return now[0]
-    return read
-
-
 @pytest.mark.parametrize(("seconds", "taken"), [
     pytest.param(0.035, [0, 1, 2, 3], id="until-the-time-is-up"),
     pytest.param(1.0, list(range(6)), id="all-when-there-is-time"),
@@ -220,3 +213,15 @@ def test_within_takes_items_until_its_time_is_up(seconds, taken):
     """The clock moves 10 ms a read: read once to set the deadline (at 10 ms), then before each item after the first
     (the fourth item is taken at 40 ms, before the 45 ms deadline; the fifth would be at 50)."""
     assert list(within(range(6), seconds, clock=ticking(0.01))) == taken
+
+
+def test_items_are_recorded_in_turns_each_taking_twice_what_the_last_had_time_for(db, monkeypatch):
+    """Here each item takes longer than a turn may last: every transaction records one, and locks the rows of two
+    after the first (of `most`), and each committed item is handed on once, in order."""
+    monkeypatch.setattr(runtime, "within", partial(within, clock=ticking(WRITE_BUDGET)))
+    locked, recorded, committed = [], [], []
+    record_in_turns(db, list(range(5)), most=4, lock=lambda session, batch: locked.append(list(batch)),
+                    record=lambda session, item: recorded.append(item), committed=committed.append)
+    assert locked == [[0, 1, 2, 3], [1, 2], [2, 3], [3, 4], [4]]
+    assert recorded == [0, 1, 2, 3, 4]
+    assert committed == [[0], [1], [2], [3], [4]]

@@ -6,15 +6,15 @@ from __future__ import annotations
 from datetime import timedelta
 from functools import partial
 
-from sqlalchemy import event
+import pytest
 
+from broker.db import runtime
 from broker.db.models import Placement
 from broker.db.runtime import WRITE_BUDGET, within
-from broker.db.session import WRITE_LOCK
 from broker.dispatch import (Changes, Work, due_work, fail_apply, finish_delete, lock_jobs, placement_owner,
                              retry_later, settle_job)
 from broker.services import dispatcher
-from tests.foundation.test_transactions import ticking
+from tests.locks import ticking, write_transactions
 from tests.outbox.conftest import NOW, seen
 
 
@@ -139,43 +139,20 @@ def test_changes_add_up_and_wake_the_loops_they_give_work_to(outbox):
     assert Changes().add(Changes(freed=True)).freed
 
 
-def test_a_large_batch_of_outcomes_is_recorded_in_bounded_transactions(outbox, monkeypatch):
+@pytest.mark.parametrize(("most", "clock", "outcomes"), [
+    pytest.param(2, lambda: lambda: 0.0, 5, id="at-most-most-a-transaction"),
+    pytest.param(100, lambda: ticking(WRITE_BUDGET), 3, id="until-the-time-is-up"),
+])
+def test_a_large_batch_of_outcomes_is_recorded_in_bounded_transactions(outbox, monkeypatch, most, clock, outcomes):
     """A leader's first dispatch finishes applies by the hundred while a batch commits: each transaction holds the
-    write lock (SQLite's, from every submission) for a bounded number of them, and every one is recorded once."""
-    monkeypatch.setattr(dispatcher, "OUTCOMES_PER_TRANSACTION", 2)
-    jobs = [outbox.job({"state": "Applying"}) for _ in range(5)]
+    write lock (SQLite's, from every submission) for at most OUTCOMES_PER_TRANSACTION of them, and stops taking them
+    when it has held it about half of WRITE_BUDGET (in the second case each outcome takes longer); every one is
+    recorded once."""
+    monkeypatch.setattr(dispatcher, "OUTCOMES_PER_TRANSACTION", most)
+    monkeypatch.setattr(runtime, "within", partial(within, clock=clock()))
+    jobs = [outbox.job({"state": "Applying"}) for _ in range(outcomes)]
     works = [_work(outbox, job) for job in jobs]
-    transactions: list[bool] = []
-
-    def began(connection) -> None:
-        if connection.get_execution_options().get(WRITE_LOCK):
-            transactions.append(True)
-
-    event.listen(outbox.db.engine, "begin", began)
-    try:
+    with write_transactions(outbox.db) as transactions:
         dispatcher.record_outcomes(outbox.db, [dispatcher.Outcome(w, "retry", "timed out", 30.0) for w in works], NOW)
-    finally:
-        event.remove(outbox.db.engine, "begin", began)
     assert len(transactions) == 3
-    assert [outbox.placements(job)[0].attempts for job in jobs] == [1] * 5
-
-
-def test_outcomes_are_recorded_in_transactions_that_end_when_their_time_is_up(outbox, monkeypatch):
-    """However few outcomes a transaction may take, it stops taking them when it has held the write lock about half
-    of WRITE_BUDGET (here each outcome takes longer): the next transaction records the rest, each once."""
-    monkeypatch.setattr(dispatcher, "within", partial(within, clock=ticking(WRITE_BUDGET)))
-    jobs = [outbox.job({"state": "Applying"}) for _ in range(3)]
-    works = [_work(outbox, job) for job in jobs]
-    transactions: list[bool] = []
-
-    def began(connection) -> None:
-        if connection.get_execution_options().get(WRITE_LOCK):
-            transactions.append(True)
-
-    event.listen(outbox.db.engine, "begin", began)
-    try:
-        dispatcher.record_outcomes(outbox.db, [dispatcher.Outcome(w, "retry", "timed out", 30.0) for w in works], NOW)
-    finally:
-        event.remove(outbox.db.engine, "begin", began)
-    assert len(transactions) == 3
-    assert [outbox.placements(job)[0].attempts for job in jobs] == [1] * 3
+    assert [outbox.placements(job)[0].attempts for job in jobs] == [1] * outcomes

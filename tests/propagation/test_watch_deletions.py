@@ -7,13 +7,10 @@ from __future__ import annotations
 import time
 from functools import partial
 
-from sqlalchemy import event
-
+from broker.db import runtime
 from broker.db.runtime import WRITE_BUDGET, within
-from broker.db.session import WRITE_LOCK
-from broker.services import status
 from clusters.sim.resources import JOBSETS
-from tests.foundation.test_transactions import ticking
+from tests.locks import ticking, write_transactions
 from tests.propagation.conftest import jobset
 
 LONG = {"sim.archipelago.io/duration": "1h"}
@@ -55,17 +52,8 @@ def test_watch_events_are_recorded_in_transactions_that_end_when_their_time_is_u
             member.delete_object(JOBSETS, "team-a", copy["metadata"]["name"], "Foreground")
         gone = {k: v for k, v in copy.items() if k != "cluster"}
         events.append((placement.cluster_id, {"type": "DELETED", "object": gone}, time.monotonic()))
-    monkeypatch.setattr(status, "within", partial(within, clock=ticking(WRITE_BUDGET)))
-    transactions: list[bool] = []
-
-    def began(connection) -> None:
-        if connection.get_execution_options().get(WRITE_LOCK):
-            transactions.append(True)
-
-    event.listen(federation.db.engine, "begin", began)
-    try:
+    monkeypatch.setattr(runtime, "within", partial(within, clock=ticking(WRITE_BUDGET)))
+    with write_transactions(federation.db) as transactions:
         federation.status.record(events)
-    finally:
-        event.remove(federation.db.engine, "begin", began)
     assert len(transactions) == 2
     assert [[e["reason"] for e in federation.job(job)["events"]].count("Drift") for job in jobs] == [1, 1]
