@@ -87,8 +87,8 @@ def within(items: Iterable[T], seconds: float, clock: Callable[[], float] = time
 @dataclass
 class WriteSlices:
     """How many items the next of a series of write transactions takes (the reasons a cycle writes, in one statement
-    each; `record_in_turns` is for items recorded one by one), so that each holds SQLite's write lock about `budget` seconds:
-    a submission waits for the loop transaction under way (`WriterQueue`). The items' cost is what the last
+    each; `record_in_turns` is for items recorded one by one), so that each holds SQLite's write lock about `budget`
+    seconds: a submission waits for the loop transaction under way (`WriterQueue`). The items' cost is what the last
     transaction measured: on a slow host, or while the scheduler computes beside them (the GIL), fewer items take as
     long."""
 
