@@ -27,12 +27,13 @@ from operator import itemgetter
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from sqlalchemy import String, bindparam, cast, func, insert, literal_column, select, type_coerce, update
+from sqlalchemy import String, bindparam, cast, func, insert, literal_column, select, update
 from sqlalchemy.orm import Session
 
 from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES,
-                              Cluster as ClusterRow, Event, HyperNode as HyperNodeRow, Job, Json, Node as NodeRow,
-                              Placement as PlacementRow, Queue as QueueRow, Tenant as TenantRow, as_utc, by_reason)
+                              Cluster as ClusterRow, Event, HyperNode as HyperNodeRow, Job, Json, JsonTexts,
+                              Node as NodeRow, Placement as PlacementRow, Queue as QueueRow, Tenant as TenantRow, as_utc,
+                              by_reason, json_text)
 from broker.db.runtime import Database, WriteSlices
 from broker.db.session import in_chunks
 from broker.dispatch import lock_job_rows
@@ -271,19 +272,22 @@ class KeptClusters:
             kept[cluster_id].row = rows[cluster_id]
         nodes: dict[int, list[_NodeRow]] = {cluster_id: [] for cluster_id in changed}
         hypernodes: dict[int, list[HyperNode]] = {cluster_id: [] for cluster_id in changed}
+        texts: JsonTexts[Any] = JsonTexts()
         for chunk in in_chunks(changed):
-            for row in session.execute(select(NodeRow.cluster_id, NodeRow.name, NodeRow.labels, NodeRow.taints,
-                                              NodeRow.unschedulable, NodeRow.ready, NodeRow.allocatable, NodeRow.used,
-                                              NodeRow.placement_used).where(NodeRow.cluster_id.in_(chunk))
+            for row in session.execute(select(NodeRow.cluster_id, NodeRow.name, json_text(NodeRow.labels),
+                                              json_text(NodeRow.taints), NodeRow.unschedulable, NodeRow.ready,
+                                              json_text(NodeRow.allocatable), json_text(NodeRow.used),
+                                              json_text(NodeRow.placement_used)).where(NodeRow.cluster_id.in_(chunk))
                                        .order_by(NodeRow.cluster_id, NodeRow.name)):
-                nodes[row.cluster_id].append(_NodeRow(Node(row.name, row.allocatable, row.used, row.labels,
-                                                           tuple(row.taints), row.unschedulable or not row.ready),
-                                                      row.placement_used or {}))
+                node = Node(row.name, texts(row.allocatable), texts(row.used), texts(row.labels),
+                            tuple(texts(row.taints)), row.unschedulable or not row.ready)
+                nodes[row.cluster_id].append(_NodeRow(node, texts(row.placement_used) or {}))
             for row in session.execute(select(HyperNodeRow.cluster_id, HyperNodeRow.name, HyperNodeRow.tier,
-                                              HyperNodeRow.parent, HyperNodeRow.nodes)
+                                              HyperNodeRow.parent, json_text(HyperNodeRow.nodes))
                                        .where(HyperNodeRow.cluster_id.in_(chunk))
                                        .order_by(HyperNodeRow.cluster_id, HyperNodeRow.name)):
-                hypernodes[row.cluster_id].append(HyperNode(row.name, row.tier, row.parent, (), tuple(row.nodes)))
+                hypernodes[row.cluster_id].append(HyperNode(row.name, row.tier, row.parent, (),
+                                                            tuple(texts(row.nodes))))
         for cluster_id in changed:
             kept[cluster_id] = _KeptCluster(rows[cluster_id], nodes[cluster_id], tuple(hypernodes[cluster_id]))
         self.clusters = {cluster_id: kept[cluster_id] for cluster_id in rows}
@@ -458,9 +462,9 @@ class PendingJobs:
         A manifest never changes after submission: those parsed already are kept through a full read.
         Rows are read a slice at a time, so that no more than a slice's manifests and reasons are in memory at once.
         Returns the jobs whose earlier placements to read: those just read and those placed before (None: all)."""
-        stored_reasons = type_coerce(Job.waiting_reasons, Json).label("waiting_reasons")  # as stored: grouped
-        columns = select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason, stored_reasons,
-                         QueueRow.name, TenantRow.name, Job.avoid, Job.requeue_at) \
+        columns = select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason,
+                         json_text(Job.waiting_reasons), QueueRow.name, TenantRow.name, json_text(Job.avoid),
+                         Job.requeue_at) \
             .join(QueueRow, QueueRow.id == Job.queue_id).join(TenantRow, TenantRow.id == Job.tenant_id)
         kept = self.rows
         full = self.fence != fence or self.reads_all(now)
@@ -473,6 +477,7 @@ class PendingJobs:
             wanted = self._new_ids(session)
         self.fence = fence
         recorded: dict[str | None, tuple[PlacementSpec, str] | None] = {None: None}  # `_recorded`'s memo
+        digests, texts = JsonTexts(stored_reasons_digest), JsonTexts()  # jobs of one shape wait for the same reasons
         for chunk in in_chunks(wanted):
             rows = session.execute(columns.where(Job.id.in_(chunk))).all()
             new = [row.id for row in rows if str(row.id) not in kept]  # a kept row's spec is kept with it
@@ -483,8 +488,10 @@ class PendingJobs:
                 if missing else {}
             for row in rows:
                 self.pause()
-                self._keep(row.id, _pending_row(row, kept.get(str(row.id)), recorded[records.get(row.id)],
-                                                manifests.get(row.id), self.parts), in_order=not full)
+                record = PendingRecord(row.tenant_id, row.reason, digests(row.waiting_reasons))
+                self._keep(row.id, _pending_row(row, record, texts(row.avoid), kept.get(str(row.id)),
+                                                recorded[records.get(row.id)], manifests.get(row.id), self.parts),
+                           in_order=not full)
         if full:  # each queue sorted once, rather than each job put in its place
             self.queued = Backlog.of(self.plain.values()).queues
         return None if full else sorted({*wanted, *map(int, self.others)})
@@ -607,13 +614,13 @@ def _recorded(text: str | None, memo: dict[str | None, tuple[PlacementSpec, str]
     return memo[text]
 
 
-def _pending_row(row: Any, kept: _PendingRow | None, recorded: tuple[PlacementSpec, str] | None,
-                 manifest: dict | None, parts: dict[str, tuple[PartSpec, ...]]) -> _PendingRow:
+def _pending_row(row: Any, record: PendingRecord, avoid: Mapping[str, str] | None, kept: _PendingRow | None,
+                 recorded: tuple[PlacementSpec, str] | None, manifest: dict | None,
+                 parts: dict[str, tuple[PartSpec, ...]]) -> _PendingRow:
     """The row as read, with its placement spec: kept from an earlier read, else its record's (`_recorded`), else
     its manifest parsed. Jobs of one shape share one copy of their parts (`parts`, by shape): at 100,000 pending
     jobs that is a hundred megabytes less."""
     job_id = str(row.id)
-    record = PendingRecord(row.tenant_id, row.reason, stored_reasons_digest(row.waiting_reasons))
     requeue_at = row.requeue_at and as_utc(row.requeue_at)
     if kept is not None and kept.unplaceable is not None:
         return replace(kept, record=record, requeue_at=requeue_at)
@@ -632,7 +639,7 @@ def _pending_row(row: Any, kept: _PendingRow | None, recorded: tuple[PlacementSp
         if shared is not spec.parts:
             spec = replace(spec, parts=shared)
     job = PendingJob(job_id, row[7], row[6], row.priority, as_utc(row.submitted_at).timestamp(), spec, shape=shape)
-    return _PendingRow(job, None, record, requeue_at, row.avoid or None)
+    return _PendingRow(job, None, record, requeue_at, avoid or None)
 
 
 def _read_pending(session: Session, inventory: Inventory, pending: PendingJobs) -> None:

@@ -563,3 +563,35 @@ def test_a_cluster_removed_and_another_registered_under_its_id_is_read_anew(db, 
     assert [n.name for n in scheduler.read().inputs[0]["us-east"].nodes][0].startswith("us-east-")
     if db.engine.dialect.name == "sqlite":  # the case this guards against did happen
         assert reused
+
+
+def test_a_read_decodes_each_json_text_once_and_its_rows_share_the_value(db, setup, monkeypatch):
+    """Nodes of one kind and jobs of one shape store the same JSON (allocatable, taints, waiting reasons): a full read
+    decodes each text once, on both databases (PostgreSQL's JSONB read as text), and reads what is stored."""
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=2)
+        tainted = add_cluster(session, "us-east", leaves=1)
+        for node in tainted.nodes:
+            node.taints = [{"key": "gpu", "value": "h100", "effect": "NoSchedule"}]
+            node.labels = {"pool": "h100"}
+        queue = add_queue(session)
+        jobs = [submit(session, queue, f"j{i}") for i in range(4)]
+        session.flush()
+        for job in jobs[:3]:
+            job.reason, job.waiting_reasons = "no cluster can take it now", {"eu-west": "needs 8 GPUs; 0 GPUs free"}
+    digested = []
+    monkeypatch.setattr(scheduling_module, "stored_reasons_digest",
+                        lambda stored: digested.append(stored) or scheduling_module.reasons_digest(
+                            {c: r for r, clusters in (stored or {}).items() for c in clusters}))
+    with db.read() as session:
+        inventory = read_inventory(session, now=(EPOCH + timedelta(minutes=1)).timestamp())
+    clusters = {cluster.name: cluster for cluster in inventory.inputs[0].values()}
+    nodes = [node for cluster in clusters.values() for node in cluster.nodes]
+    assert len({id(node.allocatable) for node in nodes}) == 1 and len({id(node.labels) for node in nodes}) == 2
+    assert [node.taints for node in clusters["us-east"].nodes] == [
+        ({"key": "gpu", "value": "h100", "effect": "NoSchedule"},)] * 4 and clusters["eu-west"].nodes[0].taints == ()
+    assert dict(nodes[0].allocatable) == {"cpu": 64_000, "memory": 512 * 2**30 * 1000, GPU: 8000}
+    assert sorted(digested, key=len) == [{}, {"needs 8 GPUs; 0 GPUs free": ["eu-west"]}]  # 4 jobs, 2 texts
+    waiting = [inventory.records[str(job.id)].reasons_digest for job in jobs]
+    assert waiting[0] == waiting[1] == waiting[2] == scheduling_module.reasons_digest(
+        {"eu-west": "needs 8 GPUs; 0 GPUs free"}) != waiting[3]
