@@ -19,6 +19,7 @@ placement, so the next cycle places it once.
 
 from __future__ import annotations
 
+import json
 import sys
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field, replace
@@ -31,7 +32,7 @@ from sqlalchemy import String, bindparam, cast, func, insert, literal_column, se
 from sqlalchemy.orm import Session
 
 from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES,
-                              Cluster as ClusterRow, Event, HyperNode as HyperNodeRow, Job, Json, JsonTexts,
+                              Cluster as ClusterRow, Event, HyperNode as HyperNodeRow, Job, JsonText, JsonTexts,
                               Node as NodeRow, Placement as PlacementRow, Queue as QueueRow, Tenant as TenantRow, as_utc,
                               by_reason, json_text)
 from broker.db.runtime import Database, WriteSlices
@@ -850,15 +851,15 @@ def write_reasons(session: Session, inventory: Inventory, changed: Sequence[Wait
     order of decisions, a slice and a batch that lock two of them could each hold what the other waits for."""
     now = datetime.now(timezone.utc)
     jobs = Job.__table__
-    stored: dict[int, dict[str, list[str]]] = {}  # each reasons mapping as stored, once (jobs of a shape share one)
+    stored: dict[int, str] = {}  # each reasons mapping as stored and encoded, once (jobs of a shape share one)
     rows = []
     for w in changed:
         if id(w.clusters) not in stored:
-            stored[id(w.clusters)] = by_reason(w.clusters)
+            stored[id(w.clusters)] = json.dumps(by_reason(w.clusters))
         rows.append({"job_id": int(w.job_id), "new_reason": w.message, "new_reasons": stored[id(w.clusters)]})
     rows.sort(key=itemgetter("job_id"))
     session.execute(update(jobs).where(jobs.c.id == bindparam("job_id"), jobs.c.state == "Queued")
-                    .values(reason=bindparam("new_reason"), waiting_reasons=bindparam("new_reasons", type_=Json)),
+                    .values(reason=bindparam("new_reason"), waiting_reasons=bindparam("new_reasons", type_=JsonText)),
                     rows)
     events = [_event(w.job_id, "Waiting", w.message, inventory.records[w.job_id].tenant_id, now)
               for w in changed if w.message != inventory.records[w.job_id].reason]

@@ -45,6 +45,19 @@ def json_text(column: Any) -> ColumnElement[str]:
     return cast(column, Text).label(column.key)
 
 
+class _JsonTextPostgres(TypeDecorator):
+    impl = Text
+    cache_ok = True
+
+    def bind_expression(self, bindvalue):
+        return cast(bindvalue, JSONB)
+
+
+# A bound JSON value its writer encoded already (`json.dumps`), for a JSON column: rows that store one value (the
+# waiting reasons of jobs of one shape) encode it once, not once a row.
+JsonText = Text().with_variant(_JsonTextPostgres(), "postgresql")
+
+
 class JsonTexts(Generic[T]):
     """JSON texts decoded once each (then made what `then` makes of them), for one read of many rows: the scheduler
     reads the same few allocatables, taints and waiting reasons for thousands of nodes and jobs (decoding each took a
