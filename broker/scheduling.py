@@ -32,8 +32,8 @@ from sqlalchemy import String, bindparam, cast, func, insert, literal_column, se
 from sqlalchemy.orm import Session
 
 from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES,
-                              Cluster as ClusterRow, Event, HyperNode as HyperNodeRow, Job, JsonText, JsonTexts,
-                              Node as NodeRow, Placement as PlacementRow, Queue as QueueRow, Tenant as TenantRow, as_utc,
+                              Cluster as ClusterRow, Event, HyperNode as HyperNodeRow, Job, JsonText, Node as NodeRow,
+                              Placement as PlacementRow, Queue as QueueRow, SharedJson, Tenant as TenantRow, as_utc,
                               by_reason, json_text)
 from broker.db.runtime import Database, WriteSlices
 from broker.db.session import in_chunks
@@ -273,7 +273,7 @@ class KeptClusters:
             kept[cluster_id].row = rows[cluster_id]
         nodes: dict[int, list[_NodeRow]] = {cluster_id: [] for cluster_id in changed}
         hypernodes: dict[int, list[HyperNode]] = {cluster_id: [] for cluster_id in changed}
-        texts: JsonTexts[Any] = JsonTexts()
+        texts: SharedJson[Any] = SharedJson()
         for chunk in in_chunks(changed):
             for row in session.execute(select(NodeRow.cluster_id, NodeRow.name, json_text(NodeRow.labels),
                                               json_text(NodeRow.taints), NodeRow.unschedulable, NodeRow.ready,
@@ -461,7 +461,8 @@ class PendingJobs:
     def _read(self, session: Session, fence: int, now: float) -> list[int] | None:
         """Refresh the rows: all of them in doubt, else the new ones only (and drop those no longer pending).
         A manifest never changes after submission: those parsed already are kept through a full read.
-        Rows are read a slice at a time, so that no more than a slice's manifests and reasons are in memory at once.
+        Rows are read a slice at a time, so that no more than a slice's manifests and reasons are in memory at once (and
+        the distinct JSON texts decoded: jobs of one shape share theirs).
         Returns the jobs whose earlier placements to read: those just read and those placed before (None: all)."""
         columns = select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason,
                          json_text(Job.waiting_reasons), QueueRow.name, TenantRow.name, json_text(Job.avoid),
@@ -478,7 +479,7 @@ class PendingJobs:
             wanted = self._new_ids(session)
         self.fence = fence
         recorded: dict[str | None, tuple[PlacementSpec, str] | None] = {None: None}  # `_recorded`'s memo
-        digests, texts = JsonTexts(stored_reasons_digest), JsonTexts()  # jobs of one shape wait for the same reasons
+        digests, texts = SharedJson(stored_reasons_digest), SharedJson()  # jobs of one shape: the same reasons
         for chunk in in_chunks(wanted):
             rows = session.execute(columns.where(Job.id.in_(chunk))).all()
             new = [row.id for row in rows if str(row.id) not in kept]  # a kept row's spec is kept with it

@@ -37,11 +37,11 @@ EVENT_TYPES = ("Normal", "Warning")
 LEADER = "leader"  # the lease under which the loop services run
 
 Json = JSON().with_variant(JSONB(), "postgresql")
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 def json_text(column: Any) -> ColumnElement[str]:
-    """A JSON column read as its text on both databases (PostgreSQL hands JSONB back decoded), for `JsonTexts`."""
+    """A JSON column read as its text on both databases (PostgreSQL hands JSONB back decoded), for `SharedJson`."""
     return cast(column, Text).label(column.key)
 
 
@@ -58,16 +58,16 @@ class _JsonTextPostgres(TypeDecorator):
 JsonText = Text().with_variant(_JsonTextPostgres(), "postgresql")
 
 
-class JsonTexts(Generic[T]):
+class SharedJson(Generic[_T]):
     """JSON texts decoded once each (then made what `then` makes of them), for one read of many rows: the scheduler
     reads the same few allocatables, taints and waiting reasons for thousands of nodes and jobs (decoding each took a
     fifth of a new leader's read). Rows with equal texts share one value: read-only."""
 
-    def __init__(self, then: Callable[[Any], T] = lambda value: value) -> None:
+    def __init__(self, then: Callable[[Any], _T] = lambda value: value) -> None:
         self.then = then
-        self.values: dict[str, T] = {}
+        self.values: dict[str, _T] = {}
 
-    def __call__(self, text: str | None) -> T:
+    def __call__(self, text: str | None) -> _T:
         if text is None:
             return self.then(None)
         value = self.values.get(text, self)

@@ -588,6 +588,8 @@ def test_a_read_decodes_each_json_text_once_and_its_rows_share_the_value(db, set
     clusters = {cluster.name: cluster for cluster in inventory.inputs[0].values()}
     nodes = [node for cluster in clusters.values() for node in cluster.nodes]
     assert len({id(node.allocatable) for node in nodes}) == 1 and len({id(node.labels) for node in nodes}) == 2
+    assert len({id(node.used) for node in nodes}) == 1
+    assert len({id(node.taints[0]) for node in nodes if node.taints}) == 1
     assert [node.taints for node in clusters["us-east"].nodes] == [
         ({"key": "gpu", "value": "h100", "effect": "NoSchedule"},)] * 4 and clusters["eu-west"].nodes[0].taints == ()
     assert dict(nodes[0].allocatable) == {"cpu": 64_000, "memory": 512 * 2**30 * 1000, GPU: 8000}
