@@ -8,6 +8,7 @@ import secrets
 from contextlib import asynccontextmanager
 from typing import Annotated
 
+import anyio
 from fastapi import Depends, FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.security import HTTPAuthorizationCredentials
@@ -124,6 +125,7 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
     async def lifespan(app: FastAPI):
         owned = database is None
         app.state.db = database or open_database(settings, upgrade=settings.is_sqlite)
+        await anyio.to_thread.run_sync(app.state.capacity.warm)
         app.state.services = replica(app.state.db, settings, run_loops=run_loops)
         app.state.services.start()
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -12,10 +13,11 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, exists, insert, or_, select, update
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, defer
 
 from broker import events
+from broker.courtesy import REQUESTS_FIRST, RequestsFirst
 from broker.db.models import (JOB_FINISHED_STATES, JOB_STATES, PLACEMENT_LIVE_STATES, Event, Job, Placement, Queue,
                               Tenant, utcnow)
 from broker.errors import Conflict, Invalid, NotFound
@@ -27,7 +29,7 @@ from broker.jobset import (CLUSTER_SELECTOR_ANNOTATION, HIGHEST_TIER_ANNOTATION,
 from broker.placement import Config
 from broker.placement.feasibility import empty, never_fits
 from broker.placement.snapshot import ClusterIndex
-from broker.placement.model import Cluster
+from broker.placement.model import Cluster, no_pause
 from broker.scheduling import KeptClusters, engine_config, read_clusters
 from broker.settings import Settings
 from broker.tenancy import Principal, QueueChoice, Submitter
@@ -39,6 +41,8 @@ TENANT_ANNOTATIONS = frozenset({PLACEMENT_ANNOTATION, CLUSTER_SELECTOR_ANNOTATIO
                                 HIGHEST_TIER_ANNOTATION, MAX_RESTARTS_ANNOTATION, STARTUP_TIMEOUT_ANNOTATION,
                                 ON_PREEMPTION_ANNOTATION})
 MAX_PAGE = 500
+
+log = logging.getLogger("archipelago.jobs")
 
 
 # Capacity: what some cluster could ever hold ------------------------------------------------------
@@ -79,12 +83,20 @@ class KnownClusters:
         self.lock = threading.Lock()  # a submission's read and the cache's thread may overlap
 
 
-def federation_capacity(session: Session, known: KnownClusters | None = None) -> FederationCapacity:
+def federation_capacity(session: Session, known: KnownClusters | None = None,
+                        pause: Callable[[], None] = no_pause) -> FederationCapacity:
+    """`pause`: between clusters and every few nodes read (`read_clusters`), for a read no request waits on."""
     known = known or KnownClusters()
     with known.lock:
-        clusters = read_clusters(session, known.clusters)
-        known.empty = {c.name: known.empty[c.name] if c.name in known.empty and known.empty[c.name][0] is c
-                       else (c, empty(c)) for c in clusters}
+        clusters = read_clusters(session, known.clusters, pause)
+        indexes = {}
+        for cluster in clusters:
+            kept = known.empty.get(cluster.name)
+            if kept is None or kept[0] is not cluster:
+                pause()
+                kept = (cluster, empty(cluster))
+            indexes[cluster.name] = kept
+        known.empty = indexes
         return FederationCapacity(tuple(index for _, index in known.empty.values()))
 
 
@@ -93,8 +105,10 @@ class CapacityCache:
     still gets the cached capacity while a thread reads it again (`read`: a session): reading thousands of nodes
     costs a submission's time many times over, in the process that also schedules."""
 
-    def __init__(self, read: Callable[[], AbstractContextManager[Session]], ttl: float = 5.0) -> None:
+    def __init__(self, read: Callable[[], AbstractContextManager[Session]], ttl: float = 5.0,
+                 requests: RequestsFirst = REQUESTS_FIRST) -> None:
         self._read, self._ttl, self._value, self._at = read, ttl, None, 0.0
+        self._pause = requests.pause  # the thread's read steps aside for them: no request waits on it
         self._generation, self._refreshing = 0, False
         self._lock = threading.Lock()
         self._known = KnownClusters()
@@ -112,11 +126,20 @@ class CapacityCache:
                 threading.Thread(target=self._refresh, args=(self._generation,), name="capacity", daemon=True).start()
             return self._value
 
+    def warm(self) -> None:
+        """Read the capacity now, before the process serves, or the first submission reads it: a second at 8,000
+        nodes (bench/leader_api.py), while every request beside it and the loops wait for the interpreter. A database
+        that does not answer yet leaves it to that first submission."""
+        try:
+            self.get()
+        except SQLAlchemyError as exc:
+            log.warning("capacity not read at start (the first submission reads it): %s", exc)
+
     def _refresh(self, generation: int) -> None:
         started, value = time.monotonic(), None
         try:
             with self._read() as session:
-                value = federation_capacity(session, self._known)
+                value = federation_capacity(session, self._known, self._pause)
         finally:
             with self._lock:
                 self._refreshing = False

@@ -13,8 +13,13 @@ from fastapi.testclient import TestClient
 
 from broker import jobs
 from broker.db.session import WRITE_LOCK
+from broker.courtesy import RequestsFirst
+from broker.db.crypto import KubeconfigCipher
 from broker.jobs import CapacityCache
+from broker.placement.model import no_pause
+from tests.api.conftest import add_cluster_with_leaves
 from tests.api.jobsets import jobset
+from tests.services.test_courtesy import FOREVER, until_pausing
 
 
 @pytest.fixture
@@ -23,7 +28,7 @@ def reads(monkeypatch) -> tuple[list[str], threading.Event]:
     first read given no session), and an event that lets the cache's own reads end."""
     done, may_end = [], threading.Event()
 
-    def read_capacity(session: str, known) -> str:
+    def read_capacity(session: str, known, pause=None) -> str:
         done.append(session)
         if session == "refresh":
             assert may_end.wait(10)
@@ -81,9 +86,9 @@ def test_a_submission_reads_the_capacity_before_it_takes_the_write_lock(research
     locking = []
     read = jobs.federation_capacity
 
-    def federation_capacity(session, known):
+    def federation_capacity(session, known, pause=no_pause):
         locking.append(bool(session.get_bind().get_execution_options().get(WRITE_LOCK)))
-        return read(session, known)
+        return read(session, known, pause)
 
     monkeypatch.setattr(jobs, "federation_capacity", federation_capacity)
     research.app.state.capacity.forget()
@@ -94,7 +99,35 @@ def test_a_submission_reads_the_capacity_before_it_takes_the_write_lock(research
 
 def test_a_submission_with_no_token_reads_no_capacity(app, monkeypatch):
     """It is answered 401 before anything is read for it."""
-    monkeypatch.setattr(jobs, "federation_capacity", lambda session, known: pytest.fail("capacity read"))
     with TestClient(app) as anonymous:
+        monkeypatch.setattr(jobs, "federation_capacity", lambda session, known, pause=None: pytest.fail("read"))
         anonymous.app.state.capacity.forget()
         assert anonymous.post("/api/v1/jobs", json=jobset("first")).status_code == 401
+
+
+def test_the_thread_that_reads_the_capacity_again_waits_while_requests_are_in_flight(db, settings):
+    """It reads on no request's behalf, in the process whose requests go first (`broker.courtesy`): reading thousands
+    of nodes beside them slowed each by as long in the leader process (bench/leader_api.py)."""
+    with db.sessions() as session, session.begin():
+        add_cluster_with_leaves(session, KubeconfigCipher(settings.fernet_key()), "eu-west", 2, {})
+    requests = RequestsFirst(defer_at_most=FOREVER, clock=lambda: 0.0)
+    cache = CapacityCache(db.read, ttl=0, requests=requests)
+    first = cache.get()
+    requests.started()
+    assert cache.get() is first  # stale: answered at once, while a thread reads it again
+    until_pausing(requests)
+    assert cache.get() is first
+    requests.answered()
+    refreshed()
+    assert cache.get() is not first
+    refreshed()
+
+
+def test_the_capacity_is_read_before_the_process_serves(app, monkeypatch):
+    """Or the first submission reads it, a second at 8,000 nodes while everything beside it waits."""
+    read = []
+    monkeypatch.setattr(jobs, "federation_capacity", lambda session, known, pause=None: read.append(session) or "c")
+    with TestClient(app) as client:
+        assert len(read) == 1
+        assert client.app.state.capacity.get() == "c"
+    assert len(read) == 1

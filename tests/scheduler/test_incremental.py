@@ -16,7 +16,7 @@ from broker.jobs import FederationCapacity, KnownClusters, federation_capacity
 from broker.jobset import parse_jobset
 from broker.placement import Backlog, Config, Parked, schedule, shape_of
 from broker.placement.model import QUEUE_ORDER
-from broker.scheduling import PendingJobs, commit_cycle, read_inventory
+from broker.scheduling import NODES_BETWEEN_PAUSES, KeptClusters, PendingJobs, commit_cycle, read_inventory
 from broker.services.scheduler import SchedulerService
 from clusters.topology import ResolvedHyperNode, Topology
 from tests.placement.fixtures import GPU, manifest as job_manifest
@@ -541,6 +541,32 @@ def test_a_capacity_read_builds_again_only_the_clusters_whose_inventory_changed(
         second = {index.name: index for index in federation_capacity(session, known).clusters}
     assert second["eu-west"] is first["eu-west"] and second["us-east"] is not first["us-east"]
     assert FederationCapacity(tuple(second.values())).refusal(sixteen, Config()) is None
+
+
+def test_reading_the_clusters_steps_aside_between_clusters_and_every_few_nodes(db, setup):
+    """Once every member's pods moved, the scheduler and the capacity cache read every node again: 8,000 in one
+    stretch of 0.3 s or more in bench/leader_api.py, while the requests beside them waited. They pause
+    (`broker.courtesy`) every NODES_BETWEEN_PAUSES nodes read, and before each cluster or index they build."""
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=2, nodes_per_leaf=NODES_BETWEEN_PAUSES)
+        add_cluster(session, "us-east", leaves=1)
+    nodes = 2 * NODES_BETWEEN_PAUSES + 4
+    pauses = []
+    with db.read() as session:
+        KeptClusters().refresh(session, lambda: pauses.append("node"))
+    assert len(pauses) == -(-nodes // NODES_BETWEEN_PAUSES) == 3
+    pauses, known = [], KnownClusters()
+    with db.read() as session:
+        federation_capacity(session, known, lambda: pauses.append("capacity"))
+    assert len(pauses) == 3 + 2 + 2  # the nodes, then each cluster built and its empty index
+    pauses = []
+    with db.read() as session:
+        federation_capacity(session, known, lambda: pauses.append("capacity"))
+    assert len(pauses) == 2  # nothing changed: no node read, no index built again
+    kept = KeptClusters()
+    with db.read() as session:
+        kept.read(session, EPOCH.timestamp(), lambda: pauses.append("cycle"))
+    assert pauses.count("cycle") == 3 + 2
 
 
 def test_a_cluster_removed_and_another_registered_under_its_id_is_read_anew(db, setup, settings):
