@@ -6,15 +6,18 @@ A cycle, after Kueue's scheduler:
    pending rows (`PendingJobs`), the clusters' nodes and the live placements (`KeptClusters`) kept since the
    last cycle are brought up to date, not read again.
 2. `broker.placement.schedule`: decisions over that snapshot, no I/O.
-3. `commit_cycle`: every decision in one transaction (`commit_decisions`, in a `Database.write`), or none of
-   them; then the waiting jobs' reasons that changed (`write_reasons`), a slice per transaction.
+3. `commit_cycle`: the decisions a slice of jobs per transaction, in the order the cycle made them
+   (`commit_decisions`, in a `Database.write`: a new leader's first cycle admits thousands, and one
+   transaction held the write lock from every submission meanwhile); then the waiting jobs' reasons that
+   changed (`write_reasons`), a slice per transaction.
 
-Two guards make a cycle safe to crash or to race. The commit holds the scheduler's write lock and
-checks a fence (the newest placement id it read): if another scheduler committed placements since
-the read, the whole cycle is dropped, since its snapshot no longer holds. And each job is admitted by
-a conditional UPDATE (still Queued, not cancelled): a job that was placed or cancelled meanwhile gets
-none of its placements inserted. A crash before the commit ends leaves the job Queued with no
-placement, so the next cycle places it once.
+Two guards make a cycle safe to crash or to race. Each slice's commit holds the scheduler's write lock
+and checks a fence (the newest placement id it read, then the one the slice before left): if another
+scheduler committed placements since, that slice and the rest are dropped, since the snapshot no longer
+holds. And each job is admitted by a conditional UPDATE (still Queued, not cancelled): a job that was
+placed or cancelled meanwhile gets none of its placements inserted. A job's placements, its admission,
+the placements it preempts and its events are in one slice: a crash leaves the job either admitted
+with all of them or Queued with none, and the next cycle places it once.
 """
 
 from __future__ import annotations
@@ -35,14 +38,14 @@ from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLAC
                               Cluster as ClusterRow, Event, HyperNode as HyperNodeRow, Job, JsonText, Node as NodeRow,
                               Placement as PlacementRow, Queue as QueueRow, SharedJson, Tenant as TenantRow, as_utc,
                               by_reason, json_text)
-from broker.db.runtime import Database, WriteSlices
+from broker.db.runtime import Database, WriteSlices, write_in_slices
 from broker.db.session import in_chunks
 from broker.dispatch import lock_job_rows
 from broker.jobset import (ON_PREEMPTION_ANNOTATION, JobSetError, PartSpec, PlacementSpec, from_placement_record,
                            parse_jobset)
 from broker.placement import (DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Cluster, Config, CycleResult, DryRun, HyperNode,
-                              Node, Parked, PendingJob, Placement, Queue, RunningPlacement, Snapshot, Tenant, Waiting,
-                              dry_run, shape_of)
+                              Node, Parked, PendingJob, Placement, Preemption, Queue, RunningPlacement, Snapshot, Tenant,
+                              Waiting, dry_run, shape_of)
 from broker.placement.cycle import JOBS_BETWEEN_PAUSES
 from broker.placement.model import QUEUE_ORDER, Backlog, no_pause
 from broker.placement.snapshot import ClusterIndex
@@ -129,12 +132,20 @@ class CommitOutcome:
     placements: int = 0
     preempted: int = 0  # placements marked Deleting
     changed: list[Waiting] = field(default_factory=list)  # the waiting jobs whose reasons were written
-    stale: bool = False  # another scheduler committed since the read: nothing was written
+    stale: bool = False  # another scheduler committed since the read: the rest was not written
     fence: int = 0  # newest placement id once committed
 
     @property
     def reasons_written(self) -> int:
         return len(self.changed)
+
+    def add(self, slice_: CommitOutcome) -> None:
+        """What the next slice of the same cycle committed."""
+        self.admitted = sorted((*self.admitted, *slice_.admitted))
+        self.dropped = sorted((*self.dropped, *slice_.dropped))
+        self.placements += slice_.placements
+        self.preempted += slice_.preempted
+        self.fence = slice_.fence
 
 
 # -- 1. the read -------------------------------------------------------------------------------------
@@ -757,10 +768,31 @@ def _lock_for_commit(session: Session) -> None:
         connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEDULER_LOCK_KEY})")
 
 
-def commit_decisions(session: Session, inventory: Inventory, result: CycleResult) -> CommitOutcome:
-    """Write one cycle's decisions in a fresh `Database.write()` session, which commits them.
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    """Some jobs' decisions out of a cycle's (`CycleResult`): their placements and the preemptions that make room."""
 
-    1. Take the commit lock; drop everything if another scheduler placed anything since the read.
+    placements: tuple[Placement, ...]
+    preemptions: tuple[Preemption, ...]
+
+
+def decisions_by_job(result: CycleResult) -> list[Decisions]:
+    """A cycle's decisions per placed job, in the order it decided them: each job with the preemptions it needs."""
+    preemptions: dict[str, list[Preemption]] = {}
+    for preemption in result.preemptions:
+        preemptions.setdefault(preemption.preemptor, []).append(preemption)
+    placements: dict[str, list[Placement]] = {}
+    for placement in result.placements:
+        placements.setdefault(placement.job_id, []).append(placement)
+    return [Decisions(tuple(placed), tuple(preemptions.get(job_id, ()))) for job_id, placed in placements.items()]
+
+
+def commit_decisions(session: Session, inventory: Inventory, result: CycleResult | Decisions,
+                     fence: int | None = None) -> CommitOutcome:
+    """Write decisions (a cycle's, or some jobs' of it) in a fresh `Database.write()` session, which commits them.
+
+    1. Take the commit lock; drop everything if another scheduler placed anything since the read (the newest
+       placement id is not `fence`: the read's, or what the slice before left, `commit_cycle`).
     2. Lock the jobs it admits and preempts, ids ascending, before any of their placements, as every batch locks
        them (`lock_job_rows`); admit each placed job still Queued as read, with a conditional UPDATE (`_admit`);
        only admitted jobs get placements.
@@ -769,12 +801,13 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     5. One event per admitted job and per preempted job.
     The waiting jobs' reasons follow in transactions of their own (`write_reasons`).
     """
+    fence = inventory.fence if fence is None else fence
     outcome = CommitOutcome()
     _lock_for_commit(session)
-    if (session.scalar(select(func.max(PlacementRow.id))) or 0) != inventory.fence:
+    if (session.scalar(select(func.max(PlacementRow.id))) or 0) != fence:
         outcome.stale = True
         return outcome
-    outcome.fence = inventory.fence
+    outcome.fence = fence
     now = datetime.now(timezone.utc)
     events: list[dict[str, Any]] = []
 
@@ -831,19 +864,35 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
 REASONS_PER_TRANSACTION = 200
 
 
+# Jobs whose decisions are committed per transaction, at most: a new leader's first cycle admits thousands at once (2,000
+# held SQLite's write lock 130 ms in bench/leader_api.py, every submission waiting; a cycle over more capacity, longer).
+# Fewer where they take longer than `WriteSlices.budget`.
+JOBS_PER_TRANSACTION = 500
+
+
 def commit_cycle(database: Database, inventory: Inventory, result: CycleResult) -> CommitOutcome:
-    """The decisions in one transaction (`commit_decisions`), then the reasons that changed, a slice per transaction."""
-    with database.write() as session:
-        outcome = commit_decisions(session, inventory, result)
-    if not outcome.stale:
-        changed = changed_reasons(inventory, result)
-        slices, start = WriteSlices(most=REASONS_PER_TRANSACTION), 0
-        while start < len(changed):
-            written = changed[start:start + slices.size]
-            with database.write() as session, slices.timed(len(written)):
-                write_reasons(session, inventory, written)
-            start += len(written)
-        outcome.changed = changed
+    """The decisions, a slice of jobs per transaction in the order the cycle decided them (`commit_decisions`, each
+    fenced on what the slice before left), then the reasons that changed, a slice per transaction. A slice finding
+    that another scheduler committed since drops itself and the rest: the outcome is `stale`, with what the slices
+    before it committed. At least one transaction: a cycle that placed nothing still learns whether it is stale."""
+    outcome, jobs = CommitOutcome(fence=inventory.fence), decisions_by_job(result)
+    slices, start = WriteSlices(most=JOBS_PER_TRANSACTION), 0
+    while True:
+        taken = jobs[start:start + slices.size]
+        decisions = Decisions(tuple(p for job in taken for p in job.placements),
+                              tuple(p for job in taken for p in job.preemptions))
+        with database.write() as session, slices.timed(len(taken)):
+            committed = commit_decisions(session, inventory, decisions, outcome.fence)
+        if committed.stale:
+            outcome.stale = True
+            return outcome
+        outcome.add(committed)
+        start += len(taken)
+        if start >= len(jobs):
+            break
+    outcome.changed = changed_reasons(inventory, result)
+    write_in_slices(database, outcome.changed, most=REASONS_PER_TRANSACTION,
+                    write=lambda session, written: write_reasons(session, inventory, written))
     return outcome
 
 

@@ -174,6 +174,18 @@ class Database:
             REQUESTS_FIRST.pause()
 
 
+def write_in_slices(database: Database, items: Sequence[T], *, most: int,
+                    write: Callable[[Session, Sequence[T]], object]) -> None:
+    """`write` the items a slice per transaction, each slice sized (`WriteSlices`, at most `most`) to hold the write
+    lock about WRITE_BUDGET; for items written a statement per slice (`record_in_turns`: one by one)."""
+    slices, start = WriteSlices(most=most), 0
+    while start < len(items):
+        taken = items[start:start + slices.size]
+        with database.write() as session, slices.timed(len(taken)):
+            write(session, taken)
+        start += len(taken)
+
+
 def record_in_turns(database: Database, items: Sequence[T], *, most: int,
                     lock: Callable[[Session, Sequence[T]], object], record: Callable[[Session, T], object],
                     committed: Callable[[Sequence[T]], object] = lambda done: None, autoflush: bool = True) -> None:

@@ -11,7 +11,7 @@ One pass (`run_once`):
    labelled by the broker that no placement owns any more are deleted before anything starts there.
 4. Applies due, on members that are swept and whose deletions went through: a placement whose JobSet an
    override rule would make invalid fails (naming the rule) without a member call; the pass commits every
-   step Decided → Applying before any member is touched, lists each namespace it applies to once
+   step Decided → Applying (a slice per transaction) before any member is touched, lists each namespace it applies to once
    (created if missing: a name held by a stale copy is cleared, by a foreign object refused), then
    applies each JobSet.
 Deletions and applies run in one lane per member (LANE_WIDTH calls in flight to a member, members side
@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session
 
 from broker import events
 from broker.db.models import PLACEMENT_ACTIVE_STATES, Cluster, Job, Placement, utcnow
-from broker.db.runtime import Database, record_in_turns
+from broker.db.runtime import Database, record_in_turns, write_in_slices
 from broker.dispatch import (KEPT_STATES, Changes, StartupPolicy, Unready, Work, cancellations_or_fail_over_due,
                              due_work, evict_all_unready, fail_apply, fail_over, finish_apply, finish_delete,
                              kept_placements, lock_jobs, overdue_startups, placement_owner, request_deletions,
@@ -59,6 +59,9 @@ log = logging.getLogger("archipelago.dispatcher")
 CRASH_AT_ENV = "ARCHIPELAGO_TEST_CRASH_AT"
 RETRY_BASE = 1.0
 RETRY_CAP = 60.0
+# Placements moved Decided → Applying per transaction, at most: after a new leader's first cycle, 2,000 in one held
+# SQLite's write lock 60-80 ms (bench/leader_api.py) while the submissions waited. Fewer where they take longer.
+APPLIES_PER_TRANSACTION = 1_000
 LANE_WIDTH = 4  # calls in flight to one member at once (its MemberClient pool keeps more connections)
 
 
@@ -135,8 +138,9 @@ class DispatcherService(LoopService):
             applies = [w for w in applies if w.refused is None]
         decided = [w for w in applies if w.state == "Decided"]
         if decided:
-            with self.database.write() as session:  # committed before any member is touched
-                started = start_apply(session, decided)
+            started: set[int] = set()  # committed before any member is touched, a slice per transaction
+            write_in_slices(self.database, decided, most=APPLIES_PER_TRANSACTION,
+                            write=lambda session, works: started.update(start_apply(session, works)))
             crash_point("applying")
             applies = [w if w.state == "Applying" else replace(w, state="Applying") for w in applies
                        if w.state == "Applying" or w.placement_id in started]

@@ -97,8 +97,8 @@ class SchedulerService(LoopService):
         return inventory
 
     def run_once(self) -> CommitOutcome:
-        """1. read one snapshot, 2. decide, 3. commit every decision in one transaction, 4. write the reasons that
-        changed, a slice per transaction."""
+        """1. read one snapshot, 2. decide, 3. commit the decisions, a slice of jobs per transaction, 4. write the
+        reasons that changed, a slice per transaction."""
         with self.database.read() as session:
             if not has_pending(session):
                 return CommitOutcome()
@@ -119,12 +119,13 @@ class SchedulerService(LoopService):
                 # collection would walk it all; a later `freeze_long_lived(collect=True)` looks through it again
                 gc.freeze()
         SCHEDULER_CYCLE_SECONDS.observe(time.perf_counter() - started)
+        PLACEMENTS_TOTAL.inc(outcome.placements)
         if outcome.stale:  # placements_last_cycle keeps the last cycle that ran
             CYCLES_DROPPED.inc()
-            log.info("scheduler: another scheduler committed since this cycle's read; its decisions are dropped")
+            log.info("scheduler: another scheduler committed since this cycle's read; its decisions are dropped (%d "
+                     "jobs admitted by its slices before)", len(outcome.admitted))
             return outcome
         PLACEMENTS_PER_CYCLE.set(outcome.placements)
-        PLACEMENTS_TOTAL.inc(outcome.placements)
         if outcome.admitted or outcome.dropped or outcome.preempted:
             log.info("scheduler: admitted %d jobs (%d placements), preempted %d placements, %d placed elsewhere "
                      "or cancelled meanwhile", len(outcome.admitted), outcome.placements, outcome.preempted,

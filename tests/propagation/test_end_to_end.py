@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from broker.services import dispatcher
 from clusters.jobsets import GENERATION_LABEL, JOB_ID_LABEL, OWNER_ANNOTATION, PLACEMENT_ID_LABEL
 from tests.propagation.conftest import example, example_files, jobset
 
@@ -162,3 +163,22 @@ def test_a_member_refusing_the_jobset_fails_the_job_with_its_message(federation)
     assert failed["placements"][0]["cluster"] in failed["reason"]
     assert [p["state"] for p in failed["placements"]] == ["Failed"]
     assert federation.copies(job) == []
+
+
+def test_placements_go_to_applying_a_slice_per_transaction_all_before_any_member_call(federation, monkeypatch):
+    """After a new leader's first cycle thousands move at once: one transaction held the write lock from every
+    submission meanwhile (bench/leader_api.py). Each slice is committed, and all of them before the first apply."""
+    start_apply, slices = dispatcher.start_apply, []
+
+    def each_slice(session, works):
+        slices.append((id(session), len(works), len(federation.copies())))
+        return start_apply(session, works)
+
+    monkeypatch.setattr(dispatcher, "start_apply", each_slice)
+    jobs = [federation.submit(jobset(f"small-{i}", parts=(("workers", 1, 1, 1),))) for i in range(24)]
+    federation.scheduler.run_once()
+    federation.dispatcher.run_once()
+    assert len(slices) > 1 and len({session for session, _, _ in slices}) == len(slices)
+    assert sum(works for _, works, _ in slices) == len(jobs)
+    assert [copies for _, _, copies in slices] == [0] * len(slices)
+    assert len(federation.copies()) == len(jobs)

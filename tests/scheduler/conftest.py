@@ -61,11 +61,16 @@ class Crash(Exception):
 
 
 @contextmanager
-def crash_at_the_events(db):
-    """The scheduler's commit dies once its placements and jobs are written, before its events."""
+def crash_at_the_events(db, slice_: int = 1):
+    """The scheduler's commit dies once its placements and jobs are written, before its events: in the `slice_`th
+    transaction that writes events (`commit_cycle` commits the decisions a slice of jobs per transaction)."""
+    inserts = []
+
     def die(connection, cursor, statement, *args):
         if statement.lstrip().upper().startswith("INSERT INTO EVENTS"):
-            raise Crash()
+            inserts.append(statement)
+            if len(inserts) == slice_:
+                raise Crash()
 
     event.listen(db.engine, "before_cursor_execute", die)
     try:

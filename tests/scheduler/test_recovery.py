@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 
 import pytest
@@ -12,7 +13,7 @@ from sqlalchemy import event, select
 from broker.db.models import Event, Job, Placement, Queue
 from broker.db.runtime import open_database
 from broker.placement import schedule
-from broker.scheduling import commit_decisions, read_inventory
+from broker.scheduling import commit_cycle, commit_decisions, read_inventory
 from broker.services.scheduler import SchedulerService
 from tests.scheduler.conftest import add_cluster, add_queue, count, crash_at_the_events, placements_of, submit
 
@@ -35,6 +36,72 @@ def test_a_commit_that_dies_midway_leaves_nothing_and_the_next_cycle_places_once
         for job in jobs:
             assert [p.generation for p in placements_of(session, job.id)] == [1]
         assert count(session, Event, Event.reason == "Admitted") == 3
+
+
+def test_a_commit_that_dies_in_its_second_slice_keeps_the_first_and_the_next_cycle_places_the_rest_once(db, setup,
+                                                                                                       scheduler):
+    """A cycle's decisions are committed a slice of jobs per transaction (a new leader's first cycle admits thousands:
+    one transaction held the write lock from every submission meanwhile); each job with all of its placements and
+    events in one slice."""
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=4)
+        queue = add_queue(session)
+        jobs = [submit(session, queue, f"job-{i}", gpus=8, pods=1) for i in range(16)]
+    with crash_at_the_events(db, slice_=2):
+        scheduler.run_once()
+    with db.sessions() as session:
+        states = {j.id: session.get(Job, j.id).state for j in jobs}
+        admitted = {job_id for job_id, state in states.items() if state == "Admitted"}
+        assert 0 < len(admitted) < len(jobs) and set(states.values()) == {"Admitted", "Queued"}
+        for job_id in states:
+            assert len(placements_of(session, job_id)) == (job_id in admitted)
+            assert count(session, Event, Event.object_id == str(job_id), Event.reason == "Admitted") == \
+                (job_id in admitted)
+    assert sorted(scheduler.run_once().admitted) == sorted(states.keys() - admitted)
+    assert scheduler.run_once().admitted == []
+    with db.sessions() as session:
+        for job in jobs:
+            assert [p.generation for p in placements_of(session, job.id)] == [1]
+        assert count(session, Event, Event.reason == "Admitted") == len(jobs)
+
+
+class AnotherSchedulerCommitsBefore:
+    """The database, where another scheduler commits a placement just before this one's `nth` write transaction."""
+
+    def __init__(self, db, nth: int, job_id: int, cluster_id: int) -> None:
+        self.db, self.nth, self.job_id, self.cluster_id, self.writes = db, nth, job_id, cluster_id, 0
+
+    @contextmanager
+    def write(self):
+        self.writes += 1
+        if self.writes == self.nth:
+            with self.db.write() as session:
+                session.add(Placement(job_id=self.job_id, cluster_id=self.cluster_id, cluster_name="eu-west",
+                                      state="Decided", generation=1))
+        with self.db.write() as session:
+            yield session
+
+
+def test_a_slice_that_finds_another_schedulers_commit_drops_itself_and_the_rest(db, setup):
+    """The slices before it stand (their jobs are admitted); the outcome is stale, which makes the scheduler read
+    everything again."""
+    with setup() as session:
+        cluster = add_cluster(session, "eu-west", leaves=4)
+        queue = add_queue(session)
+        jobs = [submit(session, queue, f"job-{i}", gpus=8, pods=1) for i in range(16)]
+        foreign = submit(session, queue, "foreign", gpus=8, state="Admitted")
+        submit(session, queue, "waiting", gpus=8, pods=1)  # no room left: the cycle has a reason for it
+    with db.read() as session:
+        inventory = read_inventory(session, now=time.time())
+    result = schedule(inventory.snapshot, inventory.pending)
+    assert len(result.placements) == len(jobs) and len(result.waiting) == 1
+    outcome = commit_cycle(AnotherSchedulerCommitsBefore(db, 2, foreign.id, cluster.id), inventory, result)
+    assert outcome.stale and 0 < len(outcome.admitted) < len(jobs) and outcome.changed == []
+    with db.sessions() as session:
+        admitted = set(session.scalars(select(Job.id).where(Job.state == "Admitted", Job.id != foreign.id)))
+        assert admitted == set(outcome.admitted)
+        assert count(session, Placement) == len(admitted) + 1
+    assert [p.job_id for p in result.placements[:len(admitted)]] == [str(j) for j in sorted(admitted)]
 
 
 @pytest.mark.parametrize("meanwhile", ["cancelled", "admitted"])
