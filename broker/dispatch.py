@@ -185,8 +185,10 @@ def placement_owner(session: Session, placement_id: int) -> tuple[int, str] | No
 
 # Apply -------------------------------------------------------------------------------------------
 
-# A job cancelled or finished since the pass read its work is not started on a member after all.
-_jobs_meant_to_run = select(Job.id).where(Job.cancel_requested_at.is_(None), Job.state.not_in(JOB_FINISHED_STATES))
+# A job cancelled or finished since the pass read its work is not started on a member after all. Correlated: as
+# `job_id IN (SELECT ...)`, SQLite listed every live job (a scan of 100,000 took 30 ms) for each statement.
+_job_meant_to_run = exists().where(Job.id == Placement.job_id, Job.cancel_requested_at.is_(None),
+                                   Job.state.not_in(JOB_FINISHED_STATES))
 
 
 def start_apply(session: Session, works: list[Work]) -> set[int]:
@@ -197,7 +199,7 @@ def start_apply(session: Session, works: list[Work]) -> set[int]:
     ids = [w.placement_id for w in works]
     for chunk in in_chunks(ids):
         moved.update(session.scalars(update(Placement).where(Placement.id.in_(chunk), Placement.state == "Decided",
-                                                             Placement.job_id.in_(_jobs_meant_to_run))
+                                                             _job_meant_to_run)
                                      .values(state="Applying").returning(Placement.id)
                                      .execution_options(synchronize_session=False)))
     jobs = sorted({w.job_id for w in works if w.placement_id in moved})

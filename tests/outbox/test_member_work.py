@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import event
 
 from broker.db.models import ClusterOverride, Placement
 from broker.dispatch import Work, due_work, finish_apply, kept_placements, request_deletions, start_apply
@@ -101,6 +102,29 @@ def test_applying_starts_only_what_is_still_decided_for_a_job_meant_to_run(outbo
     for other in (cancelled, failed, moved):
         assert outbox.read_job(other).state in ("Admitted", "Failed")
         assert outbox.placements(other)[0].state in ("Decided", "Deleting")
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_applying_looks_up_each_placements_job_by_its_key(outbox):
+    """Not every live job: `job_id IN (SELECT ...)` made SQLite list them all for each statement (30 ms at 100,000),
+    and slices of a few placements each took that long again (bench/leader_api.py)."""
+    outbox.job({"state": "Decided"}, state="Admitted")
+    statements = []
+
+    def capture(_connection, _cursor, statement, parameters, _context, _many):
+        if statement.lstrip().upper().startswith("UPDATE PLACEMENTS"):
+            statements.append((statement, parameters))
+
+    event.listen(outbox.db.engine, "before_cursor_execute", capture)
+    try:
+        outbox.write(start_apply, _due(outbox))
+    finally:
+        event.remove(outbox.db.engine, "before_cursor_execute", capture)
+    (statement, parameters), = statements
+    with outbox.db.engine.connect() as connection:
+        plan = [row[-1] for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)]
+    assert not any(step.startswith("SCAN") for step in plan), plan
+    assert any(step.startswith("SEARCH jobs USING INTEGER PRIMARY KEY") for step in plan), plan
 
 
 @pytest.mark.postgres
