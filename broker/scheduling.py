@@ -44,8 +44,8 @@ from broker.dispatch import lock_job_rows
 from broker.jobset import (ON_PREEMPTION_ANNOTATION, JobSetError, PartSpec, PlacementSpec, from_placement_record,
                            parse_jobset)
 from broker.placement import (DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Cluster, Config, CycleResult, DryRun, HyperNode,
-                              Node, Parked, PendingJob, Placement, Preemption, Queue, RunningPlacement, Snapshot, Tenant,
-                              Waiting, dry_run, shape_of)
+                              Node, Parked, PendingJob, Placement, Preemption, Queue, RunningPlacement, Snapshot,
+                              Tenant, Waiting, dry_run, shape_of)
 from broker.placement.cycle import JOBS_BETWEEN_PAUSES
 from broker.placement.model import QUEUE_ORDER, Backlog, no_pause
 from broker.placement.snapshot import ClusterIndex
@@ -864,8 +864,8 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
 REASONS_PER_TRANSACTION = 200
 
 
-# Jobs whose decisions are committed per transaction, at most: a new leader's first cycle admits thousands at once (2,000
-# held SQLite's write lock 130 ms in bench/leader_api.py, every submission waiting; a cycle over more capacity, longer).
+# Jobs whose decisions are committed per transaction, at most: a new leader's first cycle admits thousands at once
+# (2,000 held SQLite's write lock 130 ms in bench/leader_api.py, every submission waiting; over more capacity, longer).
 # Fewer where they take longer than `WriteSlices.budget`.
 JOBS_PER_TRANSACTION = 500
 
