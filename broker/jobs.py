@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, exists, insert, or_, select, update
-from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, defer
 
 from broker import events
@@ -108,7 +108,7 @@ class CapacityCache:
     def __init__(self, read: Callable[[], AbstractContextManager[Session]], ttl: float = 5.0,
                  requests: RequestsFirst = REQUESTS_FIRST) -> None:
         self._read, self._ttl, self._value, self._at = read, ttl, None, 0.0
-        self._pause = requests.pause  # the thread's read steps aside for them: no request waits on it
+        self._requests = requests  # the thread's read steps aside for them while none waits on it (`_pause`)
         self._generation, self._refreshing = 0, False
         self._lock = threading.Lock()
         self._known = KnownClusters()
@@ -132,14 +132,20 @@ class CapacityCache:
         that does not answer yet leaves it to that first submission."""
         try:
             self.get()
-        except SQLAlchemyError as exc:
-            log.warning("capacity not read at start (the first submission reads it): %s", exc)
+        except Exception:  # only a head start: whatever failed, the first submission reads it and says so
+            log.exception("capacity not read at start (the first submission reads it)")
+
+    def _pause(self, generation: int) -> None:
+        """Step aside for the requests in flight, unless the capacity was forgotten since the thread started: the next
+        submission then reads it itself, waiting for the thread's read to end (`KnownClusters.lock`)."""
+        if generation == self._generation:
+            self._requests.pause()
 
     def _refresh(self, generation: int) -> None:
         started, value = time.monotonic(), None
         try:
             with self._read() as session:
-                value = federation_capacity(session, self._known, self._pause)
+                value = federation_capacity(session, self._known, lambda: self._pause(generation))
         finally:
             with self._lock:
                 self._refreshing = False

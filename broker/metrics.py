@@ -20,7 +20,8 @@ PLACEMENTS_PER_CYCLE = Gauge("archipelago_scheduler_placements_last_cycle",
                              "Placements committed by the last scheduling cycle", registry=REGISTRY)
 PLACEMENTS_TOTAL = Counter("archipelago_scheduler_placements", "Placements committed", registry=REGISTRY)
 CYCLES_DROPPED = Counter("archipelago_scheduler_cycles_dropped",
-                         "Scheduling cycles whose decisions were dropped (another commit came between read and commit)",
+                         "Scheduling cycles whose decisions were dropped, all of them or those of the slices not yet "
+                         "committed (another scheduler committed since the read)",
                          registry=REGISTRY)
 LEASE_HELD = Gauge("archipelago_leader_lease_held", "1 while this replica holds the leader lease and runs the loops",
                    registry=REGISTRY)

@@ -177,7 +177,8 @@ class Database:
 def write_in_slices(database: Database, items: Sequence[T], *, most: int,
                     write: Callable[[Session, Sequence[T]], object]) -> None:
     """`write` the items a slice per transaction, each slice sized (`WriteSlices`, at most `most`) to hold the write
-    lock about WRITE_BUDGET; for items written a statement per slice (`record_in_turns`: one by one)."""
+    lock about WRITE_BUDGET: for items written a few statements a slice (for items recorded one by one,
+    `record_in_turns`)."""
     slices, start = WriteSlices(most=most), 0
     while start < len(items):
         taken = items[start:start + slices.size]

@@ -11,9 +11,9 @@ One pass (`run_once`):
    labelled by the broker that no placement owns any more are deleted before anything starts there.
 4. Applies due, on members that are swept and whose deletions went through: a placement whose JobSet an
    override rule would make invalid fails (naming the rule) without a member call; the pass commits every
-   step Decided → Applying (a slice per transaction) before any member is touched, lists each namespace it applies to once
-   (created if missing: a name held by a stale copy is cleared, by a foreign object refused), then
-   applies each JobSet.
+   step Decided → Applying (a slice per transaction) before any member is touched, lists each namespace it
+   applies to once (created if missing: a name held by a stale copy is cleared, by a foreign object refused),
+   then applies each JobSet.
 Deletions and applies run in one lane per member (LANE_WIDTH calls in flight to a member, members side
 by side: a slow member delays only its own work); their results are committed in batches as they come
 (what finished while the last batch was committing), each batch one transaction, so the database work

@@ -122,8 +122,9 @@ class SchedulerService(LoopService):
         PLACEMENTS_TOTAL.inc(outcome.placements)
         if outcome.stale:  # placements_last_cycle keeps the last cycle that ran
             CYCLES_DROPPED.inc()
-            log.info("scheduler: another scheduler committed since this cycle's read; its decisions are dropped (%d "
-                     "jobs admitted by its slices before)", len(outcome.admitted))
+            log.info("scheduler: another scheduler committed since this cycle's read; the decisions not yet committed "
+                     "are dropped (the slices before admitted %d jobs: %d placements, %d preempted)",
+                     len(outcome.admitted), outcome.placements, outcome.preempted)
             return outcome
         PLACEMENTS_PER_CYCLE.set(outcome.placements)
         if outcome.admitted or outcome.dropped or outcome.preempted:

@@ -10,11 +10,13 @@ from contextlib import nullcontext
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from broker import jobs
 from broker.db.session import WRITE_LOCK
 from broker.courtesy import RequestsFirst
 from broker.db.crypto import KubeconfigCipher
+from broker.db.models import Cluster, inventory_changed
 from broker.jobs import CapacityCache
 from broker.placement.model import no_pause
 from tests.api.conftest import add_cluster_with_leaves
@@ -131,3 +133,43 @@ def test_the_capacity_is_read_before_the_process_serves(app, monkeypatch):
         assert len(read) == 1
         assert client.app.state.capacity.get() == "c"
     assert len(read) == 1
+
+
+class ForgottenAtTheFirstPause:
+    """Requests in flight all along; at the thread's first pause a cluster is registered (the cache forgotten)."""
+
+    def __init__(self) -> None:
+        self.cache, self.pauses = None, 0
+
+    def pause(self) -> None:
+        self.pauses += 1
+        if self.pauses == 1:
+            self.cache.forget()
+
+
+def test_once_forgotten_the_thread_reading_the_capacity_steps_aside_no_more(db, settings):
+    """The next submission reads the capacity itself, waiting for the thread's read to end: pausing for the requests
+    in flight would hold up one of them."""
+    with db.sessions() as session, session.begin():
+        add_cluster_with_leaves(session, KubeconfigCipher(settings.fernet_key()), "eu-west", 2, {})
+    requests = ForgottenAtTheFirstPause()
+    requests.cache = cache = CapacityCache(db.read, ttl=0, requests=requests)
+    cache.get()
+    with db.sessions() as session, session.begin():  # its nodes changed: the thread reads and builds them again
+        session.execute(inventory_changed(session.scalar(select(Cluster.id))))
+    cache.get()  # stale: a thread reads it again
+    refreshed()
+    assert requests.pauses == 1
+
+
+def test_a_capacity_that_cannot_be_read_at_start_is_left_to_the_first_submission(app, monkeypatch, caplog):
+    """The read before serving is a head start, not a condition of it."""
+    def broken(session, known, pause=None):
+        raise ValueError("a row it cannot read")
+
+    monkeypatch.setattr(jobs, "federation_capacity", broken)
+    with TestClient(app) as client:
+        assert client.get("/readyz").status_code == 200
+        assert "capacity not read at start" in caplog.text
+        monkeypatch.undo()
+        assert client.app.state.capacity.get() is not None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from sqlalchemy import event
+
 from broker.services import dispatcher
 from clusters.jobsets import GENERATION_LABEL, JOB_ID_LABEL, OWNER_ANNOTATION, PLACEMENT_ID_LABEL
 from tests.propagation.conftest import example, example_files, jobset
@@ -168,17 +170,27 @@ def test_a_member_refusing_the_jobset_fails_the_job_with_its_message(federation)
 def test_placements_go_to_applying_a_slice_per_transaction_all_before_any_member_call(federation, monkeypatch):
     """After a new leader's first cycle thousands move at once: one transaction held the write lock from every
     submission meanwhile (bench/leader_api.py). Each slice is committed, and all of them before the first apply."""
-    start_apply, slices = dispatcher.start_apply, []
+    start_apply, slices, commits = dispatcher.start_apply, [], []
 
     def each_slice(session, works):
-        slices.append((id(session), len(works), len(federation.copies())))
+        slices.append((len(commits), len(works), len(federation.copies())))
         return start_apply(session, works)
 
     monkeypatch.setattr(dispatcher, "start_apply", each_slice)
+    monkeypatch.setattr(dispatcher, "APPLIES_PER_TRANSACTION", 5)
     jobs = [federation.submit(jobset(f"small-{i}", parts=(("workers", 1, 1, 1),))) for i in range(24)]
     federation.scheduler.run_once()
-    federation.dispatcher.run_once()
-    assert len(slices) > 1 and len({session for session, _, _ in slices}) == len(slices)
-    assert sum(works for _, works, _ in slices) == len(jobs)
+
+    def committed(_connection) -> None:
+        commits.append(1)
+
+    event.listen(federation.db.engine, "commit", committed)
+    try:
+        federation.dispatcher.run_once()
+    finally:
+        event.remove(federation.db.engine, "commit", committed)
+    assert [works for _, works, _ in slices] == [5, 5, 5, 5, 4]
+    committed_before = [before for before, _, _ in slices]
+    assert committed_before == sorted(set(committed_before))  # each slice after the one before committed
     assert [copies for _, _, copies in slices] == [0] * len(slices)
     assert len(federation.copies()) == len(jobs)

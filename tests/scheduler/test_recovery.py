@@ -13,6 +13,7 @@ from sqlalchemy import event, select
 from broker.db.models import Event, Job, Placement, Queue
 from broker.db.runtime import open_database
 from broker.placement import schedule
+from broker import scheduling
 from broker.scheduling import commit_cycle, commit_decisions, read_inventory
 from broker.services.scheduler import SchedulerService
 from tests.scheduler.conftest import add_cluster, add_queue, count, crash_at_the_events, placements_of, submit
@@ -38,8 +39,16 @@ def test_a_commit_that_dies_midway_leaves_nothing_and_the_next_cycle_places_once
         assert count(session, Event, Event.reason == "Admitted") == 3
 
 
-def test_a_commit_that_dies_in_its_second_slice_keeps_the_first_and_the_next_cycle_places_the_rest_once(db, setup,
-                                                                                                       scheduler):
+SLICE = 4  # jobs whose decisions a transaction commits, at most (`JOBS_PER_TRANSACTION`)
+
+
+@pytest.fixture
+def slices_of_four(monkeypatch):
+    monkeypatch.setattr(scheduling, "JOBS_PER_TRANSACTION", SLICE)
+
+
+def test_a_commit_that_dies_in_its_second_slice_keeps_the_first_and_the_next_cycle_places_the_rest_once(
+        db, setup, scheduler, slices_of_four):
     """A cycle's decisions are committed a slice of jobs per transaction (a new leader's first cycle admits thousands:
     one transaction held the write lock from every submission meanwhile); each job with all of its placements and
     events in one slice."""
@@ -52,7 +61,7 @@ def test_a_commit_that_dies_in_its_second_slice_keeps_the_first_and_the_next_cyc
     with db.sessions() as session:
         states = {j.id: session.get(Job, j.id).state for j in jobs}
         admitted = {job_id for job_id, state in states.items() if state == "Admitted"}
-        assert 0 < len(admitted) < len(jobs) and set(states.values()) == {"Admitted", "Queued"}
+        assert len(admitted) == SLICE and set(states.values()) == {"Admitted", "Queued"}
         for job_id in states:
             assert len(placements_of(session, job_id)) == (job_id in admitted)
             assert count(session, Event, Event.object_id == str(job_id), Event.reason == "Admitted") == \
@@ -82,7 +91,7 @@ class AnotherSchedulerCommitsBefore:
             yield session
 
 
-def test_a_slice_that_finds_another_schedulers_commit_drops_itself_and_the_rest(db, setup):
+def test_a_slice_that_finds_another_schedulers_commit_drops_itself_and_the_rest(db, setup, slices_of_four):
     """The slices before it stand (their jobs are admitted); the outcome is stale, which makes the scheduler read
     everything again."""
     with setup() as session:
@@ -96,12 +105,29 @@ def test_a_slice_that_finds_another_schedulers_commit_drops_itself_and_the_rest(
     result = schedule(inventory.snapshot, inventory.pending)
     assert len(result.placements) == len(jobs) and len(result.waiting) == 1
     outcome = commit_cycle(AnotherSchedulerCommitsBefore(db, 2, foreign.id, cluster.id), inventory, result)
-    assert outcome.stale and 0 < len(outcome.admitted) < len(jobs) and outcome.changed == []
+    assert outcome.stale and len(outcome.admitted) == SLICE and outcome.changed == []
     with db.sessions() as session:
         admitted = set(session.scalars(select(Job.id).where(Job.state == "Admitted", Job.id != foreign.id)))
         assert admitted == set(outcome.admitted)
         assert count(session, Placement) == len(admitted) + 1
-    assert [p.job_id for p in result.placements[:len(admitted)]] == [str(j) for j in sorted(admitted)]
+    assert [p.job_id for p in result.placements[:len(admitted)]] == [str(j) for j in sorted(admitted)]  # FIFO
+
+
+def test_each_job_is_committed_with_the_preemptions_that_make_its_room(db, setup, scheduler, slices_of_four):
+    """In whichever slice it falls: a preemption committed in another slice than its preemptor's would be skipped
+    (its preemptor not admitted there), and the preemptor placed on nodes still taken."""
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=3, nodes_per_leaf=2)
+        queue = add_queue(session, preemption="LowerPriority")
+        low = [submit(session, queue, f"low-{i}", gpus=8, priority=100) for i in range(6)]
+    assert len(scheduler.run_once().admitted) == len(low)
+    with setup() as session:
+        high = [submit(session, session.get(Queue, queue.id), f"high-{i}", gpus=8, priority=10_000) for i in range(6)]
+    outcome = scheduler.run_once()
+    assert outcome.admitted == [j.id for j in high] and outcome.preempted == len(low)
+    with db.sessions() as session:
+        assert [p.state for j in low for p in placements_of(session, j.id)] == ["Deleting"] * len(low)
+        assert count(session, Event, Event.reason == "Preempted") == len(low)
 
 
 @pytest.mark.parametrize("meanwhile", ["cancelled", "admitted"])
