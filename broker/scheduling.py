@@ -787,12 +787,11 @@ def decisions_by_job(result: CycleResult) -> list[Decisions]:
     return [Decisions(tuple(placed), tuple(preemptions.get(job_id, ()))) for job_id, placed in placements.items()]
 
 
-def commit_decisions(session: Session, inventory: Inventory, result: CycleResult | Decisions,
-                     fence: int | None = None) -> CommitOutcome:
-    """Write decisions (a cycle's, or some jobs' of it) in a fresh `Database.write()` session, which commits them.
+def commit_decisions(session: Session, inventory: Inventory, decisions: Decisions, fence: int) -> CommitOutcome:
+    """Write some jobs' decisions of a cycle in a fresh `Database.write()` session, which commits them.
 
-    1. Take the commit lock; drop everything if another scheduler placed anything since the read (the newest
-       placement id is not `fence`: the read's, or what the slice before left, `commit_cycle`).
+    1. Take the commit lock; drop everything if another scheduler placed anything since (the newest placement id
+       is not `fence`: the read's, or what the slice before left, `commit_cycle`).
     2. Lock the jobs it admits and preempts, ids ascending, before any of their placements, as every batch locks
        them (`lock_job_rows`); admit each placed job still Queued as read, with a conditional UPDATE (`_admit`);
        only admitted jobs get placements.
@@ -801,7 +800,6 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     5. One event per admitted job and per preempted job.
     The waiting jobs' reasons follow in transactions of their own (`write_reasons`).
     """
-    fence = inventory.fence if fence is None else fence
     outcome = CommitOutcome()
     _lock_for_commit(session)
     if (session.scalar(select(func.max(PlacementRow.id))) or 0) != fence:
@@ -812,15 +810,15 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     events: list[dict[str, Any]] = []
 
     by_job: dict[str, list[Placement]] = {}
-    for placement in result.placements:
+    for placement in decisions.placements:
         by_job.setdefault(placement.job_id, []).append(placement)
-    lock_job_rows(session, [int(job_id) for job_id in (*by_job, *(p.job_id for p in result.preemptions))])
+    lock_job_rows(session, [int(job_id) for job_id in (*by_job, *(p.job_id for p in decisions.preemptions))])
     admitted = _admit(session, inventory, [int(j) for j in by_job], now)
     outcome.admitted = sorted(admitted)
     outcome.dropped = sorted(int(j) for j in by_job if int(j) not in admitted)
 
     victims: dict[str, dict[str, str]] = {}  # preemptor -> victim job id -> rule
-    for preemption in result.preemptions:
+    for preemption in decisions.preemptions:
         victims.setdefault(preemption.preemptor, {})[preemption.job_id] = preemption.rule
     rows = []
     for job_id, placements in by_job.items():
@@ -836,7 +834,7 @@ def commit_decisions(session: Session, inventory: Inventory, result: CycleResult
     outcome.placements = len(rows)
 
     preempted: dict[str, str] = {}
-    for preemption in result.preemptions:
+    for preemption in decisions.preemptions:
         if int(preemption.preemptor) not in admitted:
             continue
         marked = session.execute(

@@ -14,7 +14,7 @@ from broker.db.models import Event, Job, Placement, Queue
 from broker.db.runtime import open_database
 from broker.placement import schedule
 from broker import scheduling
-from broker.scheduling import commit_cycle, commit_decisions, read_inventory
+from broker.scheduling import commit_cycle, read_inventory
 from broker.services.scheduler import SchedulerService
 from tests.scheduler.conftest import add_cluster, add_queue, count, crash_at_the_events, placements_of, submit
 
@@ -145,8 +145,7 @@ def test_a_job_cancelled_or_placed_after_the_read_gets_no_placement(db, setup, m
             stored.cancel_requested_at = datetime.now(timezone.utc)
         else:
             stored.state = "Admitted"
-    with setup() as session:
-        outcome = commit_decisions(session, inventory, result)
+    outcome = commit_cycle(db, inventory, result)
     assert (outcome.admitted, outcome.dropped, outcome.placements) == ([], [job.id], 0)
     with db.sessions() as session:
         assert placements_of(session, job.id) == []
@@ -163,10 +162,8 @@ def test_decisions_from_a_snapshot_another_scheduler_has_overtaken_are_dropped(d
         with db.read() as session:
             inventory = read_inventory(session, now=time.time())
         cycles.append((inventory, schedule(inventory.snapshot, inventory.pending)))
-    with setup() as session:
-        assert commit_decisions(session, *cycles[0]).admitted == [first.id]
-    with setup() as session:
-        late = commit_decisions(session, *cycles[1])
+    assert commit_cycle(db, *cycles[0]).admitted == [first.id]
+    late = commit_cycle(db, *cycles[1])
     assert late.stale and late.admitted == []
     with db.sessions() as session:
         assert count(session, Placement) == 1
