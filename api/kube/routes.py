@@ -409,10 +409,10 @@ def _create(request: Request, session: Session, caller: Caller, namespace: str, 
             return JSONResponse({**manifest, "apiVersion": API_VERSION, "kind": KIND, "status": {}}, status_code=201)
         with request.app.state.db.write() as written:
             (job, _), = job_service.store_jobs(written, owner, accepted, settings)
+            request.app.state.services.jobs_queued(written)
             created = render(written, [written.get(Job, job.id)])[0]
     except (Invalid, Conflict) as exc:  # named as the body names the JobSet: a create has no name in its path
         raise from_broker(exc, name if isinstance(name, str) else None) from None
-    request.app.state.services.wake("scheduler")
     return JSONResponse(created, status_code=201)
 
 

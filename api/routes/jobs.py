@@ -112,7 +112,7 @@ def submit(request: Request, credentials: CredentialsDep, body: BodyDep,
         owner = _submitting_tenant(session, principal, own, tenant)
         accepted = job_service.accept_jobs(owner, manifests, settings, capacity, queue_override=queue, batch=batch)
         submitted = job_service.store_jobs(session, owner, accepted, settings)
-        request.app.state.services.wake_on_commit(session, "scheduler")
+        request.app.state.services.jobs_queued(session)
     answer = schemas.SubmitResult(items=[job_out(job, owner.name, queue_name, []) for job, queue_name in submitted])
     return Response(answer.model_dump_json(by_alias=True), status_code=201, media_type="application/json")
 

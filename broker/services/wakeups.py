@@ -23,7 +23,7 @@ from broker.services.members import backoff
 
 log = logging.getLogger("archipelago.wakeups")
 
-CHANNEL = "archipelago_wake"
+CHANNEL = "archipelago_wake"  # the jobs table's trigger (migration 0014) names it too
 NOTIFY = text("SELECT pg_notify(:channel, :name)")
 POLL_SECONDS = 1.0  # how often the listener looks up from its connection to see whether it should stop
 
@@ -60,14 +60,12 @@ class Wakeups:
         except SQLAlchemyError as exc:  # what was committed is found by the loop's next interval instead
             log.warning("wake-up of %s not sent: %s", name, str(exc).splitlines()[0])
 
-    def wake_on_commit(self, session: Session, name: str) -> None:
-        """`wake(name)` for a `Database.write` session whose commit is what the loop must see: on PostgreSQL the
-        NOTIFY is part of that transaction (PostgreSQL sends it at the commit, and not at all if it rolls back),
-        one statement instead of a transaction of its own; on SQLite the loop is woken once the session commits."""
-        if self.across_processes:
-            session.execute(NOTIFY, {"channel": CHANNEL, "name": name})
-        else:
-            session.info.setdefault(_WAKE_ON_COMMIT, []).append((self, name))
+    def jobs_queued(self, session: Session) -> None:
+        """The jobs this `Database.write` session inserts reach the scheduler once it commits: on PostgreSQL the
+        jobs table's trigger NOTIFYs at that commit (and not at all if it rolls back), no round trip of ours
+        (migration 0014); on SQLite the scheduler is woken once the session commits."""
+        if not self.across_processes:
+            session.info.setdefault(_WAKE_ON_COMMIT, []).append((self, "scheduler"))
 
     def _deliver(self, name: str) -> None:
         for loops in self.loops:

@@ -1,5 +1,5 @@
 """Wake-ups across replicas: a submission through an API-only replica starts the leader's cycle at once
-(PostgreSQL NOTIFY), not at the leader's next interval."""
+(PostgreSQL NOTIFY, sent by the jobs table's trigger), not at the leader's next interval."""
 
 from __future__ import annotations
 
@@ -14,9 +14,19 @@ from tests.propagation.conftest import ADMIN, jobset
 DEADLINE = 30.0
 
 
+def through_the_kubernetes_api(federation, manifest: dict) -> int:
+    namespace = manifest["metadata"]["namespace"]
+    answer = federation.api.post(f"/k8s/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets",
+                                 json=manifest)
+    assert answer.status_code == 201, answer.text
+    return int(answer.json()["metadata"]["annotations"]["archipelago.io/job-id"])
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-def test_a_submission_on_an_api_only_replica_wakes_the_leaders_scheduler(federation, settings, db):
+@pytest.mark.parametrize("submit", [lambda federation, manifest: federation.submit(manifest),
+                                    through_the_kubernetes_api], ids=["jobs-api", "kubernetes-api"])
+def test_a_submission_on_an_api_only_replica_wakes_the_leaders_scheduler(federation, settings, db, submit):
     # The leader's scheduler runs once at start, then only when woken: its interval is an hour.
     leader_settings = settings.model_copy(update={"scheduler_interval": 3600.0})
     with TestClient(create_app(leader_settings, db, run_loops=True), headers=ADMIN) as leader:
@@ -24,7 +34,7 @@ def test_a_submission_on_an_api_only_replica_wakes_the_leaders_scheduler(federat
         assert wakeups.listening.wait(DEADLINE), "the leader never listened"
         assert wakeups.loops[0].running  # the leader's loops
         for name in ("first", "second"):  # the first may ride the wake-up the leader gives itself on listening
-            job_id = federation.submit(jobset(f"woken-{name}"))  # through the API-only replica (no loops)
+            job_id = submit(federation, jobset(f"woken-{name}"))  # through the API-only replica (no loops)
             deadline = time.monotonic() + DEADLINE
             while federation.state(job_id) == "Queued":
                 assert time.monotonic() < deadline, f"job {name} was not admitted: no wake-up reached the leader"
