@@ -1,7 +1,7 @@
 """Replicated broker on PostgreSQL: takeover after the leader's SIGKILL, submit-to-admitted through an API-only
 replica, single-POST rate with `serve --workers 2` vs 1.
 
-    python bench/ha.py [--kills 5] [--submissions 100] [--requests 1000] [--clients 8]
+    python bench/ha.py [--kills 5] [--submissions 100] [--requests 1000] [--clients 8] [--rounds 3]
 
 1. Three `archipelago serve` replicas (default lease: 10 s, renewed every 2 s) on a throw-away database
    (ARCHIPELAGO_TEST_POSTGRES_URL or 127.0.0.1:5432). The leader (the holder in the `leases` row) is SIGKILLed
@@ -10,7 +10,9 @@ replica, single-POST rate with `serve --workers 2` vs 1.
    time, 50 ms apart, to the simulator's members; latency is the job's admitted_at - submitted_at (the
    leader's scheduler is woken by NOTIFY; its interval stays the default 2 s).
 3. `serve --workers 1`, then `--workers 2`, each on a fresh database with the loops off, take the same single
-   POSTs from `--clients` threads (bench/api.py's load generator); the ratio of the two rates.
+   POSTs from `--clients` threads (bench/api.py's load generator), in turn for `--rounds` rounds; the ratio of
+   each one's best rate (on a shared 2-core host the first rounds run while the phases before wind down, and a
+   single pair swung from 1.25x to 1.76x with what else ran).
 Prints a table, then one JSON object.
 """
 
@@ -100,6 +102,7 @@ def main() -> None:
     parser.add_argument("--submissions", type=int, default=100)
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
     with database("postgres") as url, tempfile.TemporaryDirectory() as directory, \
@@ -122,20 +125,26 @@ def main() -> None:
             for server in (*replicas, api_only):
                 server.stop()
             engine.dispose()
-    one, two = post_rate(1, args.requests, args.clients), post_rate(2, args.requests, args.clients)
+    rates: dict[int, list[float]] = {1: [], 2: []}
+    for _ in range(args.rounds):
+        for workers, measured in rates.items():
+            measured.append(post_rate(workers, args.requests, args.clients))
+    one, two = max(rates[1]), max(rates[2])
 
     figures = {"kills": args.kills, "takeover_p50_s": round(statistics.median(takeover), 2),
                "takeover_max_s": round(max(takeover), 2), "submissions": args.submissions,
                "admitted_p50_ms": round(statistics.median(latency) * 1000, 1),
                "admitted_p99_ms": round(p99(latency) * 1000, 1), "single_post_per_s_workers_1": round(one, 1),
-               "single_post_per_s_workers_2": round(two, 1), "workers_2_vs_1": round(two / one, 2)}
+               "single_post_per_s_workers_2": round(two, 1), "workers_2_vs_1": round(two / one, 2),
+               "rounds": {f"workers_{workers}": [round(rate, 1) for rate in measured]
+                          for workers, measured in rates.items()}}
     print_table([
         ("takeover after the leader's SIGKILL, p50", f"{figures['takeover_p50_s']} s", "<= 15 s"),
         ("takeover, max", f"{figures['takeover_max_s']} s", "<= 15 s"),
         ("submit to admitted via an API-only replica, p50", f"{figures['admitted_p50_ms']} ms", ""),
         ("submit to admitted, p99", f"{figures['admitted_p99_ms']} ms", "<= 1000 ms"),
-        ("single POSTs/s, --workers 1", str(figures["single_post_per_s_workers_1"]), ""),
-        ("single POSTs/s, --workers 2", str(figures["single_post_per_s_workers_2"]), ""),
+        ("single POSTs/s, --workers 1, best of the rounds", str(figures["single_post_per_s_workers_1"]), ""),
+        ("single POSTs/s, --workers 2, best of the rounds", str(figures["single_post_per_s_workers_2"]), ""),
         ("--workers 2 vs 1", f"{figures['workers_2_vs_1']}x", ">= 1.6x"),
     ], figures)
 
