@@ -86,6 +86,7 @@ def serve(host: str = typer.Option(None, help="Address to listen on [default: AR
     import uvicorn
 
     from api.app import create_app
+    from broker.db import migrate
     from broker.db.runtime import open_database
     from broker.logs import configure_logging
     from broker.metrics_server import serve_loop_metrics
@@ -100,6 +101,8 @@ def serve(host: str = typer.Option(None, help="Address to listen on [default: AR
         raise ConfigError("--workers needs PostgreSQL (ARCHIPELAGO_DATABASE_URL): SQLite takes one writer at a time "
                           "and wakes loops within one process only")
     database = open_database(settings, upgrade=settings.is_sqlite)  # fail fast, before binding the port
+    if not settings.is_sqlite:
+        migrate.require_head(database.engine)
     host, port = host or settings.host, port or settings.port
     tls = {"ssl_certfile": settings.tls_certfile, "ssl_keyfile": settings.tls_keyfile} if settings.tls_certfile else {}
     typer.echo(f"Archipelago {broker.__version__} on {'https' if tls else 'http'}://{host}:{port} "

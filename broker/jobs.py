@@ -283,10 +283,11 @@ def store_jobs(session: Session, tenant: Submitter, accepted: list, settings: Se
              "manifest": manifest, "priority_class": spec.priority_class or settings.default_priority_class,
              "priority": priority, "placement_mode": spec.placement, "placement_spec": placement_record(spec),
              "demand": dict(spec.requests), "state": "Queued",
-             "waiting_reasons": {}, "status": {}, "restart_count": 0, "submitted_at": now}
+             "waiting_reasons": {}, "status": {}, "restart_count": 0, "evictions": 0, "avoid": {}, "submitted_at": now}
             for _, spec, queue, namespace, priority, manifest in accepted]
     queues = [queue.name for _, _, queue, _, _, _ in accepted]
-    # A live job of the same namespace/name trips the unique index; only then do we look for it, to name it.
+    # A live job of the same namespace/name trips the unique index; only then do we look for it, to name it. (Any
+    # other integrity error here is a race too, the queue or tenant removed at the same moment: the retry says so.)
     try:
         ids = _insert_queued(session.connection(), rows, queues, now)
     except (IntegrityError, OperationalError) as exc:
@@ -301,9 +302,10 @@ def store_jobs(session: Session, tenant: Submitter, accepted: list, settings: Se
 def _queued_job_statement():
     """One job and its Queued event in one statement (PostgreSQL): the event inserted from the job's RETURNING.
     Built once, with a bind parameter per column, so that SQLAlchemy compiles it once and psycopg prepares it."""
+    # every column a row sets: SQLAlchemy's own defaults are not filled in for an INSERT in a CTE beside another
     columns = ("tenant_id", "queue_id", "name", "namespace", "manifest", "priority_class", "priority",
                "placement_mode", "placement_spec", "demand", "state", "waiting_reasons", "status", "restart_count",
-               "submitted_at")
+               "evictions", "avoid", "submitted_at")
     job = (insert(Job.__table__).values({name: bindparam(name) for name in columns})
            .returning(Job.id, Job.tenant_id, Job.queue_id, Job.namespace, Job.name, Job.submitted_at).cte("job"))
     queued = insert(Event.__table__).from_select(

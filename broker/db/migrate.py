@@ -6,10 +6,12 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import text
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import Engine
 
 import migrations
+from broker.settings import ConfigError
 
 MIGRATIONS_DIR = Path(migrations.__file__).parent
 MIGRATION_LOCK = 0x41524348  # PostgreSQL advisory lock key ("ARCH"): replicas starting together migrate in turn
@@ -36,3 +38,19 @@ def downgrade(engine: Engine, revision: str) -> None:
         config = alembic_config(engine)
         config.attributes["connection"] = connection
         command.downgrade(config, revision)
+
+
+def require_head(engine: Engine) -> None:
+    """Raise ConfigError, one line, if the schema is behind this code's migrations (`serve` on PostgreSQL, which does
+    not migrate: the deploy files run `archipelago db upgrade` first). A schema ahead, migrated by a newer replica,
+    is what an older one runs against during a rolling update: allowed."""
+    script = ScriptDirectory.from_config(alembic_config(engine))
+    head = script.get_current_head()
+    with engine.connect() as connection:  # read as Alembic keeps it (its MigrationContext logs at INFO)
+        current = (connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+                   if inspect(connection).has_table("alembic_version") else None)
+    known = {revision.revision for revision in script.walk_revisions()}
+    if current == head or (current is not None and current not in known):
+        return
+    raise ConfigError(f"the database schema is at {current or 'no revision'}; this broker needs {head}: run "
+                      f"`archipelago db upgrade` first")

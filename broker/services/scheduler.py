@@ -1,9 +1,10 @@
 """The scheduler loop: one placement cycle per pass, on an interval and whenever something changes.
 
 Whoever changes what placement depends on wakes it at once with `ServiceRunner.wake("scheduler")`:
-the submission of a job, a placement that finished or was deleted (capacity freed), a cluster
-that is Ready again, a queue or quota edit. The interval (ARCHIPELAGO_SCHEDULER_INTERVAL) catches
-everything else, e.g. members' capacity reported by the inventory sync.
+a placement that finished or was deleted (capacity freed), a cluster that is Ready again, a queue or
+quota edit; a submission with `Wakeups.jobs_queued` (on PostgreSQL the jobs table's trigger NOTIFYs).
+The interval (ARCHIPELAGO_SCHEDULER_INTERVAL) catches everything else, e.g. members' capacity reported
+by the inventory sync.
 
 The pending jobs' rows stay in memory between cycles (`PendingJobs`): a cycle reads only the new ones, and
 all of them every ARCHIPELAGO_SCHEDULER_RESYNC_INTERVAL seconds and after any cycle in doubt. So do the

@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from api.app import create_app
 from broker.db.crypto import KubeconfigCipher
-from broker.db.models import Cluster, Job, Node, Queue
+from broker.db.models import Cluster, Event, Job, Node, Queue
 from broker.jobset import from_placement_record, parse_jobset
 from broker.placement import shape_of
 from clusters.quantity import to_milli
@@ -281,6 +281,23 @@ def test_events_follow_a_cursor(research):
     rest = research.get("/api/v1/events", params={"kind": "job", "cursor": first["next_cursor"]}).json()
     assert [e["message"] for e in first["items"] + rest["items"]] == ["research/a queued in training",
                                                                        "research/b queued in training"]
+
+
+def test_one_job_and_a_batch_are_stored_alike(research, db):
+    # On PostgreSQL one job goes in one statement with its event, a batch in one statement a table: the same rows.
+    [single] = submit(research, jobset("alone")).json()["items"]
+    batch = submit(research, [jobset("first"), jobset("second")]).json()["items"]
+    ids = [single["id"], *(job["id"] for job in batch)]
+    with db.sessions() as session:
+        jobs = {job.id: job for job in session.scalars(select(Job).where(Job.id.in_(ids)))}
+        events = {int(event.object_id): event for event in session.scalars(
+            select(Event).where(Event.kind == "job", Event.object_id.in_([str(i) for i in ids])))}
+    for name, job_id in zip(("alone", "first", "second"), ids):
+        job, event = jobs[job_id], events[job_id]
+        assert (job.state, job.evictions, job.avoid, job.restart_count) == ("Queued", 0, {}, 0)
+        assert (event.type, event.reason, event.tenant_id, event.time) == ("Normal", "Queued", job.tenant_id,
+                                                                          job.submitted_at)
+        assert event.message == f"research/{name} queued in training"
 
 
 def test_tenant_isolation_on_every_endpoint(admin, research, db, settings):

@@ -72,3 +72,27 @@ def test_replicas_that_start_together_migrate_in_turn(empty_database_url):
     for replica in replicas:
         replica.join()
     assert failures == []
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_serve_refuses_a_schema_behind_its_migrations_and_runs_beside_one_ahead(empty_database_url, tmp_path):
+    """On PostgreSQL `serve` does not migrate (the deploy files run `db upgrade` first); a schema left behind would
+    lack what the code relies on, e.g. the trigger that wakes the scheduler for new jobs: one line, exit 2."""
+    from cryptography.fernet import Fernet
+
+    from tests.foundation.test_config_and_cli import run_cli
+
+    engine = create_engine(empty_database_url)
+    migrate.upgrade(engine, "0013_job_placement_spec")
+    result = run_cli("serve", "--port", "1", cwd=tmp_path, ARCHIPELAGO_DATABASE_URL=empty_database_url,
+                     ARCHIPELAGO_SECRET_KEY=Fernet.generate_key().decode())
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == ("archipelago: the database schema is at 0013_job_placement_spec; this broker needs "
+                    "0014_jobs_wake_scheduler: run `archipelago db upgrade` first")
+    migrate.upgrade(engine)
+    migrate.require_head(engine)  # at head
+    with engine.begin() as connection:  # a newer replica's migration, unknown to this code
+        connection.exec_driver_sql("UPDATE alembic_version SET version_num = '9999_from_a_newer_release'")
+    migrate.require_head(engine)
+    engine.dispose()
