@@ -289,7 +289,7 @@ def store_jobs(session: Session, tenant: Submitter, accepted: list, settings: Se
     # A live job of the same namespace/name trips the unique index; only then do we look for it, to name it. (Any
     # other integrity error here is a race too, the queue or tenant removed at the same moment: the retry says so.)
     try:
-        ids = _insert_queued(session.connection(), rows, queues, now)
+        ids = _insert_queued(session.connection(), rows, queues)
     except (IntegrityError, OperationalError) as exc:
         if isinstance(exc, OperationalError) and getattr(exc.orig, "sqlstate", None) != DEADLOCK_DETECTED:
             raise
@@ -319,16 +319,17 @@ def _queued_job_statement():
 _INSERT_QUEUED_JOB = _queued_job_statement()
 
 
-def _insert_queued(connection: Connection, rows: list[dict], queues: list[str], now: datetime) -> list[int]:
-    """Insert the jobs and their Queued events; the jobs' ids, in the rows' order. A round trip to PostgreSQL costs
-    a single POST about as much as its own work: there one job goes in one statement. Otherwise two Core inserts,
-    one statement a table however large the batch (which the ORM's unit of work is not)."""
+def _insert_queued(connection: Connection, rows: list[dict], queues: list[str]) -> list[int]:
+    """Insert the jobs and their Queued events (each at its job's submission time); the jobs' ids, in the rows'
+    order. A round trip to PostgreSQL costs a single POST about as much as its own work: there one job goes in one
+    statement. Otherwise two Core inserts, one statement a table however large the batch (which the ORM's unit of
+    work is not)."""
     if len(rows) == 1 and connection.dialect.name == "postgresql":
         return [connection.execute(_INSERT_QUEUED_JOB, rows[0]).scalar_one()]
     ids = connection.execute(_INSERT_JOBS, rows).scalars().all()
     connection.execute(_INSERT_EVENTS, [
-        {"time": now, "kind": "job", "object_id": str(job_id), "tenant_id": row["tenant_id"], "type": "Normal",
-         "reason": "Queued", "message": f"{row['namespace']}/{row['name']} queued in {queue}"}
+        {"time": row["submitted_at"], "kind": "job", "object_id": str(job_id), "tenant_id": row["tenant_id"],
+         "type": "Normal", "reason": "Queued", "message": f"{row['namespace']}/{row['name']} queued in {queue}"}
         for job_id, row, queue in zip(ids, rows, queues)])
     return ids
 
