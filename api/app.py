@@ -22,15 +22,15 @@ import broker
 from api.deps import SessionDep, SettingsDep, bearer, get_principal
 from api.kube.routes import router as kube_router
 from api.problems import Problem, install_problem_handlers, problem_response
-from api.schemas import problems
 from api.routes import ROUTER_MODULES
-from broker.courtesy import REQUESTS_FIRST, RequestsFirst
-from broker.db.runtime import Database, open_database
-from broker.jobs import CapacityCache
-from broker.logs import configure_logging
-from broker.metrics import exposition
+from api.schemas import problems
+from broker.process.courtesy import REQUESTS_FIRST, RequestsFirst
+from broker.process.logs import configure_logging
+from broker.process.metrics import exposition
+from broker.process.settings import Settings, get_settings
 from broker.services import replica, serving_heap
-from broker.settings import Settings, get_settings
+from broker.store.capacity import CapacityCache
+from broker.store.db.runtime import Database, open_database
 
 log = logging.getLogger("archipelago.api")
 
@@ -68,7 +68,7 @@ class SecurityHeaders:
 
 
 class RequestsInFlight:
-    """Pure ASGI: a request counts as in flight for the loops in this process (`broker.courtesy`) from its arrival, or
+    """Pure ASGI: a request counts as in flight for the loops in this process (`broker.process.courtesy`) from its arrival, or
     once its body is in, until its answer starts. A body trickled in, or a watch streaming, does not count."""
 
     def __init__(self, app, requests: RequestsFirst = REQUESTS_FIRST) -> None:

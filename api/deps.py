@@ -9,9 +9,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from api.problems import Problem
-from broker.db.runtime import Database
-from broker.settings import Settings
-from broker.tenancy import Principal, Submitter, authenticate, authenticate_submitter
+from broker.process.settings import Settings
+from broker.store.db.runtime import Database
+from broker.store.tenancy import Principal, Submitter, authenticate, authenticate_submitter
 
 
 def get_session(request: Request) -> Iterator[Session]:

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from broker.errors import Conflict, Invalid, NotFound
+from broker.store.errors import Conflict, Invalid, NotFound
 
 PROBLEM_JSON = "application/problem+json"
 

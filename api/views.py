@@ -7,10 +7,10 @@ from typing import Mapping
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from broker import jobs as job_service
-from broker.db.models import Event, Job, Placement, Queue, Tenant
-from broker.tenancy import QueueStats
-from clusters.quantity import format_quantity
+from broker.store import jobs as job_service
+from broker.store.db.models import Event, Job, Placement, Queue, Tenant
+from broker.store.tenancy import QueueStats
+from clusters.rules.quantity import format_quantity
 
 from api import schemas
 

@@ -41,10 +41,10 @@ from sqlalchemy.engine import make_url
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from broker.db import migrate  # noqa: E402
-from broker.db.models import Job, Queue, Tenant, Token  # noqa: E402
-from broker.jobset import parse_jobset, placement_record  # noqa: E402
-from broker.tenancy import hash_token  # noqa: E402
+from broker.engine.jobset import parse_jobset, placement_record  # noqa: E402
+from broker.store.db import migrate  # noqa: E402
+from broker.store.db.models import Job, Queue, Tenant, Token  # noqa: E402
+from broker.store.tenancy import hash_token  # noqa: E402
 
 ADMIN_TOKEN = "bench-admin-token"
 TENANT_TOKEN = "bench-tenant-token"

@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from table import print_table  # noqa: E402
 
-from broker.jobset import JobSpec, parse_jobset  # noqa: E402
-from broker.placement import (GPU, Cluster, HyperNode, Node, PendingJob, Queue, RunningPlacement, Snapshot,  # noqa: E402
-                              Tenant, schedule)
-from broker.placement.fairness import tenant_fair_shares  # noqa: E402
+from broker.engine.jobset import JobSpec, parse_jobset  # noqa: E402
+from broker.engine.placement import (GPU, Cluster, HyperNode, Node, PendingJob, Queue, RunningPlacement, Snapshot,
+                                     Tenant, schedule)  # noqa: E402
+from broker.engine.placement.fairness import tenant_fair_shares  # noqa: E402
 
 GiB = 2**30 * 1000
 STEP_S = 60.0

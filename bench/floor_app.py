@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import Body, FastAPI
 from sqlalchemy import JSON, Column, Integer, MetaData, Table, insert
 
-from broker.db.session import make_engine
+from broker.store.db.session import make_engine
 
 floor = Table("bench_floor", MetaData(), Column("id", Integer, primary_key=True), Column("body", JSON))
 

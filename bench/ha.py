@@ -34,10 +34,9 @@ sys.path.insert(0, str(ROOT))
 from table import print_table  # noqa: E402
 
 from bench.api import database, jobset as api_jobset, p99, post_concurrently, prepare  # noqa: E402
-from broker.db.models import Job  # noqa: E402
+from broker.process.testing import SCENARIO, TENANTS, Broker, jobset, leader_pid, wait_for  # noqa: E402
+from broker.store.db.models import Job  # noqa: E402
 from clusters.sim.testing import running_simulator  # noqa: E402
-from tests.brokers import Broker, leader_pid, wait_for  # noqa: E402
-from tests.propagation.conftest import SCENARIO, TENANTS, jobset  # noqa: E402
 
 POLL = 0.02
 

@@ -34,14 +34,14 @@ sys.path.insert(0, str(ROOT))
 
 from table import print_table  # noqa: E402
 
-from broker.db.models import Cluster, Node  # noqa: E402
-from broker.db.runtime import open_database  # noqa: E402
-from broker.inventory import register_cluster  # noqa: E402
+from broker.process.settings import Settings  # noqa: E402
 from broker.services.inventory import ClusterHealthService, InventorySyncService  # noqa: E402
-from broker.services.members import MemberClients  # noqa: E402
 from broker.services.loop import ServiceRunner  # noqa: E402
+from broker.services.members import MemberClients  # noqa: E402
 from broker.services.status import StatusService  # noqa: E402
-from broker.settings import Settings  # noqa: E402
+from broker.store.db.models import Cluster, Node  # noqa: E402
+from broker.store.db.runtime import open_database  # noqa: E402
+from broker.store.inventory import register_cluster  # noqa: E402
 from clusters.member import MemberClient  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 

@@ -39,7 +39,7 @@ from table import print_table  # noqa: E402
 from bench.api import HEADERS, database, jobset, prepare, queue_backlog  # noqa: E402
 from bench.placement import percentile  # noqa: E402
 from bench.propagation import start_simulator  # noqa: E402
-from tests.brokers import DEFAULT_LOOPS, Broker, free_port  # noqa: E402
+from broker.process.testing import DEFAULT_LOOPS, Broker, free_port  # noqa: E402
 
 TARGET_MS = 100
 

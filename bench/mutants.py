@@ -1,7 +1,7 @@
 """Mutation testing of the pure core and the outbox (`make mutants`; not part of `make test`, too slow).
 
-mutmut changes one thing at a time in every function of the pure core (broker/placement, broker/status.py,
-broker/jobset.py, the pure Kubernetes rules in clusters/) and of the outbox rules (broker/dispatch.py), and
+mutmut changes one thing at a time in every function of the pure core (broker/engine/placement, broker/engine/status.py,
+broker/engine/jobset.py, the pure Kubernetes rules in clusters/) and of the outbox rules (broker/store/outbox/), and
 runs the tests that reach that function against each change; a change no test notices is a surviving
 mutant. Each survivor the project knows of is explained in bench/mutants_explained.toml (equivalent: no behaviour
 can tell it apart; untested: what a test would have to check, and why none does yet). Each group is tested by its own tests: the pure core by the unit tests (no database, no simulator),
@@ -34,7 +34,7 @@ from mutmut.mutation.diff_apply import get_diff_for_mutant
 from mutmut.stats import status_by_exit_code
 from sqlalchemy import create_engine
 
-from broker.db import migrate
+from broker.store.db import migrate
 
 from table import print_table
 
@@ -65,12 +65,12 @@ class Group:
 
 GROUPS = [
     Group("pure core", 0.90,
-          ["broker/placement/*", "broker/status.py", "broker/jobset.py", "clusters/labels.py", "clusters/quantity.py",
-           "clusters/pods.py", "clusters/taints.py", "clusters/topology.py"],
+          ["broker/engine/placement/*", "broker/engine/status.py", "broker/engine/jobset.py", "clusters/rules/labels.py",
+           "clusters/rules/quantity.py", "clusters/rules/pods.py", "clusters/rules/taints.py", "clusters/topology.py"],
           ["tests/placement", "tests/status", "tests/clusters/test_topology.py", "tests/clusters/test_topology_warnings.py",
            "tests/clusters/test_label_selectors.py", "tests/clusters/test_pin.py", "tests/clusters/test_pod_requests.py",
            "tests/clusters/test_tolerations.py", "tests/clusters/test_rule_boundaries.py"]),
-    Group("outbox", 0.80, ["broker/dispatch.py"],
+    Group("outbox", 0.80, ["broker/store/outbox/*"],
           ["tests/outbox", "tests/propagation", "--ignore=tests/propagation/test_crash.py"]),
 ]
 
@@ -96,7 +96,7 @@ def forget_survivors(group: Group, only: str | None = None) -> None:
 
 
 def covers(group: Group, pattern: str) -> bool:
-    """Whether mutants named by `pattern` (e.g. broker.placement.feasibility*) can be in this group's modules."""
+    """Whether mutants named by `pattern` (e.g. broker.engine.placement.feasibility*) can be in this group's modules."""
     prefix = pattern.split("*")[0].replace(".", "/")
     return any(path.rstrip("*").startswith(prefix) or prefix.startswith(path.rstrip("*").removesuffix(".py"))
                for path in group.mutate)
@@ -149,9 +149,9 @@ def changed_lines(group: Group, mutant: str, module: str) -> list[str]:
 
 
 def function_of(mutant: str) -> str:
-    """The dotted name of the function a mutant changes: mutmut's `broker.placement.cycle.xǁ_Cycleǁ_hold__mutmut_3`
-    is `broker.placement.cycle._Cycle._hold`, `broker.jobset.x__exclusive_key__mutmut_6` is
-    `broker.jobset._exclusive_key`."""
+    """The dotted name of the function a mutant changes: mutmut's `broker.engine.placement.cycle.hold.xǁHoldingǁ_hold__mutmut_3`
+    is `broker.engine.placement.cycle.hold.Holding._hold`, `broker.engine.jobset.x__exclusive_key__mutmut_6` is
+    `broker.engine.jobset._exclusive_key`."""
     module, _, mangled = mutant.rsplit("__mutmut_", 1)[0].rpartition(".")
     return f"{module}.{'.'.join(mangled[2:].split('ǁ')) if mangled.startswith('xǁ') else mangled[2:]}"
 
@@ -189,7 +189,7 @@ def main() -> None:
     parser.add_argument("--again", action="store_true",
                         help="keep the last run's killed mutants and test only the others again (after new tests)")
     parser.add_argument("--only", metavar="PATTERN",
-                        help="only the mutants whose names match, e.g. 'broker.placement.feasibility*' (one module's "
+                        help="only the mutants whose names match, e.g. 'broker.engine.placement.feasibility*' (one module's "
                              "score while writing its tests; the group's score then covers those mutants only)")
     parser.add_argument("--report", action="store_true",
                         help="run nothing: report the last run's results again (after explaining survivors)")

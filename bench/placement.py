@@ -6,9 +6,9 @@ H counts HyperNodes across the whole federation (a tree per cluster: leaves of 8
 4 leaves, one root). The throughput cycle is the scheduler service's, in a process of its own (a new leader's,
 nothing parsed yet, the garbage collector off as the service runs a cycle that reads every row): the inventory and
 the pending jobs (with their manifests and placement records, as submission stores them) sit in an SQLite file of
-the project's models; the cycle reads the snapshot (`broker.scheduling.read_inventory`, each job's spec rebuilt
+the project's models; the cycle reads the snapshot (`broker.store.scheduling.read_inventory`, each job's spec rebuilt
 from its record), decides, and commits every decision
-in one transaction, then the waiting reasons (`broker.scheduling.commit_cycle`). The jobs arrive as
+in one transaction, then the waiting reasons (`broker.store.scheduling.commit_cycle`). The jobs arrive as
 one burst a minute before the cycle (none has waited past starvation_after); the engine's cycle is timed again with every job
 starving, where each that does not fit may look for nodes to hold.
 The incremental cycles run the scheduler service (`SchedulerService.run_once`) over each backlog until
@@ -42,16 +42,15 @@ from datetime import datetime, timedelta, timezone  # noqa: E402
 from sqlalchemy import insert, select, update  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
-from broker.db import models  # noqa: E402
-from broker.db.runtime import Database  # noqa: E402
-from broker.db.session import make_engine, make_sessionmaker  # noqa: E402
-from broker.jobset import parse_jobset, placement_record  # noqa: E402
-from broker.placement import (GPU, Cluster, HyperNode, Node, PendingJob, Queue, Snapshot, Tenant,  # noqa: E402
-                              schedule)
-from broker.placement.quality import first_fit, replay  # noqa: E402
-from broker.scheduling import commit_cycle, read_inventory  # noqa: E402
+from broker.engine.jobset import parse_jobset, placement_record  # noqa: E402
+from broker.engine.placement import (GPU, Cluster, HyperNode, Node, PendingJob, Queue, Snapshot, Tenant, schedule)  # noqa: E402
+from broker.engine.placement.quality import first_fit, replay  # noqa: E402
+from broker.process.settings import Settings  # noqa: E402
 from broker.services.scheduler import SchedulerService, collector_off  # noqa: E402
-from broker.settings import Settings  # noqa: E402
+from broker.store.db import models  # noqa: E402
+from broker.store.db.runtime import Database  # noqa: E402
+from broker.store.db.session import make_engine, make_sessionmaker  # noqa: E402
+from broker.store.scheduling import commit_cycle, read_inventory  # noqa: E402
 
 GiB = 2**30 * 1000
 # The cycle runs a minute after a burst of submissions began: no job has waited past starvation_after

@@ -37,17 +37,18 @@ sys.path.insert(0, str(ROOT))
 
 from table import print_table  # noqa: E402
 
-from broker.db.models import Job, Placement, Queue, Tenant  # noqa: E402
-from broker.db.runtime import open_database  # noqa: E402
-from broker.inventory import register_cluster  # noqa: E402
-from broker.jobs import federation_capacity, submit_jobs  # noqa: E402
-from broker.tenancy import submitter_named  # noqa: E402
+from broker.process.settings import Settings  # noqa: E402
 from broker.services.dispatcher import DispatcherService  # noqa: E402
 from broker.services.inventory import first_sync  # noqa: E402
 from broker.services.members import MemberClients  # noqa: E402
 from broker.services.scheduler import SchedulerService  # noqa: E402
 from broker.services.status import StatusService  # noqa: E402
-from broker.settings import Settings  # noqa: E402
+from broker.store.capacity import federation_capacity  # noqa: E402
+from broker.store.db.models import Job, Placement, Queue, Tenant  # noqa: E402
+from broker.store.db.runtime import open_database  # noqa: E402
+from broker.store.inventory import register_cluster  # noqa: E402
+from broker.store.jobs import submit_jobs  # noqa: E402
+from broker.store.tenancy import submitter_named  # noqa: E402
 from clusters.member import JOBSET_GROUP, JOBSET_VERSION, MemberClient  # noqa: E402
 
 NODE = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"}
@@ -159,7 +160,7 @@ def bench_apply(work: Path, names: list[str], jobs: int) -> dict:
 
 def bench_status(work: Path, names: list[str], changes: int) -> dict:
     broker = Broker(work, names, member_workers=16)
-    status = StatusService(broker.database, broker.settings, broker.members)
+    status = StatusService(broker.database, broker.process.settings, broker.members)
     patchers = {name: k8s.CustomObjectsApi(k8s_config.new_client_from_config(str(work / f"{name}.kubeconfig")))
                 for name in names}
     try:

@@ -31,14 +31,15 @@ sys.path.insert(0, str(ROOT))
 
 from table import print_table  # noqa: E402
 
-from broker.db.models import Job, Queue, Tenant  # noqa: E402
-from broker.db.runtime import open_database  # noqa: E402
-from broker.inventory import register_cluster  # noqa: E402
-from broker.jobs import federation_capacity, submit_jobs  # noqa: E402
-from broker.tenancy import submitter_named  # noqa: E402
+from broker.process.settings import Settings  # noqa: E402
 from broker.services.members import MemberClients  # noqa: E402
 from broker.services.stepper import Stepper  # noqa: E402
-from broker.settings import Settings  # noqa: E402
+from broker.store.capacity import federation_capacity  # noqa: E402
+from broker.store.db.models import Job, Queue, Tenant  # noqa: E402
+from broker.store.db.runtime import open_database  # noqa: E402
+from broker.store.inventory import register_cluster  # noqa: E402
+from broker.store.jobs import submit_jobs  # noqa: E402
+from broker.store.tenancy import submitter_named  # noqa: E402
 from clusters.sim.resources import PODS  # noqa: E402
 from clusters.sim.testing import running_simulator  # noqa: E402
 

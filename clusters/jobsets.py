@@ -11,9 +11,9 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Iterable, Mapping
 
-from clusters.labels import pin_to_nodes
 from clusters.member import (JOBSET_GROUP, JOBSET_VERSION, JOBSETS, NAMESPACES, PODS, MemberClient, MemberError,
                              WatchStream)
+from clusters.rules.labels import pin_to_nodes
 
 JOB_ID_LABEL = "archipelago.io/job-id"
 PLACEMENT_ID_LABEL = "archipelago.io/placement-id"

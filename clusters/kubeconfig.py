@@ -29,7 +29,7 @@ import urllib3
 from cryptography import x509
 from kubernetes.client import Configuration
 
-from clusters.documents import DocumentError, load_yaml_all
+from clusters.rules.documents import DocumentError, load_yaml_all
 
 EXEC_TIMEOUT = 30.0
 

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import re2
 
-from clusters.labels import selector_from_object
+from clusters.rules.labels import selector_from_object
 
 MAX_WARNINGS_PER_KIND = 5
 # Longest regexMatch pattern read (Volcano's CRD sets none): a member's patterns are untrusted input.

@@ -2,8 +2,8 @@
 
 from alembic import context
 
-from broker.db.models import Base
-from broker.db.session import make_engine
+from broker.store.db.models import Base
+from broker.store.db.session import make_engine
 
 config = context.config
 

@@ -20,10 +20,10 @@ from hypothesis import settings as hypothesis_settings
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from broker.db import migrate
-from broker.db.models import Base
-from broker.db.runtime import Database, open_database
-from broker.settings import Settings
+from broker.process.settings import Settings
+from broker.store.db import migrate
+from broker.store.db.models import Base
+from broker.store.db.runtime import Database, open_database
 
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 HOW_TO_START_POSTGRES = (

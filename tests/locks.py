@@ -10,9 +10,9 @@ from typing import Any, Callable, Iterator
 
 from sqlalchemy import event, text
 
-from broker.db.runtime import Database
-from broker.db.session import WRITE_LOCK
-from broker.dispatch import lock_job_rows, lock_jobs
+from broker.store.db.runtime import Database
+from broker.store.db.session import WRITE_LOCK
+from broker.store.outbox import lock_job_rows, lock_jobs
 
 
 def against_a_transaction_locking(db: Database, first: int, second: int, write: Callable[[], Any], *,

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from api.kube.resource import GROUP, KIND, PLURAL
 from api.problems import Problem
-from broker.errors import Conflict, Invalid, NotFound
+from broker.store.errors import Conflict, Invalid, NotFound
 
 REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
            406: "NotAcceptable", 409: "Conflict", 413: "RequestEntityTooLarge", 415: "UnsupportedMediaType",

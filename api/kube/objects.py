@@ -15,9 +15,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, undefer
 
 from api.kube.resource import API_VERSION, KIND
-from broker.jobs import BROKER_PREFIX
 from api.views import jobs_out
-from broker.db.models import JOB_FINISHED_STATES, Event, Job, as_utc, utcnow
+from broker.store.db.models import JOB_FINISHED_STATES, Event, Job, as_utc, utcnow
+from broker.store.jobs import BROKER_PREFIX
 
 BROKER_MANAGER = "archipelago"  # the field manager of every field a JobSet was submitted with
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -64,7 +64,7 @@ def watermark(session: Session) -> int:
 
 
 def shown(job: Job) -> bool:
-    """As broker.jobs.SHOWN_AS_JOBSETS decides in SQL."""
+    """As broker.store.jobs.SHOWN_AS_JOBSETS decides in SQL."""
     return job.state not in JOB_FINISHED_STATES or job.cancel_requested_at is None
 
 

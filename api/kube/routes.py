@@ -1,6 +1,6 @@
 """The Kubernetes API front door under /k8s: discovery, OpenAPI v3 and namespaced JobSets.
 
-Another face on the job service (broker.jobs), as the REST API is: submissions go through accept_jobs and
+Another face on the job service (broker.store.jobs), as the REST API is: submissions go through accept_jobs and
 store_jobs, deletes through request_removal, listings through list_jobs. A tenant's token sees its own
 namespaces; an admin's, every namespace.
 """
@@ -22,20 +22,20 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import SessionDep, SettingsDep
 from api.kube import resource
-from api.kube.errors import KubeError, forbidden, from_broker, invalid, not_found
-from api.kube.objects import (BROKER_MANAGER, STATUS_ANNOTATIONS, core_event, render, submitted_fields, table,
-                              uid_of, watermark)
+from api.kube.apply import check_apply, unchanged
+from api.kube.errors import KubeError, forbidden, from_broker, not_found
+from api.kube.objects import STATUS_ANNOTATIONS, core_event, render, table, uid_of, watermark
 from api.kube.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from api.kube.watch import EventCursor, Scope, bookmark, changes
 from api.problems import Problem
 from api.routes.jobs import BodyDep, decode_jobsets
-from broker import jobs as job_service
-from broker.db.models import Event, Job, Tenant
-from broker.errors import Conflict, Invalid, NotFound
-from broker.tenancy import Principal, Submitter, authenticate, submitter_named
-from clusters.documents import DocumentError, load_json, load_yaml_all
-from clusters.labels import parse_selector
-from clusters.patches import merge_patch, strategic_merge_patch
+from broker.store import jobs as job_service
+from broker.store.db.models import Event, Job, Tenant
+from broker.store.errors import Conflict, Invalid, NotFound
+from broker.store.tenancy import Principal, Submitter, authenticate, submitter_named
+from clusters.rules.documents import DocumentError, load_json, load_yaml_all
+from clusters.rules.labels import parse_selector
+from clusters.rules.patches import merge_patch, strategic_merge_patch
 
 PREFIX = "/k8s"
 SERVER_SET = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp", "managedFields",
@@ -426,51 +426,6 @@ def create_jobset(namespace: str, request: Request, session: SessionDep, caller:
     return _create(request, session, caller, namespace, _in_namespace(manifests[0], namespace))
 
 
-def _immutable(name: str, field: str) -> KubeError:
-    return invalid(name, field.lstrip("."), "field is immutable: the broker placed the JobSet as it was submitted; "
-                                            "delete it and create it again to change it")
-
-
-def _unchanged(name: str, wanted: dict[str, Any], stored: dict[str, Any]) -> None:
-    """A patched JobSet must come out as it was submitted (422 naming what would change)."""
-    wanted, stored = submitted_fields(wanted), submitted_fields(stored)
-    for field, section in (("spec", lambda o: o["spec"]), ("metadata.labels", lambda o: o["metadata"]["labels"]),
-                           ("metadata.annotations", lambda o: o["metadata"]["annotations"])):
-        if section(wanted) != section(stored):
-            raise _immutable(name, field)
-
-
-def _applied(applied: Any, stored: Any, path: str = "") -> tuple[list[str], list[str]]:
-    """Server-side apply over what is stored: the fields it sets to other values (the broker owns every submitted
-    field: a conflict) and the fields it adds; fields it leaves out stay as they are."""
-    changed: list[str] = []
-    added: list[str] = []
-    for key, value in applied.items():
-        where = f"{path}.{key}"
-        if key not in stored:
-            added.append(where)
-        elif isinstance(value, dict) and isinstance(stored[key], dict):
-            deeper = _applied(value, stored[key], where)
-            changed, added = changed + deeper[0], added + deeper[1]
-        elif value != stored[key]:
-            changed.append(where)
-    return changed, added
-
-
-def _check_apply(request: Request, name: str, applied: dict[str, Any], stored: dict[str, Any]) -> None:
-    """As kube-apiserver answers an apply that takes fields another manager owns (409, unless forced); a forced
-    one, or one that adds fields, is refused as a change to an immutable field (422)."""
-    changed, added = _applied(submitted_fields(applied), submitted_fields(stored))
-    if changed and request.query_params.get("force") not in ("true", "1"):
-        owner = f'conflict with "{BROKER_MANAGER}" using {API_VERSION}'
-        raise KubeError(409, f"Apply failed with {len(changed)} conflict{'s' * (len(changed) > 1)}: "
-                             + "; ".join(f"{owner}: {field}" for field in changed), name=name,
-                        causes=[{"reason": "FieldManagerConflict", "message": owner, "field": field}
-                                for field in changed])
-    if changed or added:
-        raise _immutable(name, (changed + added)[0])
-
-
 _MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 _APPLY_TYPE = "application/apply-patch+yaml"
 
@@ -502,9 +457,9 @@ def patch_jobset(namespace: str, name: str, request: Request, session: SessionDe
                        _in_namespace(merge_patch(patch, {"metadata": {"name": name}}), namespace))
     current = render(session, [job])[0]
     if media_type == _APPLY_TYPE:
-        _check_apply(request, name, patch, job.manifest)
+        check_apply(request, name, patch, job.manifest)
     else:
-        _unchanged(name, (strategic_merge_patch if media_type == _MERGE_TYPES[1] else merge_patch)(current, patch),
+        unchanged(name, (strategic_merge_patch if media_type == _MERGE_TYPES[1] else merge_patch)(current, patch),
                    job.manifest)
     return JSONResponse(current)
 

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from api.kube.objects import COMMIT_SLACK, render, shown
 from api.kube.resource import API_VERSION, KIND
-from broker.db.models import Event, Job, utcnow
-from broker.tenancy import Principal
+from broker.store.db.models import Event, Job, utcnow
+from broker.store.tenancy import Principal
 
 BATCH = 500
 

@@ -15,12 +15,10 @@ from sqlalchemy.orm import Session
 from api.deps import SessionDep, SettingsDep, bearer
 from api.problems import Problem
 from api.schemas import problems
-from broker import inventory
-from broker.db.models import Cluster, utcnow
-from broker.errors import Invalid
-from broker.services.dispatcher import assigned_work, reported_outcomes
-from broker.services.inventory import flush, reported_mirror
-from broker.services.status import record_listed
+from broker.services import assigned_work, flush, record_listed, reported_mirror, reported_outcomes
+from broker.store import inventory
+from broker.store.db.models import Cluster, utcnow
+from broker.store.errors import Invalid
 
 router = APIRouter(prefix="/api/v1/agent", tags=["agent"])
 

@@ -11,11 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.deps import AdminDep, DatabaseDep, PrincipalDep, SessionDep, SettingsDep
 from api.problems import Problem
 from api.schemas import problems
-from broker import inventory
-from broker.db.models import Cluster
-from broker.db.runtime import Database
-from broker.errors import Invalid
-from broker.services.inventory import first_sync
+from broker.services import first_sync
+from broker.store import inventory
+from broker.store.db.models import Cluster
+from broker.store.db.runtime import Database
+from broker.store.errors import Invalid
 from clusters.member import MemberError
 
 router = APIRouter(prefix="/api/v1", tags=["clusters"])

@@ -17,9 +17,9 @@ from fastapi.templating import Jinja2Templates
 from api.deps import PrincipalDep, SessionDep
 from api.problems import Problem
 from api.schemas import problems
-from broker import inventory, tenancy
-from broker.db.models import utcnow
-from broker.queue_history import queue_history, sample_times
+from broker.store import inventory, tenancy
+from broker.store.db.models import utcnow
+from broker.store.queue_history import queue_history, sample_times
 
 HERE = Path(__file__).resolve().parent.parent
 templates = Jinja2Templates(directory=HERE / "templates")

@@ -13,16 +13,16 @@ from api.deps import CredentialsDep, DatabaseDep, PrincipalDep, SessionDep, Sett
 from api.problems import Problem
 from api.schemas import problems
 from api.views import event_out, humanised, job_out, jobs_out, placement_out
-from broker import jobs as job_service
-from broker.cluster_overrides import cluster_labels, preview, stored_rules
-from broker.db.models import Job, as_utc, utcnow
-from broker.errors import Invalid, NotFound
-from broker.jobset import JobSetError
-from broker.overrides import rules_for
-from broker.retention import history_from
-from broker.scheduling import RULE_WORDS, dry_run_manifest, engine_config
-from broker.tenancy import Principal, Submitter, submitter_named
-from clusters.documents import DocumentError, load_json, load_yaml_all
+from broker.engine.jobset import JobSetError
+from broker.engine.overrides import rules_for
+from broker.store import jobs as job_service
+from broker.store.cluster_overrides import cluster_labels, preview, stored_rules
+from broker.store.db.models import Job, as_utc, utcnow
+from broker.store.errors import Invalid, NotFound
+from broker.store.retention import history_from
+from broker.store.scheduling import RULE_WORDS, dry_run_manifest, engine_config
+from broker.store.tenancy import Principal, Submitter, submitter_named
+from clusters.rules.documents import DocumentError, load_json, load_yaml_all
 
 router = APIRouter(prefix="/api/v1")
 

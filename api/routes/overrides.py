@@ -1,5 +1,5 @@
 """Cluster overrides: admins write the rules that rewrite JobSets on their way to the clusters they target
-(broker.overrides says what a rule can do and in what order). A rule takes effect on the copies applied from
+(broker.engine.overrides says what a rule can do and in what order). A rule takes effect on the copies applied from
 then on; the placements of a job say which rules their copy was rendered with."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import AdminDep, DatabaseDep, SessionDep
 from api.schemas import problems
-from broker.cluster_overrides import (as_written, create_override, delete_override, get_override, list_overrides,
-                                      replace_override)
+from broker.store.cluster_overrides import (as_written, create_override, delete_override, get_override, list_overrides,
+                                            replace_override)
 
 router = APIRouter(prefix="/api/v1", tags=["overrides"])
 ADMIN_ERRORS = (401, 403)

@@ -10,11 +10,11 @@ from api import schemas
 from api.deps import AdminDep, DatabaseDep, PrincipalDep, SessionDep
 from api.schemas import problems
 from api.views import queue_out
-from broker import tenancy
-from broker.db.models import Queue, Tenant
-from broker.errors import NotFound
-from broker.placement.fairness import dominant_share, lent
-from clusters.quantity import add_into
+from broker.engine.placement.fairness import dominant_share, lent
+from broker.store import tenancy
+from broker.store.db.models import Queue, Tenant
+from broker.store.errors import NotFound
+from clusters.rules.quantity import add_into
 
 router = APIRouter(prefix="/api/v1")
 AUTH_ERRORS = (401, 403)

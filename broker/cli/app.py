@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
 from pathlib import Path
-from typing import Callable, Iterator
 
 import typer
 from cryptography.fernet import Fernet
-from sqlalchemy.orm import Session
 
 import broker
-from broker.cli_clusters import clusters_app
-from broker.cli_jobs import jobs_app, queues_app, submit, tenants_app, tokens_app
-from broker.cli_kube import kubeconfig
-from broker.cli_overrides import overrides_app
-from broker.errors import Conflict, Invalid, NotFound
-from broker.settings import ConfigError, get_settings
+from broker.cli.clusters import clusters_app
+from broker.cli.jobs import jobs_app, queues_app, submit, tenants_app, tokens_app
+from broker.cli.kubeconfig import kubeconfig
+from broker.cli.local import fail, one_line_errors
+from broker.cli.overrides import overrides_app
+from broker.process.settings import ConfigError, get_settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Archipelago: place JobSets across Kubernetes clusters.")
@@ -33,40 +29,6 @@ app.add_typer(clusters_app, name="clusters")
 app.add_typer(overrides_app, name="overrides")
 app.command()(submit)
 app.command()(kubeconfig)
-
-
-def fail(message: str, code: int = 2) -> None:
-    typer.echo(f"archipelago: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def one_line_errors(command: Callable) -> Callable:
-    """Turn configuration errors into the one-line message the user acts on."""
-
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        try:
-            return command(*args, **kwargs)
-        except (ConfigError, NotFound, Conflict, Invalid) as exc:
-            fail(str(exc))
-
-    return wrapper
-
-
-@contextlib.contextmanager
-def database_session() -> Iterator[Session]:
-    """For commands that act on the broker's database directly; errors are one line."""
-    from broker.db.runtime import open_database
-
-    try:
-        database = open_database(get_settings(), upgrade=False)
-        try:
-            with database.write() as session:
-                yield session
-        finally:
-            database.dispose()
-    except (ConfigError, NotFound, Conflict, Invalid) as exc:
-        fail(str(exc))
 
 
 @app.command()
@@ -86,11 +48,11 @@ def serve(host: str = typer.Option(None, help="Address to listen on [default: AR
     import uvicorn
 
     from api.app import create_app
-    from broker.db import migrate
-    from broker.db.runtime import open_database
-    from broker.logs import configure_logging
-    from broker.metrics_server import serve_loop_metrics
-    from broker.scheduling import engine_config
+    from broker.store.db import migrate
+    from broker.store.db.runtime import open_database
+    from broker.process.logs import configure_logging
+    from broker.process.metrics_server import serve_loop_metrics
+    from broker.store.scheduling import engine_config
     from broker.services import beside_the_api, replica
 
     settings = get_settings()
@@ -151,8 +113,8 @@ def agent(broker_url: str = typer.Option(..., "--broker", help="the broker's URL
     import signal
     import threading
 
-    from broker.agent import Agent, in_cluster_kubeconfig
-    from broker.client import ApiClient
+    from broker.process.agent import Agent, in_cluster_kubeconfig
+    from broker.cli.client import ApiClient
     from clusters.kubeconfig import KubeconfigError
     from clusters.member import MemberClient
 
@@ -176,8 +138,8 @@ def agent(broker_url: str = typer.Option(..., "--broker", help="the broker's URL
 @one_line_errors
 def db_upgrade(revision: str = typer.Argument("head")) -> None:
     """Apply the migrations up to REVISION."""
-    from broker.db import migrate
-    from broker.db.runtime import open_database
+    from broker.store.db import migrate
+    from broker.store.db.runtime import open_database
 
     database = open_database(get_settings(), upgrade=False)
     migrate.upgrade(database.engine, revision)
@@ -198,7 +160,7 @@ def demo(port: int = typer.Option(8000, help="dashboard and API port"),
          workdir: Path = typer.Option(Path("demo-run"), help="where the demo keeps its database and kubeconfigs"),
          ) -> None:
     """Run the whole federation on this machine: simulated clusters, the broker, tenants and a job stream."""
-    from broker.demo import run_demo
+    from broker.process.demo import run_demo
 
     run_demo(port=port, speed=speed, duration=duration, workdir=workdir)
 

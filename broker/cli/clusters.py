@@ -8,11 +8,11 @@ from typing import Iterator, NoReturn, Optional
 
 import typer
 
-from broker.cli_output import (Output, OutputOption, ServerOption, TokenOption, calling, client, emit, key_values,
-                                read_file, usage_error)
-from broker.client import ApiClient, ClientError
-from broker.inventory import kubeconfig_policy
-from broker.settings import ConfigError, get_settings
+from broker.cli.client import ApiClient, ClientError
+from broker.cli.output import (Output, OutputOption, ServerOption, TokenOption, calling, client, emit, key_values,
+                               read_file, usage_error)
+from broker.process.settings import ConfigError, get_settings
+from broker.store.inventory import kubeconfig_policy
 from clusters import access
 from clusters.kubeconfig import KubeconfigError, LoadedKubeconfig, load_kubeconfig, server_identity
 from clusters.member import MemberClient, MemberError

@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
-from broker.cli_output import (Output, OutputOption, ServerOption, TokenOption, calling, client, emit, key_values,
-                                read_file)
+from broker.cli.output import (Output, OutputOption, ServerOption, TokenOption, calling, client, emit, key_values,
+                               read_file)
 
 jobs_app = typer.Typer(no_args_is_help=True, help="Follow and cancel jobs.")
 queues_app = typer.Typer(no_args_is_help=True, help="Queues: weights, quotas, borrowing, preemption.")
@@ -222,8 +222,8 @@ def tokens_create(tenant: Optional[str] = typer.Option(None, help="the tenant it
                   description: Optional[str] = None,
                   expires_in_days: Optional[float] = typer.Option(None, help="default: never")) -> None:
     """Mint a token in the broker's database and print it (it is shown only once)."""
-    from broker.cli import database_session
-    from broker.tenancy import create_token
+    from broker.cli.local import database_session
+    from broker.store.tenancy import create_token
 
     with database_session() as session:
         _, secret = create_token(session, role, tenant, description,
@@ -234,8 +234,8 @@ def tokens_create(tenant: Optional[str] = typer.Option(None, help="the tenant it
 @tokens_app.command("revoke")
 def tokens_revoke(token_id: int) -> None:
     """Revoke a token by id."""
-    from broker.cli import database_session
-    from broker.tenancy import revoke_token
+    from broker.cli.local import database_session
+    from broker.store.tenancy import revoke_token
 
     with database_session() as session:
         revoke_token(session, token_id)

@@ -9,8 +9,8 @@ from typing import Any, Optional
 import typer
 import yaml
 
-from broker.cli_output import ServerOption
-from broker.client import ApiClient, ClientError
+from broker.cli.client import ApiClient, ClientError
+from broker.cli.output import ServerOption
 
 FRONT_DOOR = "/k8s"
 

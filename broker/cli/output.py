@@ -12,7 +12,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from broker.client import ApiClient, ClientError
+from broker.cli.client import ApiClient, ClientError
 
 
 class Output(str, Enum):

@@ -7,9 +7,9 @@ from typing import Optional
 
 import typer
 
-from broker.cli_output import (Output, OutputOption, ServerOption, TokenOption, calling, client, emit, read_file,
+from broker.cli.output import (Output, OutputOption, ServerOption, TokenOption, calling, client, emit, read_file,
                                usage_error)
-from clusters.documents import DocumentError, load_yaml_all
+from clusters.rules.documents import DocumentError, load_yaml_all
 
 overrides_app = typer.Typer(no_args_is_help=True, help="Cluster overrides: rules that rewrite JobSets on their way "
                                                        "to the clusters they target.")

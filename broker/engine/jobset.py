@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from clusters.labels import (NodeSelectorTerm, Requirement, Selector, TermError, check_annotations, check_labels,
-                             is_dns_label, node_selector_term, parse_selector)
-from clusters.pods import PodSpecError, as_list, as_mapping, check_resource_requirements, effective_requests
-from clusters.taints import toleration_error
+from clusters.rules.labels import (NodeSelectorTerm, Requirement, Selector, TermError, check_annotations, check_labels,
+                                   is_dns_label, node_selector_term, parse_selector)
+from clusters.rules.pods import PodSpecError, as_list, as_mapping, check_resource_requirements, effective_requests
+from clusters.rules.taints import toleration_error
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND = "JobSet"
@@ -257,7 +257,7 @@ def _container_names(pod_spec: Mapping, path: str) -> None:
 
 
 def effective_pod_requests(pod_spec: Mapping, path: str = "spec") -> dict[str, int]:
-    """What the kube-scheduler reserves for one pod, per resource, in milli-units (clusters.pods); a pod the API
+    """What the kube-scheduler reserves for one pod, per resource, in milli-units (clusters.rules.pods); a pod the API
     server would not create is refused here (`check_resource_requirements`)."""
     if not _list(pod_spec.get("containers"), f"{path}.containers"):
         raise JobSetError(f"{path}.containers", "a pod needs at least one container")

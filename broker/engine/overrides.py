@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import jsonpatch
 import jsonpointer
 
-from broker.jobset import JobSetError, parse_jobset
-from clusters.labels import Selector, check_annotations, check_labels, node_requirement, parse_selector
+from broker.engine.jobset import JobSetError, parse_jobset
+from clusters.rules.labels import Selector, check_annotations, check_labels, node_requirement, parse_selector
 
 BROKER_PREFIX = "archipelago.io/"
 PATCH_ROOT = "/spec/replicatedJobs"

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Collection, Iterable, Mapping
 
-from broker.jobset import MAX_RESTARTS_ANNOTATION
+from broker.engine.jobset import MAX_RESTARTS_ANNOTATION
 
 COUNTS = ("ready", "active", "succeeded", "failed", "suspended")
 _TERMINAL = {"Completed": "Succeeded", "Failed": "Failed"}

@@ -19,7 +19,7 @@ import os
 import threading
 from pathlib import Path
 
-from broker.client import ApiClient, ClientError
+from broker.cli.client import ApiClient, ClientError
 from broker.services.dispatcher import RETRY_BASE
 from broker.services.inventory import member_objects
 from clusters import jobsets

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from broker.settings import Settings, new_token
+from broker.process.settings import Settings, new_token
 
 SCENARIO = {"clusters": [
     {"name": "h100-eu", "labels": {"region": "eu", "gpu": "h100", "provider": "onprem"}, "nodes": 32,
@@ -154,7 +154,7 @@ def _logging_to(path: Path) -> Iterator[None]:
 @contextlib.contextmanager
 def _broker(settings: Settings) -> Iterator[str]:
     from api.app import create_app
-    from broker.db.runtime import open_database
+    from broker.store.db.runtime import open_database
     import uvicorn
 
     database = open_database(settings, upgrade=True)

@@ -7,7 +7,7 @@ import json
 import logging
 from datetime import datetime, timezone
 
-from broker.settings import Settings
+from broker.process.settings import Settings
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

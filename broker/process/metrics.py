@@ -9,7 +9,7 @@ from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from broker.db.models import LEADER, Cluster, Job, Lease, Queue
+from broker.store.db.models import LEADER, Cluster, Job, Lease, Queue
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 

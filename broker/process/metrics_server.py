@@ -10,10 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from broker.db.runtime import Database
-from broker.metrics import exposition
-from broker.settings import Settings
-from broker.tenancy import authenticate
+from broker.process.metrics import exposition
+from broker.process.settings import Settings
+from broker.store.db.runtime import Database
+from broker.store.tenancy import authenticate
 
 
 def may_read_metrics(database: Database, settings: Settings, token: str | None) -> bool:

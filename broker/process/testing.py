@@ -1,4 +1,6 @@
-"""`archipelago serve` in a subprocess, for the tests (and bench/ha.py) that kill it and start it again."""
+"""What the tests and the benchmarks share to run a broker: `archipelago serve` in a subprocess, for those that kill
+a replica and start it again, and a federation of two simulated members with the JobSets and tenants they run.
+Nothing in the broker's own code imports this."""
 
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ from typing import Callable
 import httpx
 from sqlalchemy import select
 
-from broker.db.models import LEADER, Lease
-from broker.settings import Settings
+from broker.process.settings import Settings
+from broker.store.db.models import LEADER, Lease
 from clusters.jobsets import JOB_ID_LABEL
 from clusters.sim.resources import JOBSETS
 from clusters.sim.testing import SimHandle
@@ -107,3 +109,37 @@ def copies(sim: SimHandle) -> list[dict]:
         with member.lock:
             found += member.list(JOBSETS, None, JOB_ID_LABEL, None)[0]
     return found
+
+
+NVLINK = "topology.example.com/nvlink-block"
+NODE = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"}
+# 16 GPU nodes per member, two NVLink blocks per leaf pair: room for every example in either member.
+SCENARIO = {
+    "defaults": {"node": NODE, "topology": {"leaf": 8, "spine": 2}, "duration": "60s",
+                 "nodes": [{"labels": {NVLINK: f"block-{i // 2}"}} for i in range(16)]},
+    "clusters": [{"name": "eu-west", "labels": {"region": "eu"}}, {"name": "us-east", "labels": {"region": "us"}}],
+}
+TENANTS = [("team-a", "research"), ("team-b", "production"), ("hpc", "hpc")]
+
+
+def jobset(name: str, *, namespace: str = "team-a", parts=(("workers", 1, 2, 8),), split: bool = False,
+           annotations: dict | None = None, failure_policy: dict | None = None, success: dict | None = None,
+           priority_class: str | None = None) -> dict:
+    """A JobSet with `parts` = (name, replicas, pods per Job, GPUs per pod)."""
+    labels = {"kueue.x-k8s.io/queue-name": dict(TENANTS)[namespace]}
+    if priority_class:
+        labels["kueue.x-k8s.io/priority-class"] = priority_class
+    spec: dict = {"replicatedJobs": [
+        {"name": part, "replicas": replicas, "template": {"spec": {
+            "parallelism": pods, "completions": pods, "backoffLimit": 0, "template": {"spec": {
+                "restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "resources": {
+                    "requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)}, "limits": {"nvidia.com/gpu": str(gpus)}}}]}}}}}
+        for part, replicas, pods, gpus in parts]}
+    if failure_policy is not None:
+        spec["failurePolicy"] = failure_policy
+    if success is not None:
+        spec["successPolicy"] = success
+    meta_annotations = {**({"archipelago.io/placement": "split"} if split else {}), **(annotations or {})}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": meta_annotations},
+            "spec": spec}

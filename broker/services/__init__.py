@@ -1,23 +1,30 @@
-"""The loop services a broker process runs; each joins the pure core to the database and the members."""
+"""The loop services a broker process runs; each joins the pure core to the database and the members.
+
+The API reaches them only through what `__all__` names: a replica's start (`replica`, `serving_heap`), a new
+member's first sync, and a pull member's agent's work and reports, recorded as the loops record their own.
+"""
 
 from __future__ import annotations
 
 import gc
 import sys
 
-from broker.db.runtime import Database
-from broker.services.dispatcher import DispatcherService
-from broker.services.inventory import ClusterHealthService, InventorySyncService
+from broker.process.settings import Settings
+from broker.services.dispatcher import DispatcherService, assigned_work, reported_outcomes
+from broker.services.inventory import (ClusterHealthService, InventorySyncService, first_sync, flush,
+                                       reported_mirror)
 from broker.services.lanes import MemberLeases, member_lanes
 from broker.services.lease import LeaseRecord, leader, replica_name
 from broker.services.loop import LoopService
 from broker.services.members import MemberClients
 from broker.services.retention import RetentionService
 from broker.services.scheduler import SchedulerService
-from broker.services.status import StatusService
+from broker.services.status import StatusService, record_listed
 from broker.services.wakeups import Wakeups
-from broker.settings import Settings
+from broker.store.db.runtime import Database
 
+__all__ = ["assigned_work", "first_sync", "flush", "record_listed", "replica", "reported_mirror", "reported_outcomes",
+           "serving_heap"]
 
 # `serve` without --workers: the API answers from the process whose loops schedule (bench/leader_api.py). A request
 # waits for the GIL after each SQL statement and each trip through the thread pool; while the scheduler computes it

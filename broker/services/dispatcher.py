@@ -34,21 +34,21 @@ from typing import Any, Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from broker import events
-from broker.db.models import PLACEMENT_ACTIVE_STATES, Cluster, Job, Placement, utcnow
-from broker.db.runtime import Database, record_in_turns, write_in_slices
-from broker.dispatch import (KEPT_STATES, Changes, StartupPolicy, Unready, Work, cancellations_or_fail_over_due,
-                             due_work, evict_all_unready, fail_apply, fail_over, finish_apply, finish_delete,
-                             kept_placements, lock_jobs, overdue_startups, placement_owner, request_deletions,
-                             retry_later, start_apply)
-from broker.metrics import MEMBER_ERRORS
+from broker.process.metrics import MEMBER_ERRORS
+from broker.process.settings import Settings
 from broker.services.loop import LoopService, in_lane
 from broker.services.members import UNAVAILABLE_STATES, MemberClients, backoff
-from broker.settings import Settings
+from broker.store import events
+from broker.store.db.models import PLACEMENT_ACTIVE_STATES, Cluster, Job, Placement, utcnow
+from broker.store.db.runtime import Database, record_in_turns, write_in_slices
+from broker.store.outbox import (KEPT_STATES, Changes, StartupPolicy, Unready, Work, cancellations_or_fail_over_due,
+                                 due_work, evict_all_unready, fail_apply, fail_over, finish_apply, finish_delete,
+                                 kept_placements, lock_jobs, overdue_startups, placement_owner, request_deletions,
+                                 retry_later, start_apply)
 from clusters import jobsets
 from clusters.kubeconfig import KubeconfigError
 from clusters.member import MemberClient, MemberError
-from clusters.pods import why_not_ready
+from clusters.rules.pods import why_not_ready
 
 log = logging.getLogger("archipelago.dispatcher")
 

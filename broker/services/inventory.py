@@ -25,14 +25,15 @@ from typing import Any, Callable
 
 from sqlalchemy import select
 
-from broker.db.fencing import Fenced
-from broker.db.models import Cluster, as_utc, utcnow
-from broker.db.runtime import Database
-from broker.inventory import (FOR_CLUSTER_WRITE, PodHold, WriteResult, cluster_to_change, member_inventory,
-                              node_row, pod_usage, record_probe, record_sync_error, resolve_topology, write_inventory)
+from broker.process.settings import Settings
 from broker.services.loop import LoopService, WatchThread, in_lane
 from broker.services.members import MemberClients, backoff
-from broker.settings import Settings
+from broker.store.db.fencing import Fenced
+from broker.store.db.models import Cluster, as_utc, utcnow
+from broker.store.db.runtime import Database
+from broker.store.inventory import (FOR_CLUSTER_WRITE, PodHold, WriteResult, cluster_to_change, member_inventory,
+                                    node_row, pod_usage, record_probe, record_sync_error, resolve_topology,
+                                    write_inventory)
 from clusters.kubeconfig import KubeconfigError
 from clusters.member import (ACTIVE_PODS, HYPERNODE_GROUP, HYPERNODE_VERSION, HYPERNODES, NODES, PODS, MemberClient,
                              MemberError)

@@ -23,12 +23,12 @@ from typing import Callable
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects import postgresql
 
-from broker.db.models import Cluster, Lease
-from broker.db.runtime import Database
-from broker.metrics import MEMBER_LANE_LAG, MEMBER_LANES_HELD
+from broker.process.metrics import MEMBER_LANE_LAG, MEMBER_LANES_HELD
+from broker.process.settings import Settings
 from broker.services.lease import LeaseHolder, bound_waits, database_now
 from broker.services.loop import LoopService
-from broker.settings import Settings
+from broker.store.db.models import Cluster, Lease
+from broker.store.db.runtime import Database
 
 MEMBER, REPLICA = "member:", "replica:"
 FORGET_REPLICAS_AFTER = timedelta(hours=1)  # heartbeat rows of replicas gone this long are deleted
@@ -67,7 +67,7 @@ class MemberLeases:
             live = session.scalar(select(func.count()).select_from(lease).where(
                 lease.c.name.startswith(REPLICA), lease.c.expires_at > now))
             share = math.ceil(len(members) / max(live, 1))
-            # rows locked in name order, as the lanes' commits check them (broker.db.fencing): no deadlock between
+            # rows locked in name order, as the lanes' commits check them (broker.store.db.fencing): no deadlock between
             held = session.scalars(select(lease.c.name).where(mine, lease.c.expires_at > now)
                                    .order_by(lease.c.name).with_for_update()).all()
             kept = sorted((name for name in held if name in members), key=members.__getitem__)[:share]

@@ -5,7 +5,7 @@ by one with every new holder. The holder renews it every ARCHIPELAGO_LEASE_RENEW
 unrenewed for ARCHIPELAGO_LEASE_DURATION, any replica that runs loops takes it over (so within duration +
 renew period of the holder's death). A replica runs its loop services only while it holds the lease and stops
 them the moment it learns it lost it; each of their commits checks the token in its own transaction
-(`broker.db.fencing`), so a paused ex-leader that wakes after a takeover has its commits refused. Expiry is
+(`broker.store.db.fencing`), so a paused ex-leader that wakes after a takeover has its commits refused. Expiry is
 set and compared on the database's clock on PostgreSQL (`database_now`), so skew between the replicas' clocks
 moves no expiry; a replica's own cut-off for acting (`valid_until`) runs on its monotonic clock.
 On SQLite the one process that runs loops holds it, through the same row. `LeaseHolder` runs loop services under
@@ -29,12 +29,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from broker.db.fencing import Fence, fenced
-from broker.db.models import LEADER, Lease, as_utc, utcnow
-from broker.db.runtime import Database
-from broker.metrics import LEASE_HELD, LEASES_LOST
+from broker.process.metrics import LEASE_HELD, LEASES_LOST
+from broker.process.settings import Settings
 from broker.services.loop import LoopService, ServiceRunner
-from broker.settings import Settings
+from broker.store.db.fencing import Fence, fenced
+from broker.store.db.models import LEADER, Lease, as_utc, utcnow
+from broker.store.db.runtime import Database
 
 log = logging.getLogger("archipelago.lease")
 
@@ -109,7 +109,7 @@ class LeaseHolder:
     """Runs loop services while this replica holds a set of leases. `claim()` renews or takes them and says what
     is held (lease name → fencing token); the services start when some are held, carry on with the new set when it
     changes (`move`; else they start again on it), and stop at once when it is lost or could not be renewed in time;
-    every commit of theirs checks the tokens (`broker.db.fencing`). `step()` is one claim; `start()` repeats it
+    every commit of theirs checks the tokens (`broker.store.db.fencing`). `step()` is one claim; `start()` repeats it
     every renew period in a thread; `stop()` stops the services, then gives the leases up (`release`) so that
     another replica takes them at once."""
 

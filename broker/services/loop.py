@@ -14,8 +14,8 @@ from typing import Callable
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Select
 
-from broker.db.fencing import Fenced
-from broker.db.models import Cluster
+from broker.store.db.fencing import Fenced
+from broker.store.db.models import Cluster
 
 log = logging.getLogger("archipelago.services")
 

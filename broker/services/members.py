@@ -7,9 +7,9 @@ import random
 import threading
 from typing import Callable
 
-from broker.db.crypto import KubeconfigCipher
-from broker.inventory import connect
-from broker.settings import Settings
+from broker.process.settings import Settings
+from broker.store.db.crypto import KubeconfigCipher
+from broker.store.inventory import connect
 from clusters.member import MemberClient
 
 UNAVAILABLE_STATES = ("NotReady", "Pending")  # members the dispatcher and the status loop do not call

@@ -1,4 +1,4 @@
-"""The retention loop: deletes history older than ARCHIPELAGO_RETENTION_DAYS (broker.retention), one bounded
+"""The retention loop: deletes history older than ARCHIPELAGO_RETENTION_DAYS (broker.store.retention), one bounded
 transaction at a time, so that the scheduler and the API never wait long behind it."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import logging
 from datetime import datetime
 from typing import Callable
 
-from broker.db.models import utcnow
-from broker.db.runtime import Database
-from broker.retention import Pruned, history_from, prune_batch
+from broker.process.settings import Settings
 from broker.services.loop import LoopService
-from broker.settings import Settings
+from broker.store.db.models import utcnow
+from broker.store.db.runtime import Database
+from broker.store.retention import Pruned, history_from, prune_batch
 
 log = logging.getLogger("archipelago.retention")
 

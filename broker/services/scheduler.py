@@ -21,15 +21,15 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Callable, Iterator
 
-from broker.courtesy import REQUESTS_FIRST
-from broker.db.models import utcnow
-from broker.db.runtime import Database
-from broker.metrics import CYCLES_DROPPED, PLACEMENTS_PER_CYCLE, PLACEMENTS_TOTAL, SCHEDULER_CYCLE_SECONDS
-from broker.placement import schedule
-from broker.scheduling import (CommitOutcome, Inventory, KeptClusters, PendingJobs, commit_cycle, engine_config,
-                               has_pending, read_inventory)
+from broker.engine.placement import schedule
+from broker.process.courtesy import REQUESTS_FIRST
+from broker.process.metrics import CYCLES_DROPPED, PLACEMENTS_PER_CYCLE, PLACEMENTS_TOTAL, SCHEDULER_CYCLE_SECONDS
+from broker.process.settings import Settings
 from broker.services.loop import LoopService
-from broker.settings import Settings
+from broker.store.db.models import utcnow
+from broker.store.db.runtime import Database
+from broker.store.scheduling import (CommitOutcome, Inventory, KeptClusters, PendingJobs, commit_cycle, engine_config,
+                                     has_pending, read_inventory)
 
 log = logging.getLogger("archipelago.scheduler")
 
@@ -81,7 +81,7 @@ class SchedulerService(LoopService):
         super().__init__(settings.scheduler_interval)
         self.database, self.now = database, now
         self.config = engine_config(settings)
-        self.pause = REQUESTS_FIRST.pause  # the API in this process goes first (`broker.courtesy`)
+        self.pause = REQUESTS_FIRST.pause  # the API in this process goes first (`broker.process.courtesy`)
         self.pending = PendingJobs(settings.scheduler_resync_interval, self.pause)
         self.clusters = KeptClusters(settings.scheduler_resync_interval)
         self.freezes = 0  # `freeze_long_lived` calls since its last collection

@@ -23,14 +23,14 @@ from typing import Any, Callable, Sequence
 
 from sqlalchemy import select
 
-from broker.db.fencing import Fenced
-from broker.db.models import Cluster, utcnow
-from broker.db.runtime import Database, record_in_turns
-from broker.dispatch import Changes, lock_reported, record_list, record_status
-from broker.metrics import MEMBER_ERRORS, STATUS_LAG_SECONDS
+from broker.process.metrics import MEMBER_ERRORS, STATUS_LAG_SECONDS
+from broker.process.settings import Settings
 from broker.services.loop import LoopService, WatchThread, in_lane
 from broker.services.members import UNAVAILABLE_STATES, MemberClients, backoff
-from broker.settings import Settings
+from broker.store.db.fencing import Fenced
+from broker.store.db.models import Cluster, utcnow
+from broker.store.db.runtime import Database, record_in_turns
+from broker.store.outbox import Changes, lock_reported, record_list, record_status
 from clusters import jobsets
 from clusters.kubeconfig import KubeconfigError
 from clusters.member import MemberClient, MemberError

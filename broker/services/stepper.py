@@ -8,14 +8,14 @@ import math
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from broker.db.models import utcnow
-from broker.db.runtime import Database
+from broker.process.settings import Settings
 from broker.services.dispatcher import DispatcherService
 from broker.services.inventory import ClusterHealthService, InventorySyncService
 from broker.services.members import MemberClients
 from broker.services.scheduler import SchedulerService
 from broker.services.status import StatusService
-from broker.settings import Settings
+from broker.store.db.models import utcnow
+from broker.store.db.runtime import Database
 
 
 class SimulatedTime(Protocol):

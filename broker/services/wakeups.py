@@ -17,9 +17,9 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from broker.db.runtime import Database
 from broker.services.lease import LeaseHolder
 from broker.services.members import backoff
+from broker.store.db.runtime import Database
 
 log = logging.getLogger("archipelago.wakeups")
 

@@ -1,4 +1,4 @@
-"""Cluster overrides in the database: admins create, replace and delete the rules (broker.overrides); the
+"""Cluster overrides in the database: admins create, replace and delete the rules (broker.engine.overrides); the
 dispatcher and the dry run read them."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from broker.db.models import Cluster, ClusterOverride, utcnow
-from broker.errors import Conflict, Invalid, NotFound
-from broker.overrides import FIELDS, OverrideError, OverrideRule, RuleError, apply_overrides, parse_rule, rules_for
+from broker.engine.overrides import (FIELDS, OverrideError, OverrideRule, RuleError, apply_overrides, parse_rule,
+                                     rules_for)
+from broker.store.db.models import Cluster, ClusterOverride, utcnow
+from broker.store.errors import Conflict, Invalid, NotFound
 from clusters.jobsets import member_copy
 
 

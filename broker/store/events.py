@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from broker.db.models import Event
+from broker.store.db.models import Event
 
 
 def record(session: Session, kind: str, object_id: str | int, reason: str, message: str, *,

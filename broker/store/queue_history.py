@@ -18,8 +18,8 @@ from typing import Iterable, Mapping
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from broker.db.models import PLACEMENT_LIVE_STATES, Job, Placement, as_utc
-from broker.placement.fairness import dominant_share
+from broker.engine.placement.fairness import dominant_share
+from broker.store.db.models import PLACEMENT_LIVE_STATES, Job, Placement, as_utc
 
 
 @dataclass(frozen=True)

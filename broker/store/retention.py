@@ -9,8 +9,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from broker.db.models import JOB_FINISHED_STATES, Event, Job
-from broker.dispatch import lock_job_rows
+from broker.store.db.models import JOB_FINISHED_STATES, Event, Job
+from broker.store.outbox import lock_job_rows
 
 BATCH = 1000  # rows of a table deleted in one transaction
 

@@ -13,13 +13,14 @@ from sqlalchemy import bindparam, exists, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from broker import events
-from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PREEMPTION_POLICIES, RECLAIM_POLICIES,
-                              FAIR_SHARE_PREEMPTION_POLICIES, Job, Placement, Queue, Tenant, Token, as_utc, utcnow)
-from broker.errors import Conflict, Invalid, NotFound
-from broker.placement.fairness import fair_shares
-from clusters.labels import is_dns_label
-from clusters.quantity import add_into, to_milli
+from broker.engine.placement.fairness import fair_shares
+from broker.store import events
+from broker.store.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PREEMPTION_POLICIES, RECLAIM_POLICIES,
+                                    FAIR_SHARE_PREEMPTION_POLICIES, Job, Placement, Queue, Tenant, Token, as_utc,
+                                    utcnow)
+from broker.store.errors import Conflict, Invalid, NotFound
+from clusters.rules.labels import is_dns_label
+from clusters.rules.quantity import add_into, to_milli
 
 def check_name(value: str, path: str = "name") -> str:
     if not is_dns_label(value):
@@ -335,7 +336,7 @@ class QueueChoice:
 
 @dataclass(frozen=True)
 class Submitter:
-    """A tenant as a submission reads it (broker.jobs.accept_jobs): plain values from one Core query. Loading
+    """A tenant as a submission reads it (broker.store.jobs.accept_jobs): plain values from one Core query. Loading
     `Tenant` and its queues through the ORM cost more than the rest of a single POST's database work."""
 
     id: int

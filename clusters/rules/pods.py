@@ -11,8 +11,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from clusters.labels import is_qualified_name
-from clusters.quantity import QuantityRangeError, format_quantity, parse_quantity, to_milli
+from clusters.rules.labels import is_qualified_name
+from clusters.rules.quantity import QuantityRangeError, format_quantity, parse_quantity, to_milli
 
 
 class PodSpecError(ValueError):

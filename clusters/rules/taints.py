@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from clusters.labels import is_label_value, is_qualified_name
+from clusters.rules.labels import is_label_value, is_qualified_name
 
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 

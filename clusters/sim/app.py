@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import calendar
-import collections
 import contextlib
 import json
 import secrets
@@ -27,49 +26,16 @@ from clusters.sim.cluster import SimCluster
 from clusters.sim.rbac import REVIEW_PATH, User, request_verb
 from clusters.sim.resources import NAMESPACES, Kind
 from clusters.sim.scenario import ClusterSpec
-from clusters.sim.store import ApiError, Event, Filter, Watcher, dumps
+from clusters.sim.store import ApiError, dumps
 from clusters.sim.traffic import Traffic, list_limit, parse_query
+from clusters.sim.watch import Watches, _WatchStream
 
 _PATCH_TYPES = {"application/json-patch+json": "json", "application/merge-patch+json": "merge",
                 "application/strategic-merge-patch+json": "strategic", "application/apply-patch+yaml": "apply"}
 _HEALTH = ("healthz", "livez", "readyz")
-WATCH_TIMEOUT = 1800.0
-BOOKMARK_INTERVAL = 5.0
 
 
-class _WatchStream:
-    """Events for one watch request; pushed under the cluster lock from any thread."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.pending: collections.deque[tuple[str, Event]] = collections.deque()
-        self.ready = asyncio.Event()
-        self.closed = False
-
-    def push(self, type_: str, event: Event) -> None:
-        self.pending.append((type_, event))
-        self._signal()
-
-    def close(self) -> None:
-        self.closed = True
-        self._signal()
-
-    def _signal(self) -> None:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self.loop:
-            self.ready.set()
-        else:
-            self.loop.call_soon_threadsafe(self.ready.set)
-
-
-def _line(type_: str, event: Event) -> bytes:
-    return event.line() if type_ == event.type else dumps({"type": type_, "object": event.obj}) + b"\n"
-
-
-class SimApp:
+class SimApp(Watches):
     def __init__(self, specs: Iterable[ClusterSpec], clock: SimClock, admin_token: str | None = None) -> None:
         self.clock = clock
         self.admin_token = admin_token or secrets.token_urlsafe(24)
@@ -441,83 +407,6 @@ class SimApp:
         return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "columnDefinitions": columns,
                 "rows": rows}
 
-    async def _watch(self, cluster: SimCluster, kind: Kind, namespace: str | None, query: dict, send) -> None:
-        flt = Filter(namespace, query.get("labelSelector"), query.get("fieldSelector"))
-        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
-        initial_events = query.get("sendInitialEvents") in ("true", "1")
-        timeout = min(float(query.get("timeoutSeconds") or WATCH_TIMEOUT), WATCH_TIMEOUT)
-        rv = query.get("resourceVersion") or ""
-        stream = _WatchStream(asyncio.get_running_loop())
-        first: list[bytes] = []
-        error = None
-        with cluster.lock:
-            try:
-                if rv in ("", "0") or initial_events:
-                    for obj in cluster.list(kind, namespace, query.get("labelSelector"), query.get("fieldSelector"))[0]:
-                        first.append(dumps({"type": "ADDED", "object": obj}) + b"\n")
-                    if initial_events and bookmarks:
-                        first.append(self._bookmark(cluster, kind, {"k8s.io/initial-events-end": "true"}))
-                else:
-                    try:
-                        since = int(rv)
-                    except ValueError as exc:
-                        raise ApiError(400, "BadRequest", f"invalid resourceVersion {rv!r}") from exc
-                    backlog: list[tuple[str, Event]] = []
-                    catch_up = Watcher(flt, lambda t, e: backlog.append((t, e)))
-                    for event in cluster.store.since(kind.key, since):
-                        catch_up.offer(event)
-                    first += [_line(t, e) for t, e in backlog]
-            except ApiError as err:
-                error = err
-            else:
-                watcher = Watcher(flt, stream.push)
-                cluster.store.watchers.setdefault(kind.key, set()).add(watcher)
-                self.streams[cluster.name].add(stream)
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json"), (b"cache-control", b"no-cache, private"),
-                                (b"transfer-encoding", b"chunked")]})
-        if error is not None:
-            await send({"type": "http.response.body",
-                        "body": dumps({"type": "ERROR", "object": error.status()}) + b"\n"})
-            return
-        deadline = time.monotonic() + timeout
-        next_bookmark = time.monotonic() + BOOKMARK_INTERVAL
-        try:
-            if first:
-                await send({"type": "http.response.body", "body": b"".join(first), "more_body": True})
-            while not stream.closed and not self.stopping:
-                now = time.monotonic()
-                if now >= deadline:
-                    break
-                wait = min(deadline, next_bookmark if bookmarks else deadline) - now
-                try:
-                    await asyncio.wait_for(stream.ready.wait(), timeout=max(wait, 0.001))
-                except asyncio.TimeoutError:
-                    pass
-                stream.ready.clear()
-                chunk = []
-                with cluster.lock:
-                    while stream.pending:
-                        chunk.append(_line(*stream.pending.popleft()))
-                    if bookmarks and time.monotonic() >= next_bookmark:
-                        chunk.append(self._bookmark(cluster, kind))
-                        next_bookmark = time.monotonic() + BOOKMARK_INTERVAL
-                if chunk:
-                    await send({"type": "http.response.body", "body": b"".join(chunk), "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
-        finally:
-            with cluster.lock:
-                cluster.store.watchers.get(kind.key, set()).discard(watcher)
-            self.streams[cluster.name].discard(stream)
-
-    @staticmethod
-    def _bookmark(cluster: SimCluster, kind: Kind, annotations: dict | None = None) -> bytes:
-        meta: dict = {"resourceVersion": str(cluster.store.rv)}
-        if annotations:
-            meta["annotations"] = annotations
-        return dumps({"type": "BOOKMARK", "object": {"kind": kind.kind, "apiVersion": kind.api_version,
-                                                     "metadata": meta}}) + b"\n"
-
 
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when the wheel has it
 
@@ -571,4 +460,3 @@ def protocol_class(app: SimApp) -> type[H11Protocol]:
                 super().shutdown()
 
     return DroppingProtocol
-

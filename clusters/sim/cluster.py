@@ -8,18 +8,19 @@ import threading
 import uuid
 from typing import Any, Callable
 
-from clusters.labels import parse_selector
-from clusters.patches import merge_patch, strategic_merge_patch
+from clusters.rules.labels import parse_selector
+from clusters.rules.patches import merge_patch, strategic_merge_patch
 from clusters.sim import patch as patches
 from clusters.sim.clock import SimClock, rfc3339
-from clusters.sim.controller import Controller, _suffix
-from clusters.sim.resources import (CRDS, HYPERNODE_PRINTER_COLUMNS, HYPERNODES, JOBS, JOBSET_PRINTER_COLUMNS,
-                                    JOBSETS, NAMESPACES, NODES, PODS, SERVICES, Catalog, Kind, crd_object)
+from clusters.sim.controller import Controller
+from clusters.sim.objects import name_suffix
 from clusters.sim.rbac import Rbac
+from clusters.sim.resources import (CRDS, HYPERNODES, HYPERNODE_PRINTER_COLUMNS, JOBS, JOBSETS, JOBSET_PRINTER_COLUMNS,
+                                    NAMESPACES, NODES, PODS, SERVICES, Catalog, Kind, crd_object)
 from clusters.sim.scenario import ClusterSpec
 from clusters.sim.store import ApiError, Filter, Store
-from clusters.sim.validation import (DNS1035_LABEL, DNS1123_LABEL, Errors, check_name, default_jobset,
-                                     validate_hypernode, validate_jobset)
+from clusters.sim.validation import (DNS1035_LABEL, DNS1123_LABEL, Errors, check_name, default_job, default_jobset,
+                                     qos_class, validate_hypernode, validate_jobset)
 
 _SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _CUSTOM = (JOBSETS, HYPERNODES)
@@ -147,7 +148,7 @@ class SimCluster:
                 errors = Errors()
                 errors.add("FieldValueRequired", "metadata.name", "Required value: name or generateName is required")
                 errors.raise_if_any(kind, "")
-            meta["name"] = meta["generateName"] + _suffix()
+            meta["name"] = meta["generateName"] + name_suffix()
         name = meta["name"]
         self._check_namespace(kind, namespace)
         if self.store.get(kind.key, namespace if kind.namespaced else "", name) is not None:
@@ -355,9 +356,9 @@ class SimCluster:
             spec = {"restartPolicy": "Always", "schedulerName": "default-scheduler", "dnsPolicy": "ClusterFirst",
                     "terminationGracePeriodSeconds": 30, "serviceAccountName": "default", "priority": 0,
                     "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority", **obj.get("spec", {})}
-            return {**obj, "spec": spec, "status": {"phase": "Pending", "qosClass": _qos(spec)}}
+            return {**obj, "spec": spec, "status": {"phase": "Pending", "qosClass": qos_class(spec)}}
         if kind is JOBS:
-            return _default_job(obj)
+            return default_job(obj)
         if kind is SERVICES:
             spec = {"type": "ClusterIP", "sessionAffinity": "None", **obj.get("spec", {})}
             if not spec.get("clusterIP"):
@@ -471,39 +472,3 @@ class SimCluster:
 
 def _spec_of(obj: dict) -> dict:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
-
-
-def _qos(spec: dict) -> str:
-    containers = spec.get("containers") or ()
-    if not any((c.get("resources") or {}).get("requests") or (c.get("resources") or {}).get("limits")
-               for c in containers):
-        return "BestEffort"
-    guaranteed = all((c.get("resources") or {}).get("limits") and
-                     all(str((c["resources"].get("requests") or c["resources"]["limits"]).get(r))
-                         == str(v) for r, v in c["resources"]["limits"].items())
-                     and set(c["resources"]["limits"]) >= {"cpu", "memory"}
-                     for c in containers)
-    return "Guaranteed" if guaranteed else "Burstable"
-
-
-def _default_job(job: dict) -> dict:
-    spec = dict(job.get("spec") or {})
-    meta = job["metadata"]
-    if spec.get("parallelism") is None and spec.get("completions") is None:
-        spec["completions"] = 1
-    if spec.get("parallelism") is None:
-        spec["parallelism"] = 1
-    spec.setdefault("backoffLimit", 6)
-    spec.setdefault("completionMode", "NonIndexed")
-    spec.setdefault("suspend", False)
-    spec.setdefault("manualSelector", False)
-    spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
-    uid_labels = {"batch.kubernetes.io/controller-uid": meta["uid"], "controller-uid": meta["uid"]}
-    spec.setdefault("selector", {"matchLabels": {"batch.kubernetes.io/controller-uid": meta["uid"]}})
-    template = dict(spec.get("template") or {})
-    tmeta = dict(template.get("metadata") or {})
-    tmeta["labels"] = {**(tmeta.get("labels") or {}), **uid_labels,
-                       "batch.kubernetes.io/job-name": meta["name"], "job-name": meta["name"]}
-    template["metadata"] = tmeta
-    spec["template"] = template
-    return {**job, "spec": spec, "status": {}}

@@ -1,6 +1,6 @@
 """Which nodes the simulated kube-scheduler lets a pod onto — its node selector, required node affinity and
-tolerations — written here from the Kubernetes rules and not shared with the broker (`clusters/labels.py`,
-`clusters/taints.py`): a simulator that matched with the broker's own functions would agree with it by
+tolerations — written here from the Kubernetes rules and not shared with the broker (`clusters/rules/labels.py`,
+`clusters/rules/taints.py`): a simulator that matched with the broker's own functions would agree with it by
 construction, and no test would see the broker send a pod where a member will not bind it."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Lists of objects that carry a `name` are treated as maps keyed by it (replicatedJobs, containers,
 env, volumes ...), as their `x-kubernetes-list-map-keys` / `patchMergeKey` declare; other lists
 are atomic. Field ownership is kept in `metadata.managedFields` in the FieldsV1 format. The merge
-patches themselves are clusters/patches.py, which the broker's front door shares.
+patches themselves are clusters/rules/patches.py, which the broker's front door shares.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import copy
 import json
 from typing import Any
 
-from clusters.patches import keyed
+from clusters.rules.patches import keyed
 from clusters.sim.store import ApiError
 
 _DELETE = object()

@@ -1,5 +1,5 @@
 """What the simulated kube-scheduler reserves on a node for one pod, in milli-units (the kube-scheduler's
-`PodRequests`), written here from the Kubernetes rules and not shared with the broker (`clusters/pods.py`): a
+`PodRequests`), written here from the Kubernetes rules and not shared with the broker (`clusters/rules/pods.py`): a
 simulator that counted with the broker's own function would agree with it by construction, and no test would see
 the broker count a pod differently from the member.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
-from clusters.quantity import to_milli
+from clusters.rules.quantity import to_milli
 
 
 def _amounts(quantities: Mapping | None) -> Counter:

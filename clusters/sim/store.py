@@ -12,7 +12,7 @@ import json
 from collections import deque
 from typing import Callable, Iterable, Mapping
 
-from clusters.labels import Selector, parse_selector
+from clusters.rules.labels import Selector, parse_selector
 
 DEFAULT_HISTORY = 2000
 

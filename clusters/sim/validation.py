@@ -319,3 +319,39 @@ def _validate_member(errors: Errors, path: str, member: Any) -> None:
                 errors.invalid(f"{path}.selector.regexMatch.pattern", pattern, f"not a regular expression: {exc}")
     if "labelMatch" in selector:
         _typed(errors, f"{path}.selector.labelMatch", selector["labelMatch"], "object")
+
+
+def qos_class(spec: dict) -> str:
+    containers = spec.get("containers") or ()
+    if not any((c.get("resources") or {}).get("requests") or (c.get("resources") or {}).get("limits")
+               for c in containers):
+        return "BestEffort"
+    guaranteed = all((c.get("resources") or {}).get("limits") and
+                     all(str((c["resources"].get("requests") or c["resources"]["limits"]).get(r))
+                         == str(v) for r, v in c["resources"]["limits"].items())
+                     and set(c["resources"]["limits"]) >= {"cpu", "memory"}
+                     for c in containers)
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def default_job(job: dict) -> dict:
+    spec = dict(job.get("spec") or {})
+    meta = job["metadata"]
+    if spec.get("parallelism") is None and spec.get("completions") is None:
+        spec["completions"] = 1
+    if spec.get("parallelism") is None:
+        spec["parallelism"] = 1
+    spec.setdefault("backoffLimit", 6)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    spec.setdefault("manualSelector", False)
+    spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    uid_labels = {"batch.kubernetes.io/controller-uid": meta["uid"], "controller-uid": meta["uid"]}
+    spec.setdefault("selector", {"matchLabels": {"batch.kubernetes.io/controller-uid": meta["uid"]}})
+    template = dict(spec.get("template") or {})
+    tmeta = dict(template.get("metadata") or {})
+    tmeta["labels"] = {**(tmeta.get("labels") or {}), **uid_labels,
+                       "batch.kubernetes.io/job-name": meta["name"], "job-name": meta["name"]}
+    template["metadata"] = tmeta
+    spec["template"] = template
+    return {**job, "spec": spec, "status": {}}

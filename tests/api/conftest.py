@@ -6,8 +6,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from broker.db.models import Cluster, HyperNode, Node
-from clusters.quantity import to_milli
+from broker.store.db.models import Cluster, HyperNode, Node
+from clusters.rules.quantity import to_milli
 
 ADMIN = {"Authorization": "Bearer admin-test-token"}
 

@@ -12,13 +12,13 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from broker import jobs
-from broker.db.session import WRITE_LOCK
-from broker.courtesy import RequestsFirst
-from broker.db.crypto import KubeconfigCipher
-from broker.db.models import Cluster, inventory_changed
-from broker.jobs import CapacityCache
-from broker.placement.model import no_pause
+from broker.engine.placement.model import no_pause
+from broker.process.courtesy import RequestsFirst
+from broker.store import capacity
+from broker.store.capacity import CapacityCache
+from broker.store.db.crypto import KubeconfigCipher
+from broker.store.db.models import Cluster, inventory_changed
+from broker.store.db.session import WRITE_LOCK
 from tests.api.conftest import add_cluster_with_leaves
 from tests.api.jobsets import jobset
 from tests.services.test_courtesy import FOREVER, until_pausing
@@ -36,7 +36,7 @@ def reads(monkeypatch) -> tuple[list[str], threading.Event]:
             assert may_end.wait(10)
         return f"capacity {len(done)}"
 
-    monkeypatch.setattr(jobs, "federation_capacity", read_capacity)
+    monkeypatch.setattr(capacity, "federation_capacity", read_capacity)
     return done, may_end
 
 
@@ -86,13 +86,13 @@ def test_a_submission_reads_the_capacity_before_it_takes_the_write_lock(research
     """The first submission after a start reads every cluster's nodes: in its write transaction, that held SQLite's
     write lock a second in the leader process (bench/leader_api.py)."""
     locking = []
-    read = jobs.federation_capacity
+    read = capacity.federation_capacity
 
     def federation_capacity(session, known, pause=no_pause):
         locking.append(bool(session.get_bind().get_execution_options().get(WRITE_LOCK)))
         return read(session, known, pause)
 
-    monkeypatch.setattr(jobs, "federation_capacity", federation_capacity)
+    monkeypatch.setattr(capacity, "federation_capacity", federation_capacity)
     research.app.state.capacity.forget()
     answer = research.post("/api/v1/jobs", json=jobset("first"))
     assert answer.status_code == 201, answer.text
@@ -102,13 +102,13 @@ def test_a_submission_reads_the_capacity_before_it_takes_the_write_lock(research
 def test_a_submission_with_no_token_reads_no_capacity(app, monkeypatch):
     """It is answered 401 before anything is read for it."""
     with TestClient(app) as anonymous:
-        monkeypatch.setattr(jobs, "federation_capacity", lambda session, known, pause=None: pytest.fail("read"))
+        monkeypatch.setattr(capacity, "federation_capacity", lambda session, known, pause=None: pytest.fail("read"))
         anonymous.app.state.capacity.forget()
         assert anonymous.post("/api/v1/jobs", json=jobset("first")).status_code == 401
 
 
 def test_the_thread_that_reads_the_capacity_again_waits_while_requests_are_in_flight(db, settings):
-    """It reads on no request's behalf, in the process whose requests go first (`broker.courtesy`): reading thousands
+    """It reads on no request's behalf, in the process whose requests go first (`broker.process.courtesy`): reading thousands
     of nodes beside them slowed each by as long in the leader process (bench/leader_api.py)."""
     with db.sessions() as session, session.begin():
         add_cluster_with_leaves(session, KubeconfigCipher(settings.fernet_key()), "eu-west", 2, {})
@@ -128,7 +128,7 @@ def test_the_thread_that_reads_the_capacity_again_waits_while_requests_are_in_fl
 def test_the_capacity_is_read_before_the_process_serves(app, monkeypatch):
     """Or the first submission reads it, a second at 8,000 nodes while everything beside it waits."""
     read = []
-    monkeypatch.setattr(jobs, "federation_capacity", lambda session, known, pause=None: read.append(session) or "c")
+    monkeypatch.setattr(capacity, "federation_capacity", lambda session, known, pause=None: read.append(session) or "c")
     with TestClient(app) as client:
         assert len(read) == 1
         assert client.app.state.capacity.get() == "c"
@@ -167,7 +167,7 @@ def test_a_capacity_that_cannot_be_read_at_start_is_left_to_the_first_submission
     def broken(session, known, pause=None):
         raise ValueError("a row it cannot read")
 
-    monkeypatch.setattr(jobs, "federation_capacity", broken)
+    monkeypatch.setattr(capacity, "federation_capacity", broken)
     with TestClient(app) as client:
         assert client.get("/readyz").status_code == 200
         assert "capacity not read at start" in caplog.text

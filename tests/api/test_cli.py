@@ -8,8 +8,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from broker.cli import app as cli
-from broker.settings import get_settings
+from broker.cli.app import app as cli
+from broker.process.settings import get_settings
 from tests.api.jobsets import jobset
 from tests.servers import serving
 
@@ -95,8 +95,8 @@ def test_an_unreachable_server_is_one_line(monkeypatch):
 
 
 def test_dry_run_prints_where_or_why(server, admin, db, settings, tmp_path):
-    from broker.db.crypto import KubeconfigCipher
-    from broker.db.models import Node
+    from broker.store.db.crypto import KubeconfigCipher
+    from broker.store.db.models import Node
     from tests.api.conftest import add_cluster_with_leaves, make_tenant
 
     with db.sessions() as session, session.begin():
@@ -123,7 +123,7 @@ def test_dry_run_prints_where_or_why(server, admin, db, settings, tmp_path):
 
 
 def test_override_rules_from_files_and_what_the_dry_run_says_of_them(server, admin, db, settings, tmp_path):
-    from broker.db.crypto import KubeconfigCipher
+    from broker.store.db.crypto import KubeconfigCipher
     from tests.api.conftest import add_cluster_with_leaves, make_tenant
 
     with db.sessions() as session, session.begin():

@@ -17,9 +17,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, event
 
 from api.app import create_app
-from broker.db.runtime import Database
-from broker.db.session import make_sessionmaker
-from broker.settings import Settings
+from broker.process.settings import Settings
+from broker.store.db.runtime import Database
+from broker.store.db.session import make_sessionmaker
 from tests.api.conftest import ADMIN, make_tenant
 from tests.api.jobsets import jobset, with_change
 from tests.servers import serving

@@ -11,11 +11,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from api.app import create_app
-from broker.db.crypto import KubeconfigCipher
-from broker.db.models import Cluster, Event, Job, Node, Queue
-from broker.jobset import from_placement_record, parse_jobset
-from broker.placement import shape_of
-from clusters.quantity import to_milli
+from broker.engine.jobset import from_placement_record, parse_jobset
+from broker.engine.placement import shape_of
+from broker.store.db.crypto import KubeconfigCipher
+from broker.store.db.models import Cluster, Event, Job, Node, Queue
+from clusters.rules.quantity import to_milli
 from tests.api.conftest import add_cluster_with_leaves, make_tenant
 from tests.api.jobsets import jobset, with_change
 from tests.examples import example, jobset_examples

@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 
-from broker.db.models import Base
+from broker.store.db.models import Base
 from tests.api.conftest import ADMIN
 from tests.api.jobsets import jobset
 

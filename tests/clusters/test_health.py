@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from broker.cli import app as cli
-from broker.db.models import Cluster, Event, Job, Placement, Queue, Tenant
+from broker.cli.app import app as cli
+from broker.store.db.models import Cluster, Event, Job, Placement, Queue, Tenant
 from tests.clusters.conftest import register
 from tests.servers import serving
 

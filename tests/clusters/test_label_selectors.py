@@ -1,12 +1,12 @@
-"""Label selectors and node selector terms as Kubernetes reads them (clusters/labels.py): the string form,
+"""Label selectors and node selector terms as Kubernetes reads them (clusters/rules/labels.py): the string form,
 `matchLabels`/`matchExpressions`, label checks (the node pinning is tests/clusters/test_pin.py's)."""
 
 from __future__ import annotations
 
 import pytest
 
-from clusters.labels import (NODE_NAME_FIELD, Requirement, Selector, TermError, check_labels, node_requirement,
-                             node_selector_term, parse_selector, selector_from_object)
+from clusters.rules.labels import (NODE_NAME_FIELD, Requirement, Selector, TermError, check_labels, node_requirement,
+                                   node_selector_term, parse_selector, selector_from_object)
 
 LABELS = {"region": "eu", "gpu": "h100", "tier": "3", "example.com/pool": "a.b_c-d"}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from sqlalchemy import func, select
 
-from broker.db.models import Cluster, Event
+from broker.store.db.models import Cluster, Event
 from clusters import access
 from clusters.access import Permission
 from clusters.sim.testing import running_simulator

@@ -1,6 +1,6 @@
 """The broker pins pods by node name as the DaemonSet controller does, within the pod's own affinity."""
 
-from clusters.labels import node_selector_term, pin_to_nodes
+from clusters.rules.labels import node_selector_term, pin_to_nodes
 
 NAME = "metadata.name"
 

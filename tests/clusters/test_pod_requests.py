@@ -1,5 +1,5 @@
 """Resource quantities, what one pod reserves on a node as the kube-scheduler counts it, and why pods are not ready
-(clusters/quantity.py, clusters/pods.py): shared by the broker and the simulator, so exact to the milli-unit."""
+(clusters/rules/quantity.py, clusters/rules/pods.py): shared by the broker and the simulator, so exact to the milli-unit."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from clusters.pods import (PodSpecError, as_list, as_mapping, check_resource_requirements, container_requests,
-                          effective_requests, why_not_ready)
-from clusters.quantity import add_into, format_quantity, parse_quantity, to_milli
+from clusters.rules.pods import (PodSpecError, as_list, as_mapping, check_resource_requirements, container_requests,
+                                 effective_requests, why_not_ready)
+from clusters.rules.quantity import add_into, format_quantity, parse_quantity, to_milli
 from clusters.sim.requests import pod_requests as sim_pod_requests
 
 
@@ -157,7 +157,7 @@ def test_what_the_pod_asks_for_as_a_whole_replaces_its_containers_total():
     assert effective_requests(pod)["memory"] == 2**30 * 1000
 
 
-# Pods and what each reserves: read by the broker (clusters/pods.py) and, on its own, by the simulator's scheduler
+# Pods and what each reserves: read by the broker (clusters/rules/pods.py) and, on its own, by the simulator's scheduler
 # (clusters/sim/requests.py). The two must agree, or the broker places pods a member will not bind.
 AS_THE_SCHEDULER_COUNTS = {
     "containers and overhead": ({"containers": [_container({"cpu": "1", "memory": "1Gi"}), _container({"cpu": "1m"})],

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from sqlalchemy import func, select, text
 
-from broker.db.models import Cluster, Event
+from broker.store.db.models import Cluster, Event
 from tests.clusters.conftest import TOKEN, register
 
 

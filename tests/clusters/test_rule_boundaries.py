@@ -1,4 +1,4 @@
-"""Boundaries of the pure Kubernetes rules (clusters/quantity.py, labels.py, pods.py) the other tests pass by:
+"""Boundaries of the pure Kubernetes rules (clusters/rules/quantity.py, labels.py, pods.py) the other tests pass by:
 the largest quantity, an operator that takes no values, and pods that finished."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from clusters.labels import MAX_ANNOTATIONS_BYTES, check_annotations, node_requirement
-from clusters.pods import why_not_ready
-from clusters.quantity import QuantityRangeError, parse_quantity
+from clusters.rules.labels import MAX_ANNOTATIONS_BYTES, check_annotations, node_requirement
+from clusters.rules.pods import why_not_ready
+from clusters.rules.quantity import QuantityRangeError, parse_quantity
 
 
 def test_a_quantity_of_exactly_the_largest_int64_is_one_and_a_larger_one_is_refused_in_forty_characters():

@@ -9,11 +9,11 @@ import yaml
 from kubernetes import client, config
 from sqlalchemy import event, select
 
-from broker.db.models import Cluster, Event, HyperNode, Node
-from broker.inventory import cluster_capacity
 from broker.services import inventory as inventory_service
 from broker.services.inventory import InventorySyncService
-from clusters.quantity import to_milli
+from broker.store.db.models import Cluster, Event, HyperNode, Node
+from broker.store.inventory import cluster_capacity
+from clusters.rules.quantity import to_milli
 from clusters.sim.scenario import LEAF, SPINE
 from tests.clusters.conftest import LABEL_TIERS, expected_tree, register
 

@@ -1,10 +1,10 @@
-"""Taints and tolerations as the kube-scheduler matches them (clusters/taints.py)."""
+"""Taints and tolerations as the kube-scheduler matches them (clusters/rules/taints.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from clusters.taints import describe_taint, toleration_error, tolerates, untolerated
+from clusters.rules.taints import describe_taint, toleration_error, tolerates, untolerated
 
 GPU = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 

@@ -19,13 +19,13 @@ import pytest
 from cryptography.fernet import Fernet
 
 from api.app import create_app
-from broker.db.runtime import Database, open_database
+from broker.process.settings import Settings
 from broker.services.dispatcher import DispatcherService
 from broker.services.inventory import ClusterHealthService, InventorySyncService
 from broker.services.members import MemberClients
-from broker.services.status import StatusService
 from broker.services.scheduler import SchedulerService
-from broker.settings import Settings
+from broker.services.status import StatusService
+from broker.store.db.runtime import Database, open_database
 from clusters.sim.testing import SimHandle, running_simulator
 from tests.api.jobsets import jobset
 from tests.servers import serving

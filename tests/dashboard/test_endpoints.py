@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-from broker.db.models import Job, Placement, Queue, utcnow
-from broker.queue_history import queue_history, sample_times
+from broker.store.db.models import Job, Placement, Queue, utcnow
+from broker.store.queue_history import queue_history, sample_times
 from tests.api.conftest import admin, app, make_tenant  # noqa: F401  (fixtures)
 from tests.api.jobsets import jobset
 

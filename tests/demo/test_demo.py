@@ -6,8 +6,8 @@ import socket
 
 from sqlalchemy import create_engine, func, select
 
-from broker.db.models import Cluster, Event, Job, Placement
-from broker.demo import SCENARIO, run_demo
+from broker.process.demo import SCENARIO, run_demo
+from broker.store.db.models import Cluster, Event, Job, Placement
 
 
 def _free_port() -> int:
@@ -41,7 +41,7 @@ def test_the_demo_moves_work_through_the_federation(tmp_path):
 def test_the_demo_only_ever_wipes_its_own_folder(tmp_path):
     import pytest
 
-    from broker.demo import DEMO_MARKER, _fresh_workdir
+    from broker.process.demo import DEMO_MARKER, _fresh_workdir
 
     precious = tmp_path / "home"
     precious.mkdir()

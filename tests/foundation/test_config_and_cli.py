@@ -17,8 +17,8 @@ from sqlalchemy import create_engine, inspect
 
 import broker
 from api.app import create_app
-from broker.db.runtime import Database, open_database
-from broker.settings import ConfigError, Settings, get_settings
+from broker.process.settings import ConfigError, Settings, get_settings
+from broker.store.db.runtime import Database, open_database
 
 ARCHIPELAGO = str(Path(sys.executable).parent / "archipelago")
 

@@ -6,8 +6,8 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError
 
-from broker.db.crypto import KubeconfigCipher
-from broker.db.models import Cluster, Event, HyperNode, Job, Node, Placement, Queue, Tenant
+from broker.store.db.crypto import KubeconfigCipher
+from broker.store.db.models import Cluster, Event, HyperNode, Job, Node, Placement, Queue, Tenant
 
 SECRET_TOKEN = "sha256~very-secret-bearer-token-0123456789"
 KUBECONFIG = f"""apiVersion: v1

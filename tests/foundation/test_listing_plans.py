@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import create_engine, event
 
-from broker.db import migrate
-from broker.db.session import make_sessionmaker
-from broker.jobs import JobFilter, list_jobs
-from broker.tenancy import Principal
+from broker.store.db import migrate
+from broker.store.db.session import make_sessionmaker
+from broker.store.jobs import JobFilter, list_jobs
+from broker.store.tenancy import Principal
 
 TENANT, ADMIN = Principal("tenant", 1, "research"), Principal("admin")
 

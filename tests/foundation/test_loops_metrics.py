@@ -8,7 +8,7 @@ import re
 import httpx
 import pytest
 
-from tests.brokers import ADMIN, Broker, free_port, wait_for
+from broker.process.testing import ADMIN, Broker, free_port, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("backend", ["postgres"], indirect=True)]
 METRICS_TOKEN = "loops-metrics-test-token"

@@ -8,8 +8,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
-from broker.db import migrate
-from broker.db.models import Base
+from broker.store.db import migrate
+from broker.store.db.models import Base
 from tests.conftest import fresh_postgres_database
 
 import pytest

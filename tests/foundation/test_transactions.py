@@ -11,10 +11,10 @@ from functools import partial
 import pytest
 from sqlalchemy import event, select, update
 
-from broker.db.fencing import Fence, Fenced, fenced
-from broker.db.models import LEADER, Lease
-from broker.db import runtime
-from broker.db.runtime import WRITE_BUDGET, WriteSlices, open_database, record_in_turns, within
+from broker.store.db import runtime
+from broker.store.db.fencing import Fence, Fenced, fenced
+from broker.store.db.models import LEADER, Lease
+from broker.store.db.runtime import WRITE_BUDGET, WriteSlices, open_database, record_in_turns, within
 from tests.locks import ticking
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)

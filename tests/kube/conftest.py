@@ -17,12 +17,13 @@ import pytest
 import yaml
 
 from api.app import create_app
-from broker.cli_kube import kubeconfig_document
-from tests.examples import SHARED
-from tests.propagation.conftest import ADMIN, SCENARIO, Federation, populate
-from tests.servers import serving
+from broker.cli.kubeconfig import kubeconfig_document
+from broker.process.testing import SCENARIO
 from clusters.sim.testing import running_simulator
 from clusters.sim.tls import make_serving_cert
+from tests.examples import SHARED
+from tests.propagation.conftest import ADMIN, Federation, populate
+from tests.servers import serving
 
 KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent))  # the wheel's, not whatever is on PATH
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import yaml
 from typer.testing import CliRunner
 
-from broker.cli import app as cli
+from broker.cli.app import app as cli
 
 
 def test_the_kubeconfig_it_prints_is_enough_for_kubectl(front_door, monkeypatch):

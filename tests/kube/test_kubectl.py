@@ -12,8 +12,8 @@ import httpx
 import pytest
 import yaml
 
+from broker.process.testing import jobset
 from tests.examples import example_path, jobset_examples
-from tests.propagation.conftest import jobset
 
 DEADLINE = 60.0
 

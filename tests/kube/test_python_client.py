@@ -12,8 +12,8 @@ import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from broker.cli_kube import kubeconfig_document
-from tests.propagation.conftest import jobset
+from broker.cli.kubeconfig import kubeconfig_document
+from broker.process.testing import jobset
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 

@@ -9,8 +9,8 @@ from sqlalchemy import insert
 
 from api.kube.objects import COMMIT_SLACK, watermark
 from api.kube.watch import EventCursor
-from broker.db.models import Event, utcnow
-from broker.tenancy import Principal
+from broker.store.db.models import Event, utcnow
+from broker.store.tenancy import Principal
 
 ADMIN = Principal("admin")
 

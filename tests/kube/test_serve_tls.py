@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 
+from broker.process.testing import free_port
 from clusters.sim.tls import make_serving_cert
-from tests.brokers import free_port
 from tests.kube.conftest import KUBECTL
 
 ARCHIPELAGO = str(Path(sys.executable).parent / "archipelago")

@@ -1,4 +1,4 @@
-"""The outbox's rules (broker/dispatch.py) one call at a time, on rows written straight into a real database:
+"""The outbox's rules (broker/store/outbox/) one call at a time, on rows written straight into a real database:
 no simulator, no API, no loop. Each test runs in milliseconds, so mutation testing (`make mutants`) kills
 most of the outbox's mutants here before the propagation tests over the simulator would."""
 
@@ -10,7 +10,7 @@ from typing import Any, Callable, TypeVar
 import pytest
 from sqlalchemy import select
 
-from broker.db.models import Cluster, Event, Job, Placement, Queue, Tenant
+from broker.store.db.models import Cluster, Event, Job, Placement, Queue, Tenant
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 T = TypeVar("T")

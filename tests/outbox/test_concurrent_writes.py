@@ -9,13 +9,13 @@ import threading
 import pytest
 from sqlalchemy import select, update
 
-from broker.cluster_overrides import create_override
-from broker.db.models import Cluster, Job, Queue, Tenant
-from broker.errors import Conflict
-from broker.inventory import cordon_cluster, update_cluster
-from broker.jobs import request_cancel
 from broker.services.inventory import MemberMirror, flush
-from broker.tenancy import Principal, QueueChanges, create_queue, create_tenant, update_queue
+from broker.store.cluster_overrides import create_override
+from broker.store.db.models import Cluster, Job, Queue, Tenant
+from broker.store.errors import Conflict
+from broker.store.inventory import cordon_cluster, update_cluster
+from broker.store.jobs import request_cancel
+from broker.store.tenancy import Principal, QueueChanges, create_queue, create_tenant, update_queue
 from tests.locks import until_waiting_for_a_lock
 
 

@@ -8,9 +8,9 @@ from typing import Iterator
 
 from sqlalchemy import event, select, update
 
-from broker.db.models import Cluster, Event, Job, Placement
-from broker.dispatch import (Work, cancellations_or_fail_over_due, due_work, fail_over, finish_delete, lock_jobs,
-                             overdue_startups, record_list, record_status, start_apply)
+from broker.store.db.models import Cluster, Event, Job, Placement
+from broker.store.outbox import (Work, cancellations_or_fail_over_due, due_work, fail_over, finish_delete, lock_jobs,
+                                 overdue_startups, record_list, record_status, start_apply)
 from tests.outbox.conftest import NOW, ago, manifest, on_member, seen
 
 SPLIT = manifest("shard-a", "shard-b")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.dispatch import settle_job
+from broker.store.outbox import settle_job
 from tests.outbox.conftest import NOW, manifest, seen
 
 SPLIT = manifest("shard-a", "shard-b")

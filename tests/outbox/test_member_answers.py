@@ -8,12 +8,12 @@ from functools import partial
 
 import pytest
 
-from broker.db import runtime
-from broker.db.models import Placement
-from broker.db.runtime import WRITE_BUDGET, within
-from broker.dispatch import (Changes, Work, due_work, fail_apply, finish_delete, lock_jobs, placement_owner,
-                             retry_later, settle_job)
 from broker.services import dispatcher
+from broker.store.db import runtime
+from broker.store.db.models import Placement
+from broker.store.db.runtime import WRITE_BUDGET, within
+from broker.store.outbox import (Changes, Work, due_work, fail_apply, finish_delete, lock_jobs, placement_owner,
+                                 retry_later, settle_job)
 from tests.locks import ticking, write_transactions
 from tests.outbox.conftest import NOW, seen
 

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import event
 
-from broker.db.models import ClusterOverride, Placement
-from broker.dispatch import Work, due_work, finish_apply, kept_placements, request_deletions, start_apply
+from broker.store.db.models import ClusterOverride, Placement
+from broker.store.outbox import Work, due_work, finish_apply, kept_placements, request_deletions, start_apply
 from tests.locks import against_a_transaction_locking
 from tests.outbox.conftest import NOW, manifest, on_member, seen
 

@@ -10,13 +10,13 @@ import pytest
 from sqlalchemy import event, update
 from sqlalchemy.orm import Session
 
-from broker.db.models import Cluster, Event, Job, Placement
-from broker.dispatch import (StartupPolicy, Unready, evict_all_unready, evict_unready, fail_over, lock_jobs,
-                             overdue_startups, record_statuses)
-from broker.errors import Conflict
-from broker.inventory import remove_cluster
 from broker.services.dispatcher import DispatcherService
 from broker.services.members import MemberClients
+from broker.store.db.models import Cluster, Event, Job, Placement
+from broker.store.errors import Conflict
+from broker.store.inventory import remove_cluster
+from broker.store.outbox import (StartupPolicy, Unready, evict_all_unready, evict_unready, fail_over, lock_jobs,
+                                 overdue_startups, record_statuses)
 from tests.locks import against_a_transaction_locking, until_waiting_for_a_lock
 from tests.outbox.conftest import NOW, ago, manifest, on_member, seen
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.dispatch import record_list, record_status, record_statuses
+from broker.store.outbox import record_list, record_status, record_statuses
 from tests.locks import against_a_transaction_locking
 from tests.outbox.conftest import NOW, ago, manifest, on_member, seen
 

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from broker.jobset import parse_jobset
-from broker.overrides import OverrideError, RuleError, apply_overrides, parse_rule, split_image
+from broker.engine.jobset import parse_jobset
+from broker.engine.overrides import OverrideError, RuleError, apply_overrides, parse_rule, split_image
 
 
 def jobset(*containers: dict, parts: int = 1) -> dict:

@@ -13,9 +13,9 @@ from typing import Iterable, Iterator
 
 import pytest
 
-from broker.jobset import parse_jobset
-from broker.placement import Cluster, HyperNode, Node, PendingJob, Queue, RunningPlacement, Snapshot, Tenant
-from broker.placement import cycle as engine
+from broker.engine.jobset import parse_jobset
+from broker.engine.placement import Cluster, HyperNode, Node, PendingJob, Queue, RunningPlacement, Snapshot, Tenant
+from broker.engine.placement.cycle import run as engine
 
 GPU = "nvidia.com/gpu"
 GiB = 2**30 * 1000  # memory in milli-units

@@ -1,4 +1,4 @@
-"""A resource a node, a HyperNode or a cluster does not have counts as none free (broker/placement/snapshot.py,
+"""A resource a node, a HyperNode or a cluster does not have counts as none free (broker/engine/placement/snapshot.py,
 explain.py): a GPU pod never lands on a CPU-only node, the reason quotes 0 free, and a pod that asks for no CPU
 nor GPU is placed by what it does ask for."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from broker.jobset import POD_SLOT, PartSpec
-from broker.placement.explain import shortfall
-from broker.placement.snapshot import ClusterIndex, fits
+from broker.engine.jobset import POD_SLOT, PartSpec
+from broker.engine.placement.explain import shortfall
+from broker.engine.placement.snapshot import ClusterIndex, fits
 
 from .fixtures import GPU, GiB, cluster, fabric, node
 

@@ -1,4 +1,4 @@
-"""A gang's parts are bound largest pods first (broker/placement/snapshot.py `ClusterIndex.bind`): by GPUs, then
+"""A gang's parts are bound largest pods first (broker/engine/placement/snapshot.py `ClusterIndex.bind`): by GPUs, then
 CPU, then memory. Best-fit puts the small pods together on one node, so binding them first could leave no node
 with room for a large one; the names would bind the small part first here."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.jobset import PartSpec
-from broker.placement.snapshot import ClusterIndex
+from broker.engine.jobset import PartSpec
+from broker.engine.placement.snapshot import ClusterIndex
 
 from .fixtures import GPU, GiB, cluster, node
 

@@ -2,7 +2,7 @@
 
 from dataclasses import replace
 
-from broker.placement import Config, Waiting, dry_run, schedule
+from broker.engine.placement import Config, Waiting, dry_run, schedule
 
 from .fixtures import GPU, cluster, fabric, hard, job, n_jobs, node, queue, running, snapshot
 
@@ -309,7 +309,7 @@ def test_turning_the_reservation_filter_off_turns_holds_off():
 def test_the_engine_imports_no_io_library():
     import subprocess
     import sys
-    code = ("import sys, broker.placement, broker.jobset; "
+    code = ("import sys, broker.engine.placement, broker.engine.jobset; "
             "print(sorted(m for m in ('sqlalchemy', 'fastapi', 'kubernetes') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -1,4 +1,4 @@
-"""How a cycle's decisions read (broker/placement/decisions.py): where a hold is, a waiting job's lines, and
+"""How a cycle's decisions read (broker/engine/placement/decisions.py): where a hold is, a waiting job's lines, and
 what a placement holds, per node and for the next cycle."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from broker.placement import GPU, Hold, NodeAssignment, Placement, RunningPlacement, Waiting
+from broker.engine.placement import GPU, Hold, NodeAssignment, Placement, RunningPlacement, Waiting
 
 
 @pytest.mark.parametrize("nodes, hypernode, text", [

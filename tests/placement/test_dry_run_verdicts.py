@@ -1,9 +1,9 @@
 """A dry run names every cluster, even when the job is stopped before any cluster is looked at
-(broker/placement/cycle.py `dry_run`)."""
+(broker/engine/placement/cycle/ `dry_run`)."""
 
 from __future__ import annotations
 
-from broker.placement import ClusterVerdict, dry_run, schedule
+from broker.engine.placement import ClusterVerdict, dry_run, schedule
 from tests.placement.fixtures import GPU, cluster, fabric, hard, job, queue, snapshot
 
 

@@ -1,12 +1,12 @@
 """Which nodes a part's pods may use is worked out once per kind of constraint and cached
-(broker/placement/snapshot.py `ClusterIndex.eligible`): parts with different tolerations, node selectors or
+(broker/engine/placement/snapshot.py `ClusterIndex.eligible`): parts with different tolerations, node selectors or
 required node affinity never share an answer, whichever was asked first."""
 
 from __future__ import annotations
 
-from broker.jobset import POD_SLOT, PartSpec
-from clusters.labels import NodeSelectorTerm
-from broker.placement.snapshot import ClusterIndex
+from broker.engine.jobset import POD_SLOT, PartSpec
+from broker.engine.placement.snapshot import ClusterIndex
+from clusters.rules.labels import NodeSelectorTerm
 
 from .fixtures import GPU, cluster, node
 

@@ -1,4 +1,4 @@
-"""Exclusive topology (broker/placement/snapshot.py `ClusterIndex.free_domains`, `bind`, `apply`): a domain is
+"""Exclusive topology (broker/engine/placement/snapshot.py `ClusterIndex.free_domains`, `bind`, `apply`): a domain is
 free only while no placement touches it; a job that holds one exclusively locks all its nodes, and giving the
 placement back frees them again, however many placements came and went on them.
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from broker.jobset import POD_SLOT, PartSpec
-from broker.placement.snapshot import ClusterIndex
+from broker.engine.jobset import POD_SLOT, PartSpec
+from broker.engine.placement.snapshot import ClusterIndex
 
 from .fixtures import GPU, cluster, node, queue, running, snapshot
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from broker.placement import Tenant, dry_run, schedule
-from broker.placement.fairness import fair_share_allows, tenant_fair_shares
+from broker.engine.placement import Tenant, dry_run, schedule
+from broker.engine.placement.fairness import fair_share_allows, tenant_fair_shares
 
 from .fixtures import cluster, fabric, job, n_jobs, queue, running, snapshot
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from broker.placement import Tenant, schedule
-from broker.placement.fairness import (check_quota, dominant_share, fair_share_allows, fair_shares, lent,
-                                        weighted_share)
+from broker.engine.placement import Tenant, schedule
+from broker.engine.placement.fairness import (check_quota, dominant_share, fair_share_allows, fair_shares, lent,
+                                              weighted_share)
 
 from .fixtures import GPU, cluster, fabric, gpus_by_queue, job, n_jobs, queue, running, snapshot
 

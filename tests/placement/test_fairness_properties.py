@@ -3,8 +3,8 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.placement import Tenant, schedule
-from broker.placement.fairness import dominant_share, tenant_fair_shares
+from broker.engine.placement import Tenant, schedule
+from broker.engine.placement.fairness import dominant_share, tenant_fair_shares
 
 from .fixtures import GPU, cluster, fabric, job, queue, snapshot
 

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from broker.jobset import parse_jobset
-from broker.placement.feasibility import empty, never_fits
+from broker.engine.jobset import parse_jobset
+from broker.engine.placement.feasibility import empty, never_fits
 
 from .fixtures import GPU, cluster, fabric, hard, manifest
 

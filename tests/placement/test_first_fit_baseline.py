@@ -1,9 +1,9 @@
-"""The first-fit baseline the quality figures compare the engine with (broker/placement/quality.py): the
+"""The first-fit baseline the quality figures compare the engine with (broker/engine/placement/quality.py): the
 first Ready cluster with the JobSet CRD whose nodes, taken in order, hold the whole job; topology ignored."""
 
 from __future__ import annotations
 
-from broker.placement.quality import first_fit, placed_in_one_hypernode
+from broker.engine.placement.quality import first_fit, placed_in_one_hypernode
 from tests.placement.fixtures import GPU, GiB, cluster, fabric, job, node, queue, snapshot
 
 TAINT = {"key": "maintenance", "effect": "NoSchedule"}

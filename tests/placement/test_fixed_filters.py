@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from broker.jobset import parse_jobset
-from broker.placement import PendingJob, Snapshot, Tenant, schedule, shape_of
+from broker.engine.jobset import parse_jobset
+from broker.engine.placement import PendingJob, Snapshot, Tenant, schedule, shape_of
 from tests.placement.fixtures import cluster, fabric, job, keeping_nothing, manifest, queue
 
 TAINT = {"key": "gpu", "value": "h100", "effect": "NoSchedule"}

@@ -1,4 +1,4 @@
-"""Which nodes a long-waiting job holds (broker/placement/cycle.py `_hold`): named cases, each a layout, the
+"""Which nodes a long-waiting job holds (broker/engine/placement/cycle/ `_hold`): named cases, each a layout, the
 starving jobs, and the hold each gets (or none), with the words of the waiting message where they matter.
 
 Every job here has waited 10,000 s, past the 600 s after which a job that does not fit holds nodes.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from broker.placement import Config, schedule
+from broker.engine.placement import Config, schedule
 
 from .fixtures import GPU, cluster, fabric, hard, job, queue, running, snapshot
 

@@ -1,11 +1,11 @@
-"""The HyperNode tree as the index reads it (broker/placement/snapshot.py `ClusterIndex._build_hypernodes`): a
+"""The HyperNode tree as the index reads it (broker/engine/placement/snapshot.py `ClusterIndex._build_hypernodes`): a
 HyperNode's nodes are its own and those of every HyperNode below it, whether the parent lists the child or the
 child names its parent; a cycle in bad data does not hang it."""
 
 from __future__ import annotations
 
-from broker.placement.model import HyperNode
-from broker.placement.snapshot import ClusterIndex
+from broker.engine.placement.model import HyperNode
+from broker.engine.placement.snapshot import ClusterIndex
 
 from .fixtures import GPU, cluster, node
 

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from broker.jobset import (PLACEMENT_RECORD_VERSION, JobSetError, effective_pod_requests, from_placement_record,
-                           parse_jobset, placement_record)
-from broker.placement import shape_of
+from broker.engine.jobset import (PLACEMENT_RECORD_VERSION, JobSetError, effective_pod_requests, from_placement_record,
+                                  parse_jobset, placement_record)
+from broker.engine.placement import shape_of
 
 from tests.examples import example as load, jobset_examples
 

@@ -1,11 +1,11 @@
-"""The errors a tenant sees for a bad JobSet, word for word (broker/jobset.py): each names the field and says what
+"""The errors a tenant sees for a bad JobSet, word for word (broker/engine/jobset.py): each names the field and says what
 to do. `test_jobset.py` checks that a key word is there; these pin the whole message, so a changed word shows."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.jobset import JobSetError, parse_jobset
+from broker.engine.jobset import JobSetError, parse_jobset
 
 from .fixtures import manifest
 

@@ -12,11 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.placement import Config, schedule, shape_of
-from broker.placement import cycle as engine
-from broker.placement import HyperNode
-from broker.placement.cycle import DEFAULT_SCORE_WEIGHTS
-from broker.placement.snapshot import ClusterIndex
+from broker.engine.placement import Config, HyperNode, schedule, shape_of
+from broker.engine.placement.cycle import DEFAULT_SCORE_WEIGHTS
+from broker.engine.placement.cycle import run as engine
+from broker.engine.placement.snapshot import ClusterIndex
 
 from .fixtures import cluster, fabric, hard, job, keeping_nothing, node, queue, snapshot
 from .test_properties import inventories, queues

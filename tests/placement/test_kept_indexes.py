@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from broker.placement import Config, Snapshot, schedule
-from broker.placement.snapshot import ClusterIndex
+from broker.engine.placement import Config, Snapshot, schedule
+from broker.engine.placement.snapshot import ClusterIndex
 from tests.placement.fixtures import GPU, cluster, fabric
 from tests.placement.test_parked_jobs import QUEUES, arrivals, as_running, decided
 

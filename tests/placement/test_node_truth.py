@@ -4,9 +4,9 @@ and a job no cluster could ever run is told so by placement's own filters over e
 
 from dataclasses import replace
 
-from broker.jobset import parse_jobset
-from broker.placement import Config, dry_run, schedule
-from broker.placement.feasibility import empty, never_fits
+from broker.engine.jobset import parse_jobset
+from broker.engine.placement import Config, dry_run, schedule
+from broker.engine.placement.feasibility import empty, never_fits
 
 from .fixtures import GPU, cluster, fabric, hard, job, manifest, node, queue, snapshot
 
@@ -66,7 +66,7 @@ def with_affinity(terms, **kwargs):
 
 
 def pending(body):
-    from broker.placement import PendingJob
+    from broker.engine.placement import PendingJob
     return PendingJob(body["metadata"]["name"], "t", "q", 0, 0.0, parse_jobset(body))
 
 
@@ -102,7 +102,7 @@ def test_a_node_takes_no_more_pods_than_its_pod_limit_counting_those_already_the
 
 def test_an_affinity_the_api_server_would_refuse_is_refused_with_its_path():
     import pytest
-    from broker.jobset import JobSetError
+    from broker.engine.jobset import JobSetError
     two_names = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]}]
     with pytest.raises(JobSetError) as refused:
         parse_jobset(with_affinity(two_names))

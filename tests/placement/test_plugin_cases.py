@@ -1,4 +1,4 @@
-"""Each filter and score plugin asked directly (broker/placement/plugins.py): named cases with the exact
+"""Each filter and score plugin asked directly (broker/engine/placement/plugins.py): named cases with the exact
 reason a tenant reads, or the exact score out of 100 the cycle weighs.
 
 The cycle's own tests see the plugins only through where a job lands; here one cluster, one request and
@@ -11,13 +11,13 @@ from dataclasses import replace
 
 import pytest
 
-from broker.jobset import parse_jobset
-from broker.placement.decisions import Hold
-from broker.placement.model import HyperNode, PendingJob
-from broker.placement.plugins import (BinPacking, Candidate, ClusterState, ExclusiveTopology, HeldNodes, Locality,
-                                      NodeEligibility, RecentEviction, Request, Reservation, Spread, TightestTier,
-                                      TopologyBound)
-from broker.placement.snapshot import ClusterIndex
+from broker.engine.jobset import parse_jobset
+from broker.engine.placement.decisions import Hold
+from broker.engine.placement.model import HyperNode, PendingJob
+from broker.engine.placement.plugins import (BinPacking, Candidate, ClusterState, ExclusiveTopology, HeldNodes,
+                                             Locality, NodeEligibility, RecentEviction, Request, Reservation, Spread,
+                                             TightestTier, TopologyBound)
+from broker.engine.placement.snapshot import ClusterIndex
 
 from .fixtures import GPU, cluster, fabric, hard, job, manifest, node
 

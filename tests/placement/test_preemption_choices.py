@@ -1,11 +1,11 @@
-"""Which running jobs a job preempts, and where (broker/placement/cycle.py `_preempt`, `_candidates`,
+"""Which running jobs a job preempts, and where (broker/engine/placement/cycle/ `_preempt`, `_candidates`,
 `_victims_for`): named cases, each a small federation, the pending jobs, and the victims they take (or none)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from broker.placement import Config, Queue, Tenant, schedule
+from broker.engine.placement import Config, Queue, Tenant, schedule
 
 from .fixtures import GPU, cluster, fabric, hard, job, queue, running, snapshot
 

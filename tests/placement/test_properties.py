@@ -5,7 +5,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.placement import Config, Node, PendingJob, schedule
+from broker.engine.placement import Config, Node, PendingJob, schedule
 
 from .fixtures import GPU, cluster, fabric, hard, job, node, queue, snapshot
 

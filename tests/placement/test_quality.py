@@ -5,8 +5,8 @@ import random
 import pulp
 import pytest
 
-from broker.placement import schedule
-from broker.placement.quality import first_fit, replay
+from broker.engine.placement import schedule
+from broker.engine.placement.quality import first_fit, replay
 
 from .fixtures import GPU, cluster, fabric, hard, job, queue, snapshot
 

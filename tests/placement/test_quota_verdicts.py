@@ -1,12 +1,12 @@
-"""What `check_quota` answers for one job (broker/placement/fairness.py): named cases over a tenant of two
+"""What `check_quota` answers for one job (broker/engine/placement/fairness.py): named cases over a tenant of two
 queues, q and r, each with a nominal quota of 16 GPUs; the verdict, and its words, exactly."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.placement import Queue
-from broker.placement.fairness import QuotaVerdict, check_quota
+from broker.engine.placement import Queue
+from broker.engine.placement.fairness import QuotaVerdict, check_quota
 
 from .fixtures import GPU, queue
 

@@ -3,7 +3,7 @@ back (reclaimWithinCohort), and a queue at its quota makes room among its own wo
 
 import pytest
 
-from broker.placement import schedule
+from broker.engine.placement import schedule
 
 from .fixtures import cluster, fabric, gpus_by_queue, job, n_jobs, queue, running, snapshot
 

@@ -1,13 +1,13 @@
-"""The words the engine's reasons are made of (broker/placement/explain.py): amounts, shortfalls,
+"""The words the engine's reasons are made of (broker/engine/placement/explain.py): amounts, shortfalls,
 pod shapes and durations as a tenant reads them."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.placement.explain import amount, duration, pods_phrase, shortfall
-from broker.placement.model import GPU
-from broker.placement.snapshot import ClusterIndex
+from broker.engine.placement.explain import amount, duration, pods_phrase, shortfall
+from broker.engine.placement.model import GPU
+from broker.engine.placement.snapshot import ClusterIndex
 from tests.placement.fixtures import cluster, job, node
 
 

@@ -1,5 +1,5 @@
 """The topology search tries at most `max_candidates` HyperNodes per tier, then the next tier
-(broker/placement/snapshot.py `ClusterIndex.search`): a HyperNode counts when its free GPUs hold the gang on the
+(broker/engine/placement/snapshot.py `ClusterIndex.search`): a HyperNode counts when its free GPUs hold the gang on the
 nodes it may use but are too fragmented to bind it; one whose nodes the gang may not use is skipped uncounted.
 
 Three leaves of four 8-GPU nodes (leaf-0 and leaf-1 under spine-0, leaf-2 under spine-1); every gang asks for
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.jobset import POD_SLOT, PartSpec
-from broker.placement.snapshot import ClusterIndex
+from broker.engine.jobset import POD_SLOT, PartSpec
+from broker.engine.placement.snapshot import ClusterIndex
 
 from .fixtures import GPU, cluster, fabric
 

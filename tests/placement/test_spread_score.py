@@ -3,7 +3,7 @@ first, and a split job's parts apart."""
 
 from __future__ import annotations
 
-from broker.placement import Config, schedule
+from broker.engine.placement import Config, schedule
 from tests.placement.fixtures import cluster, fabric, hard, job, queue, running, snapshot
 
 SPREAD_ONLY = Config(score_weights={"Spread": 1.0})

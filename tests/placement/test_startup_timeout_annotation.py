@@ -1,11 +1,11 @@
 """`archipelago.io/startup-timeout`: how long a JobSet's pods may take to start, read and checked at
-submission (broker/jobset.py)."""
+submission (broker/engine/jobset.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.jobset import STARTUP_TIMEOUT_ANNOTATION, JobSetError, parse_jobset, startup_timeout
+from broker.engine.jobset import STARTUP_TIMEOUT_ANNOTATION, JobSetError, parse_jobset, startup_timeout
 from tests.placement.fixtures import manifest
 
 

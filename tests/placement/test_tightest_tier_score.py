@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.placement import Config, schedule
+from broker.engine.placement import Config, schedule
 from tests.placement.fixtures import cluster, fabric, job, queue, running, snapshot
 
 

@@ -1,11 +1,11 @@
 """A placement setting that names a plugin the engine does not have is refused at once, with the names it has
-(broker/placement/cycle.py `Config`): the settings layer shows this message to the operator."""
+(broker/engine/placement/cycle/ `Config`): the settings layer shows this message to the operator."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.placement import Config
+from broker.engine.placement import Config
 
 KNOWN = ("['Capacity', 'ClusterSelector', 'ClusterState', 'ExclusiveTopology', 'JobSetCRD', 'NodeEligibility', "
          "'RecentEviction', 'Reservation', 'TaintToleration', 'TopologyBound', 'BinPacking', 'Locality', 'Spread', "

@@ -13,24 +13,16 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from api.app import create_app
-from broker.db.models import Event, Placement
+from broker.process.testing import SCENARIO, TENANTS
 from broker.services.members import MemberClients
 from broker.services.stepper import Stepper
+from broker.store.db.models import Event, Placement
 from clusters.jobsets import JOB_ID_LABEL
 from clusters.sim.resources import JOBSETS
 from clusters.sim.testing import SimHandle, running_simulator
 
 ADMIN = {"Authorization": "Bearer admin-test-token"}
 EXAMPLES = Path(__file__).resolve().parents[3] / "shared" / "examples"
-NVLINK = "topology.example.com/nvlink-block"
-NODE = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"}
-# 16 GPU nodes per member, two NVLink blocks per leaf pair: room for every example in either member.
-SCENARIO = {
-    "defaults": {"node": NODE, "topology": {"leaf": 8, "spine": 2}, "duration": "60s",
-                 "nodes": [{"labels": {NVLINK: f"block-{i // 2}"}} for i in range(16)]},
-    "clusters": [{"name": "eu-west", "labels": {"region": "eu"}}, {"name": "us-east", "labels": {"region": "us"}}],
-}
-TENANTS = [("team-a", "research"), ("team-b", "production"), ("hpc", "hpc")]
 
 
 def example(name: str) -> dict:
@@ -39,29 +31,6 @@ def example(name: str) -> dict:
 
 def example_files() -> list[str]:
     return sorted(p.name for p in EXAMPLES.glob("jobset-*.yaml"))
-
-
-def jobset(name: str, *, namespace: str = "team-a", parts=(("workers", 1, 2, 8),), split: bool = False,
-           annotations: dict | None = None, failure_policy: dict | None = None, success: dict | None = None,
-           priority_class: str | None = None) -> dict:
-    """A JobSet with `parts` = (name, replicas, pods per Job, GPUs per pod)."""
-    labels = {"kueue.x-k8s.io/queue-name": dict(TENANTS)[namespace]}
-    if priority_class:
-        labels["kueue.x-k8s.io/priority-class"] = priority_class
-    spec: dict = {"replicatedJobs": [
-        {"name": part, "replicas": replicas, "template": {"spec": {
-            "parallelism": pods, "completions": pods, "backoffLimit": 0, "template": {"spec": {
-                "restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "resources": {
-                    "requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)}, "limits": {"nvidia.com/gpu": str(gpus)}}}]}}}}}
-        for part, replicas, pods, gpus in parts]}
-    if failure_policy is not None:
-        spec["failurePolicy"] = failure_policy
-    if success is not None:
-        spec["successPolicy"] = success
-    meta_annotations = {**({"archipelago.io/placement": "split"} if split else {}), **(annotations or {})}
-    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": meta_annotations},
-            "spec": spec}
 
 
 class Federation(Stepper):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.propagation.conftest import NODE, jobset
+from broker.process.testing import NODE, jobset
 
 LONG = {"sim.archipelago.io/duration": "10h"}
 GPU = "nvidia.com/gpu"

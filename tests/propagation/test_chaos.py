@@ -18,11 +18,10 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import create_engine, func, select
 
-from broker.db.models import JOB_FINISHED_STATES, LEADER, Event, Job, Lease, Placement
+from broker.process.testing import SCENARIO, TENANTS, Broker, copies, jobset, leader_pid, wait_for
+from broker.store.db.models import JOB_FINISHED_STATES, LEADER, Event, Job, Lease, Placement
 from clusters.jobsets import JOB_ID_LABEL, PLACEMENT_ID_LABEL
 from clusters.sim.testing import SimHandle, running_simulator
-from tests.brokers import Broker, copies, leader_pid, wait_for
-from tests.propagation.conftest import SCENARIO, TENANTS, jobset
 
 REPLICAS = 3
 JOBS = 45

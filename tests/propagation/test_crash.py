@@ -15,12 +15,11 @@ import httpx
 import pytest
 from cryptography.fernet import Fernet
 
+from broker.process.testing import SCENARIO, TENANTS, Broker, copies, jobset, wait_for
 from broker.services.dispatcher import CRASH_AT_ENV
 from clusters.jobsets import JOB_ID_LABEL, PLACEMENT_ID_LABEL
 from clusters.sim.resources import JOBSETS
 from clusters.sim.testing import SimHandle, running_simulator
-from tests.brokers import Broker, copies, wait_for
-from tests.propagation.conftest import SCENARIO, TENANTS, jobset
 
 STEPS = ["applying", "applied-on-member", "applied", "deleting", "deleted-on-member", "deleted"]
 
@@ -38,7 +37,7 @@ def test_a_broker_killed_at_each_outbox_step_resumes_with_one_copy_per_placement
         with member.lock:
             for obj in member.list(JOBSETS, None, JOB_ID_LABEL, None)[0]:
                 member.delete_object(JOBSETS, obj["metadata"]["namespace"], obj["metadata"]["name"], "Background")
-    broker = Broker(tmp_path, database_url=f"sqlite:///{tmp_path / 'broker.db'}",
+    broker = Broker(tmp_path, database_url=f"sqlite:///{tmp_path / 'broker.store.db'}",
                     secret_key=Fernet.generate_key().decode())
     broker.start({CRASH_AT_ENV: step})
     try:

@@ -7,8 +7,8 @@ import tracemalloc
 
 from sqlalchemy import func, select
 
-from broker.db.models import Placement
-from tests.propagation.conftest import jobset
+from broker.process.testing import jobset
+from broker.store.db.models import Placement
 
 MB = 1024 * 1024
 

@@ -3,8 +3,8 @@ cancelled, and nothing applied again."""
 
 from __future__ import annotations
 
+from broker.process.testing import jobset
 from clusters.sim.resources import JOBSETS
-from tests.propagation.conftest import jobset
 
 LONG = {"sim.archipelago.io/duration": "1h"}
 

@@ -1,10 +1,10 @@
-"""A part of a split job deleted on its member by someone else (broker/dispatch.py `_drifted`): the report names
+"""A part of a split job deleted on its member by someone else (broker/store/outbox/ `_drifted`): the report names
 the part's own JobSet, is a Warning, and the job keeps its counts beside the drift until the part is back."""
 
 from __future__ import annotations
 
+from broker.process.testing import jobset
 from clusters.sim.resources import JOBSETS
-from tests.propagation.conftest import jobset
 
 LONG = {"sim.archipelago.io/duration": "1h"}
 

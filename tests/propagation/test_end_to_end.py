@@ -6,9 +6,10 @@ import pytest
 
 from sqlalchemy import event
 
+from broker.process.testing import jobset
 from broker.services import dispatcher
 from clusters.jobsets import GENERATION_LABEL, JOB_ID_LABEL, OWNER_ANNOTATION, PLACEMENT_ID_LABEL
-from tests.propagation.conftest import example, example_files, jobset
+from tests.propagation.conftest import example, example_files
 
 
 @pytest.mark.parametrize("filename", example_files())

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from broker.db.fencing import Fence, Fenced, fenced
-from broker.db.models import Cluster
 from broker.services.members import MemberClients
+from broker.store.db.fencing import Fence, Fenced, fenced
+from broker.store.db.models import Cluster
 from clusters.member import NODES
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from broker.process.testing import NODE, jobset
 from clusters.sim.resources import NODES
-from tests.propagation.conftest import NODE, jobset
 
 LONG = {"sim.archipelago.io/duration": "10h"}
 

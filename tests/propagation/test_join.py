@@ -17,13 +17,14 @@ from sqlalchemy import select
 from typer.testing import CliRunner
 
 from api.app import create_app
-from broker.cli import app as cli
-from broker.db.crypto import KubeconfigCipher
-from broker.db.models import Cluster
-from broker.settings import get_settings
+from broker.cli.app import app as cli
+from broker.process.settings import get_settings
+from broker.process.testing import TENANTS, jobset
+from broker.store.db.crypto import KubeconfigCipher
+from broker.store.db.models import Cluster
 from clusters import access
 from clusters.sim.resources import CLUSTERROLEBINDINGS, CLUSTERROLES, NAMESPACES, SECRETS, SERVICEACCOUNTS
-from tests.propagation.conftest import ADMIN, TENANTS, Federation, jobset
+from tests.propagation.conftest import ADMIN, Federation
 from tests.servers import serving
 
 

@@ -9,12 +9,12 @@ import yaml
 
 from sqlalchemy import select
 
-from broker import inventory
-from broker.db.models import Cluster
-from broker.dispatch import fail_over
+from broker.process.testing import SCENARIO, jobset
 from broker.services import dispatcher
+from broker.store.db.models import Cluster
+from broker.store.inventory import admin
+from broker.store.outbox import fail_over
 from tests.locks import until_waiting_for_a_lock
-from tests.propagation.conftest import SCENARIO, jobset
 
 LONG = {"sim.archipelago.io/duration": "1h"}
 
@@ -147,7 +147,7 @@ def test_a_copy_applied_while_the_removal_deletes_the_members_copies_is_deleted_
     [decided] = federation.placements(job)
     gone = decided.cluster_name
     listed, landed, removed = threading.Event(), threading.Event(), []
-    deleting_copies = inventory._delete_copies
+    deleting_copies = admin._delete_copies
 
     def delete_copies_then_wait(settings, cluster) -> str:
         said = deleting_copies(settings, cluster)
@@ -167,7 +167,7 @@ def test_a_copy_applied_while_the_removal_deletes_the_members_copies_is_deleted_
         elif step == "applied-on-member":  # the copy is on the member; its record is next
             threading.Thread(target=lambda: (until_waiting_for_a_lock(federation.db, "no wait"), landed.set()),
                              daemon=True).start()
-    monkeypatch.setattr(inventory, "_delete_copies", delete_copies_then_wait)
+    monkeypatch.setattr(admin, "_delete_copies", delete_copies_then_wait)
     monkeypatch.setattr(dispatcher, "crash_point", crash_point)
     try:
         federation.dispatcher.run_once()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from broker.process.testing import jobset
 from clusters.sim.resources import JOBSETS
-from tests.propagation.conftest import jobset
 from tests.propagation.members import put_jobset
 
 LONG = {"sim.archipelago.io/duration": "1h"}

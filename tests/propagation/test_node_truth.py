@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.propagation.conftest import NODE, jobset
+from broker.process.testing import NODE, jobset
 
 GPU = "nvidia.com/gpu"
 HARD_LEAF = {"archipelago.io/network-topology-mode": "hard", "archipelago.io/highest-tier-allowed": "1"}

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from broker.process.testing import jobset
 from clusters.jobsets import JOB_ID_LABEL
-from tests.propagation.conftest import jobset
 
 MIRROR = {"name": "eu-mirror", "order": 1, "selector": "region=eu", "image": {"registry": "mirror.eu:5000"}}
 NCCL = {"name": "eu-west-nccl", "order": 2, "cluster": "eu-west",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.propagation.conftest import SCENARIO, jobset
+from broker.process.testing import SCENARIO, jobset
 
 
 @pytest.fixture

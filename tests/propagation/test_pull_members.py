@@ -17,13 +17,14 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from api.app import create_app
-from broker.agent import Agent
-from broker.client import ApiClient, ClientError
-from broker.db.models import Cluster, Event, utcnow
+from broker.cli.client import ApiClient, ClientError
+from broker.process.agent import Agent
+from broker.process.testing import TENANTS, jobset
 from broker.services.inventory import ClusterHealthService
+from broker.store.db.models import Cluster, Event, utcnow
 from clusters import jobsets
 from clusters.member import MemberClient
-from tests.propagation.conftest import ADMIN, TENANTS, Federation, jobset
+from tests.propagation.conftest import ADMIN, Federation
 from tests.servers import serving
 
 PULL = "us-east"  # the simulator's member that only an agent reaches
@@ -334,9 +335,9 @@ def test_a_broker_killed_while_handing_out_work_resumes_with_one_copy(sim, tmp_p
     from cryptography.fernet import Fernet
 
     from broker.services.dispatcher import CRASH_AT_ENV
-    from tests.brokers import Broker, wait_for
+    from broker.process.testing import Broker, wait_for
 
-    broker = Broker(tmp_path, database_url=f"sqlite:///{tmp_path / 'broker.db'}",
+    broker = Broker(tmp_path, database_url=f"sqlite:///{tmp_path / 'broker.store.db'}",
                     secret_key=Fernet.generate_key().decode(), env={"ARCHIPELAGO_NOT_READY_GRACE": "300"})
     broker.start({CRASH_AT_ENV: "applying"})
     member = MemberClient.from_kubeconfig(sim.kubeconfig(PULL))

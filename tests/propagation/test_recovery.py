@@ -9,11 +9,11 @@ import time
 import pytest
 from sqlalchemy import event, select
 
-from broker.db.models import Event
-from broker.db.session import WRITE_LOCK
+from broker.process.testing import jobset
 from broker.services import dispatcher, status
+from broker.store.db.models import Event
+from broker.store.db.session import WRITE_LOCK
 from clusters.sim.resources import JOBSETS
-from tests.propagation.conftest import jobset
 
 LONG = {"sim.archipelago.io/duration": "1h"}
 

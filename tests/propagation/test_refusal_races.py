@@ -1,12 +1,12 @@
-"""A member's refusal of a JobSet recorded (broker/dispatch.py `fail_apply`) when the job or its placement
+"""A member's refusal of a JobSet recorded (broker/store/outbox/ `fail_apply`) when the job or its placement
 moved on between the dispatcher's Applying and the member's answer: a cancel makes the job Cancelled, not
 Failed, and a placement already being deleted is left to its deletion."""
 
 from __future__ import annotations
 
-from broker.dispatch import request_deletions
+from broker.process.testing import jobset
 from broker.services import dispatcher
-from tests.propagation.conftest import jobset
+from broker.store.outbox import request_deletions
 
 
 def _refused(name: str) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.propagation.conftest import jobset
+from broker.process.testing import jobset
 
 UNPULLABLE = ("registry.invalid/*",)
 

@@ -1,12 +1,12 @@
 """The status watch may see a copy between the member's answer to the apply and the dispatcher's record of
-that answer (broker/dispatch.py `record_status` while Applying, then `finish_apply`): the placement keeps
+that answer (broker/store/outbox/ `record_status` while Applying, then `finish_apply`): the placement keeps
 the newer of the two, whichever came first."""
 
 from __future__ import annotations
 
+from broker.process.testing import jobset
 from broker.services import dispatcher
 from clusters.sim.resources import JOBSETS
-from tests.propagation.conftest import jobset
 
 LONG = {"sim.archipelago.io/duration": "1h"}
 MOVED_ON = {"type": "Progressing", "status": "True", "reason": "Test", "message": "moved on",

@@ -3,10 +3,10 @@ and nothing else does."""
 
 from __future__ import annotations
 
+from broker.process.testing import jobset
 from broker.services.dispatcher import DispatcherService
 from clusters.jobsets import JOB_ID_LABEL, PLACEMENT_ID_LABEL
 from clusters.sim.resources import JOBSETS
-from tests.propagation.conftest import jobset
 from tests.propagation.members import put_jobset
 
 LONG = {"sim.archipelago.io/duration": "1h"}

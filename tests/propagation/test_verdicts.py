@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.propagation.conftest import SCENARIO, jobset
+from broker.process.testing import SCENARIO, jobset
 
 DURATION = {"sim.archipelago.io/duration": "60s"}
 

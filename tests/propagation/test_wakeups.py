@@ -9,7 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from tests.propagation.conftest import ADMIN, jobset
+from broker.process.testing import jobset
+from tests.propagation.conftest import ADMIN
 
 DEADLINE = 30.0
 

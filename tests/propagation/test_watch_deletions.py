@@ -1,4 +1,4 @@
-"""A copy deleted on its member by someone else, as a status watch reports it (a DELETED event, broker/dispatch.py
+"""A copy deleted on its member by someone else, as a status watch reports it (a DELETED event, broker/store/outbox/
 `record_status(deleted=True)`): the stepped federation lists instead of watching, so its tests see such a deletion
 through the list (`record_list`); here the event is handed to the status loop as its watch would."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 from functools import partial
 
-from broker.db import runtime
-from broker.db.runtime import WRITE_BUDGET, within
+from broker.process.testing import jobset
+from broker.store.db import runtime
+from broker.store.db.runtime import WRITE_BUDGET, within
 from clusters.sim.resources import JOBSETS
 from tests.locks import ticking, write_transactions
-from tests.propagation.conftest import jobset
 
 LONG = {"sim.archipelago.io/duration": "1h"}
 

@@ -9,9 +9,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import event, func, select
 
-from broker.db.models import Cluster, Event, HyperNode, Job, Node, Placement, Queue, Tenant
-from broker.jobset import parse_jobset, placement_record
+from broker.engine.jobset import parse_jobset, placement_record
 from broker.services.scheduler import SchedulerService
+from broker.store.db.models import Cluster, Event, HyperNode, Job, Node, Placement, Queue, Tenant
 from tests.placement.fixtures import GPU, manifest
 
 _submitted = itertools.count()

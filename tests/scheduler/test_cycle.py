@@ -7,11 +7,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import JSON, event, select, type_coerce, update
 
-from broker.db.models import Job, Node, Placement, Queue
+from broker.engine.jobset import JobSetError, parse_jobset
+from broker.engine.placement import Waiting
 from broker.services import build_services
-from broker.jobset import JobSetError, parse_jobset
-from broker.placement import Waiting
-from broker.scheduling import read_inventory, reasons_digest, stored_reasons_digest, write_reasons
+from broker.store.db.models import Job, Node, Placement, Queue
+from broker.store.scheduling import read_inventory, reasons_digest, stored_reasons_digest, write_reasons
 from tests.locks import against_a_transaction_locking
 from tests.placement.fixtures import GPU, manifest
 from tests.scheduler.conftest import EPOCH, add_cluster, add_queue, count, job_events, placements_of, submit
@@ -393,17 +393,17 @@ def test_an_idle_scheduler_does_not_read_the_inventory(db, setup, scheduler):
 
 
 def test_an_unknown_score_plugin_stops_the_start_with_one_line(settings):
-    from broker.scheduling import engine_config
-    from broker.settings import ConfigError
+    from broker.store.scheduling import engine_config
+    from broker.process.settings import ConfigError
 
     with pytest.raises(ConfigError, match="unknown placement plugins"):
         engine_config(settings.model_copy(update={"placement_score_weights": {"Nearest": 1.0}}))
 
 
 def test_filters_can_be_turned_off_by_name_and_a_wrong_name_stops_the_start(db, setup, settings):
-    from broker.scheduling import engine_config
+    from broker.store.scheduling import engine_config
     from broker.services.scheduler import SchedulerService
-    from broker.settings import ConfigError
+    from broker.process.settings import ConfigError
 
     assert "TaintToleration" not in engine_config(settings.model_copy(
         update={"placement_disabled_filters": ["TaintToleration"]})).filters
@@ -417,7 +417,7 @@ def test_filters_can_be_turned_off_by_name_and_a_wrong_name_stops_the_start(db, 
 
 
 def test_a_cycle_is_counted_in_the_metrics(db, setup, scheduler):
-    from broker.metrics import REGISTRY
+    from broker.process.metrics import REGISTRY
 
     with setup() as session:
         add_cluster(session, "eu-west")
@@ -436,7 +436,7 @@ def test_reasons_are_written_a_slice_per_transaction_after_the_decisions(db, set
     """Five jobs wait, at most two reasons a transaction (fewer if two took longer than the budget): the third slice
     fails after the decisions' commit and two slices'; the next cycle writes what is missing, and every reason and
     Waiting event is there once."""
-    from broker import scheduling as scheduler_module
+    from broker.store.scheduling import commit as scheduler_module
     monkeypatch.setattr(scheduler_module, "REASONS_PER_TRANSACTION", 2)
     with setup() as session:
         add_cluster(session, "eu-west")

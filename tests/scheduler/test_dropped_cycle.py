@@ -3,7 +3,7 @@ dropped, and does not report `placements_last_cycle=0` as if it had run."""
 
 from __future__ import annotations
 
-from broker.metrics import REGISTRY
+from broker.process.metrics import REGISTRY
 from broker.services.scheduler import SchedulerService
 from tests.scheduler.conftest import add_cluster, add_queue, submit
 

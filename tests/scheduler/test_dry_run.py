@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker.db.models import Event, Job, Placement
-from broker.jobset import JobSetError
-from broker.scheduling import dry_run_manifest
+from broker.engine.jobset import JobSetError
+from broker.store.db.models import Event, Job, Placement
+from broker.store.scheduling import dry_run_manifest
 from tests.placement.fixtures import manifest
 from tests.scheduler.conftest import add_cluster, add_queue, count, submit
 

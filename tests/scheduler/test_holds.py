@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import select
 
-from broker.db.models import Job, Node
+from broker.store.db.models import Job, Node
 from tests.placement.fixtures import GPU
 from tests.scheduler.conftest import add_cluster, add_queue, placements_of, submit
 

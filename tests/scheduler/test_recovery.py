@@ -10,12 +10,12 @@ from datetime import datetime, timezone
 import pytest
 from sqlalchemy import event, select
 
-from broker.db.models import Event, Job, Placement, Queue
-from broker.db.runtime import open_database
-from broker.placement import schedule
-from broker import scheduling
-from broker.scheduling import commit_cycle, read_inventory
+from broker.engine.placement import schedule
 from broker.services.scheduler import SchedulerService
+from broker.store.db.models import Event, Job, Placement, Queue
+from broker.store.db.runtime import open_database
+from broker.store.scheduling import commit as scheduling
+from broker.store.scheduling import commit_cycle, read_inventory
 from tests.scheduler.conftest import add_cluster, add_queue, count, crash_at_the_events, placements_of, submit
 
 
@@ -218,8 +218,8 @@ def test_two_schedulers_running_at_once_never_place_a_job_twice(db, setup, setti
 def test_a_cancel_racing_the_scheduler_never_orphans_a_placement(db, setup, scheduler):
     """The scheduler commits after the cancel request has read the job and before it writes (on PostgreSQL: on
     SQLite the request's write holds the write lock from its start, so the scheduler commits before or after it)."""
-    from broker.jobs import request_cancel
-    from broker.tenancy import Principal
+    from broker.store.jobs import request_cancel
+    from broker.store.tenancy import Principal
 
     with setup() as session:
         add_cluster(session, "eu-west")

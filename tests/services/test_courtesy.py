@@ -1,4 +1,4 @@
-"""The scheduler steps aside while the API in its process answers requests (`broker.courtesy`): it waits for the
+"""The scheduler steps aside while the API in its process answers requests (`broker.process.courtesy`): it waits for the
 requests in flight, not longer than it must, and then takes a turn of its own; a request counts until its answer
 starts; the engine pauses between decisions and along its walk past parked jobs."""
 
@@ -14,12 +14,12 @@ from fastapi.responses import StreamingResponse
 from fastapi.testclient import TestClient
 
 from api.app import RequestsInFlight, create_app
-from broker.courtesy import REQUESTS_FIRST, RequestsFirst
-from broker.db.fencing import Fence, fenced
+from broker.engine.placement import Config, Parked, Snapshot, schedule, shape_of
+from broker.engine.placement.cycle import JOBS_BETWEEN_PAUSES
+from broker.engine.placement.snapshot import PLACEMENTS_BETWEEN_PAUSES
+from broker.process.courtesy import REQUESTS_FIRST, RequestsFirst
 from broker.services.scheduler import SchedulerService
-from broker.placement import Config, Parked, Snapshot, schedule, shape_of
-from broker.placement.cycle import JOBS_BETWEEN_PAUSES
-from broker.placement.snapshot import PLACEMENTS_BETWEEN_PAUSES
+from broker.store.db.fencing import Fence, fenced
 from tests.placement.fixtures import cluster, fabric, job, queue, running, snapshot
 
 FOREVER = 3_600.0

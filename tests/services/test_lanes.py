@@ -11,14 +11,14 @@ from typing import Callable
 
 import pytest
 
-from broker.db.crypto import KubeconfigCipher
-from broker.db.fencing import Fence, Fenced, fenced
-from broker.db.models import Cluster
-from broker.inventory import WriteResult
-from broker.metrics import REGISTRY
+from broker.process.metrics import REGISTRY
 from broker.services import lane_services
 from broker.services.lanes import MemberLeases, member_lease, member_lanes, members_of
 from broker.services.loop import LoopService
+from broker.store.db.crypto import KubeconfigCipher
+from broker.store.db.fencing import Fence, Fenced, fenced
+from broker.store.db.models import Cluster
+from broker.store.inventory import WriteResult
 from clusters.sim.testing import running_simulator
 from tests.services.test_lease import Clock
 

@@ -9,13 +9,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import select
 
-from broker.db.fencing import Fence, Fenced, fenced
-from broker.db.models import LEADER, Cluster, Lease
-from broker.db.runtime import Database, open_database
-from broker.db.session import make_engine, make_sessionmaker
-from broker.metrics import REGISTRY
+from broker.process.metrics import REGISTRY
 from broker.services.lease import LeaseHolder, LeaseRecord, leader, replica_name
 from broker.services.loop import LoopService
+from broker.store.db.fencing import Fence, Fenced, fenced
+from broker.store.db.models import LEADER, Cluster, Lease
+from broker.store.db.runtime import Database, open_database
+from broker.store.db.session import make_engine, make_sessionmaker
 
 
 UNREACHABLE = "postgresql+psycopg://postgres@127.0.0.1:9/nowhere"  # the discard port: refused at once
@@ -194,7 +194,7 @@ def test_a_replica_whose_clock_runs_an_hour_ahead_takes_no_lease_early(db, monke
     assert a.hold() == 1
     ahead = datetime.now(timezone.utc) + timedelta(hours=1)
     monkeypatch.setattr("broker.services.lease.utcnow", lambda: ahead)
-    monkeypatch.setattr("broker.db.models.utcnow", lambda: ahead)
+    monkeypatch.setattr("broker.store.db.models.utcnow", lambda: ahead)
     b = LeaseRecord(db, holder="b", duration=10.0)
     assert b.hold() is None  # on b's clock a's lease expired 59 minutes ago; on the database's it did not
     with db.sessions() as session:

@@ -10,9 +10,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select, text
 
 from api.app import create_app
-from broker import retention
-from broker.db.models import Event, Job, Placement, Queue, Tenant
 from broker.services.retention import RetentionService
+from broker.store import retention
+from broker.store.db.models import Event, Job, Placement, Queue, Tenant
 from tests.locks import against_a_transaction_locking
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)

@@ -1,14 +1,14 @@
 """Which nodes the simulated kube-scheduler admits a pod to (clusters/sim/fit.py), and that the broker's own reading
-of the same rules (clusters/labels.py, clusters/taints.py) agrees with it case by case: the two are written apart,
+of the same rules (clusters/rules/labels.py, clusters/rules/taints.py) agrees with it case by case: the two are written apart,
 so that a broker that sends pods where a member will not bind them shows here."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.jobset import parse_jobset
+from broker.engine.jobset import parse_jobset
+from clusters.rules.taints import untolerated
 from clusters.sim.fit import repelling_taint, selects
-from clusters.taints import untolerated
 from tests.placement.fixtures import manifest
 
 NODE = {"metadata": {"name": "node-07", "labels": {"zone": "a", "gpu-gen": "9", "rack": "r1", "serial": "1_0",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.status import Policy, PartView, aggregate, member_status, not_ready, part_failure, placement_state
+from broker.engine.status import Policy, PartView, aggregate, member_status, not_ready, part_failure, placement_state
 
 
 def jobset(name: str = "train", *, parts: dict[str, int] | None = None, placement: str = "whole",

@@ -1,9 +1,9 @@
-"""Status corners the documents' tests do not reach (broker/status.py): a member that gives its verdict only in
+"""Status corners the documents' tests do not reach (broker/engine/status.py): a member that gives its verdict only in
 `terminalState`, and a ReplicatedJob waiting on one that is itself still waiting."""
 
 from __future__ import annotations
 
-from broker.status import member_status, placement_state
+from broker.engine.status import member_status, placement_state
 
 
 def test_a_verdict_given_only_as_the_terminal_state_is_the_placements():

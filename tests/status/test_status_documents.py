@@ -1,11 +1,12 @@
 """The status documents, field by field: what a placement keeps of its member's JobSet, and the job's status
-the API shows, folded from its parts (broker/status.py)."""
+the API shows, folded from its parts (broker/engine/status.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.status import Aggregate, PartView, Policy, aggregate, failure_message, member_status, newer, placement_state
+from broker.engine.status import (Aggregate, PartView, Policy, aggregate, failure_message, member_status, newer,
+                                  placement_state)
 
 ZERO = {"ready": 0, "active": 0, "succeeded": 0, "failed": 0, "suspended": 0}
 

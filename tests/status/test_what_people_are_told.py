@@ -1,11 +1,11 @@
 """What the status rules tell people: why a copy is not ready yet, and what happens to a failed split part
-and why (broker/status.py)."""
+and why (broker/engine/status.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.status import Policy, not_ready, part_failure
+from broker.engine.status import Policy, not_ready, part_failure
 
 
 def _status(expected: dict[str, int], counts: dict[str, dict[str, int]] | None) -> dict:

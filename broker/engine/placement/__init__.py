@@ -5,14 +5,14 @@ Build a `Snapshot` from `Cluster`/`Queue`/`Tenant`/`RunningPlacement` records, c
 question. Imports nothing that does I/O.
 """
 
-from broker.placement.cycle import DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Config, dry_run, schedule
-from broker.placement.decisions import (ClusterVerdict, CycleResult, DryRun, Hold, NodeAssignment, Parked, Placement,
-                                        Preemption, Waiting)
-from broker.placement.model import (CLUSTER_STATES, FAIR_SHARE_PREEMPTION_POLICIES, GPU, PREEMPTION_POLICIES,
-                                    RECLAIM_POLICIES, Backlog, Cluster, HyperNode, Node, PendingJob, Queue,
-                                    Resources, RunningPlacement, Tenant, shape_of)
-from broker.placement.plugins import FILTERS, SCORES
-from broker.placement.snapshot import Snapshot
+from broker.engine.placement.cycle import DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Config, dry_run, schedule
+from broker.engine.placement.decisions import (ClusterVerdict, CycleResult, DryRun, Hold, NodeAssignment, Parked,
+                                               Placement, Preemption, Waiting)
+from broker.engine.placement.model import (CLUSTER_STATES, FAIR_SHARE_PREEMPTION_POLICIES, GPU, PREEMPTION_POLICIES,
+                                           RECLAIM_POLICIES, Backlog, Cluster, HyperNode, Node, PendingJob, Queue,
+                                           Resources, RunningPlacement, Tenant, shape_of)
+from broker.engine.placement.plugins import FILTERS, SCORES
+from broker.engine.placement.snapshot import Snapshot
 
 __all__ = [
     "CLUSTER_STATES", "DEFAULT_FILTERS", "DEFAULT_SCORE_WEIGHTS", "FAIR_SHARE_PREEMPTION_POLICIES", "FILTERS", "GPU",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from broker.placement.model import Resources, RunningPlacement
+from broker.engine.placement.model import Resources, RunningPlacement
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from broker.placement.model import GPU, Resources
-from clusters.quantity import format_quantity
+from broker.engine.placement.model import GPU, Resources
+from clusters.rules.quantity import format_quantity
 
 
 @lru_cache(maxsize=4096)  # reasons quote the same few amounts for every cluster a job does not fit

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from broker.placement.explain import amount
-from broker.placement.model import Queue, Resources
+from broker.engine.placement.explain import amount
+from broker.engine.placement.model import Queue, Resources
 
 
 def dominant_share(usage: Resources, totals: Resources) -> float:

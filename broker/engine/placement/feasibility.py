@@ -16,13 +16,13 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
-from broker.jobset import PlacementSpec
-from broker.placement.cycle import Config
-from broker.placement.explain import amount, pods_phrase
-from broker.placement.model import Cluster, PendingJob
-from broker.placement.plugins import FILTERS, Request
-from broker.placement.snapshot import ClusterIndex
-from clusters.taints import lasting
+from broker.engine.jobset import PlacementSpec
+from broker.engine.placement.cycle import Config
+from broker.engine.placement.explain import amount, pods_phrase
+from broker.engine.placement.model import Cluster, PendingJob
+from broker.engine.placement.plugins import FILTERS, Request
+from broker.engine.placement.snapshot import ClusterIndex
+from clusters.rules.taints import lasting
 
 _EVERY_CANDIDATE = 1 << 30
 

@@ -1,6 +1,6 @@
 """The inputs of a scheduling cycle: immutable records the snapshot builder fills from the inventory.
 
-Resource amounts are integers in milli-units (`clusters.quantity.to_milli`): "4" cpu is 4000,
+Resource amounts are integers in milli-units (`clusters.rules.quantity.to_milli`): "4" cpu is 4000,
 one GPU is 1000, memory is bytes × 1000. Keys are Kubernetes resource names.
 """
 
@@ -12,7 +12,7 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from broker.jobset import PlacementSpec
+from broker.engine.jobset import PlacementSpec
 
 Resources = Mapping[str, int]
 GPU = "nvidia.com/gpu"
@@ -149,7 +149,7 @@ QUEUE_ORDER = attrgetter("queue_order")
 
 class Backlog:
     """Pending jobs by queue, each queue's in its order (`PendingJob.queue_order`), as a cycle takes them. Whoever
-    keeps the jobs between cycles keeps them so (`broker.scheduling.PendingJobs`): a cycle over 100,000 of them then
+    keeps the jobs between cycles keeps them so (`broker.store.scheduling.PendingJobs`): a cycle over 100,000 of them then
     groups and sorts none (that was 0.1 s of every cycle). Iterating gives every job, queue by queue."""
 
     __slots__ = ("queues",)

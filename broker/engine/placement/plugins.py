@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence
 
-from broker.jobset import PartSpec
-from broker.placement.decisions import Hold
-from broker.placement.explain import amount, shortfall
-from broker.placement.model import PendingJob, Resources
-from broker.placement.snapshot import ClusterIndex, HyperNodeState, primary_resource
-from clusters.quantity import add_into
-from clusters.taints import describe_taint, untolerated
+from broker.engine.jobset import PartSpec
+from broker.engine.placement.decisions import Hold
+from broker.engine.placement.explain import amount, shortfall
+from broker.engine.placement.model import PendingJob, Resources
+from broker.engine.placement.snapshot import ClusterIndex, HyperNodeState, primary_resource
+from clusters.rules.quantity import add_into
+from clusters.rules.taints import describe_taint, untolerated
 
 
 @dataclass(slots=True)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Callable, Iterable
 
-from broker.placement.decisions import NodeAssignment, Placement
-from broker.placement.model import PendingJob
-from broker.placement.snapshot import Binding, Snapshot
+from broker.engine.placement.decisions import NodeAssignment, Placement
+from broker.engine.placement.model import PendingJob
+from broker.engine.placement.snapshot import Binding, Snapshot
 
 _EXHAUSTIVE = 1 << 30
 

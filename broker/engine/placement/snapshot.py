@@ -13,10 +13,10 @@ from bisect import bisect_left, insort
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
-from broker.jobset import POD_SLOT, PartSpec
-from clusters.quantity import add_into
-from broker.placement.model import GPU, Cluster, Node, Queue, Resources, RunningPlacement, Tenant, no_pause
-from clusters.taints import untolerated
+from broker.engine.jobset import POD_SLOT, PartSpec
+from broker.engine.placement.model import GPU, Cluster, Node, Queue, Resources, RunningPlacement, Tenant, no_pause
+from clusters.rules.quantity import add_into
+from clusters.rules.taints import untolerated
 
 INDEXED_RESOURCES = (GPU, "cpu")
 _UNBOUNDED_ROOM = 1 << 30  # pods that fit a node when they request nothing

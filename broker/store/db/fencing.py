@@ -10,8 +10,8 @@ from typing import Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from broker.db.models import Lease
-from broker.db.runtime import Database
+from broker.store.db.models import Lease
+from broker.store.db.runtime import Database
 
 
 class Fenced(Exception):

@@ -11,7 +11,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Engine
 
 import migrations
-from broker.settings import ConfigError
+from broker.process.settings import ConfigError
 
 MIGRATIONS_DIR = Path(migrations.__file__).parent
 MIGRATION_LOCK = 0x41524348  # PostgreSQL advisory lock key ("ARCH"): replicas starting together migrate in turn

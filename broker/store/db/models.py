@@ -179,7 +179,7 @@ class Cluster(Base):
     synced_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     # Grows with every write to its nodes or HyperNodes, in the same transaction (`inventory_changed`): the scheduler
-    # reads again the nodes of only the clusters whose revision moved (`broker.scheduling.KeptClusters`).
+    # reads again the nodes of only the clusters whose revision moved (`broker.store.scheduling.KeptClusters`).
     inventory_revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     nodes: Mapped[list[Node]] = relationship(back_populates="cluster", cascade="all, delete-orphan",
@@ -317,7 +317,7 @@ class Job(Base):
         Index(None, "queue_id", "id"),
         Index(None, "finished_at"),  # retention: the oldest finished jobs first
         # The scheduler's every cycle: which jobs are pending, from this index alone (no row of 100,000 read; SQLite's
-        # planner takes it once the id is bounded: `broker.scheduling._EVERY_PENDING`).
+        # planner takes it once the id is bounded: `broker.store.scheduling._EVERY_PENDING`).
         Index("ix_jobs_pending", "state", "id", sqlite_where=text(PENDING_SQL), postgresql_where=text(PENDING_SQL)),
         # One live job per namespace/name: two would collide on a member.
         Index("uq_jobs_live_name", "namespace", "name", unique=True,
@@ -331,7 +331,7 @@ class Job(Base):
     name: Mapped[str] = mapped_column(String(63))
     namespace: Mapped[str] = mapped_column(String(63))
     manifest: Mapped[dict[str, Any]] = mapped_column(Json)
-    # what the scheduler reads of the manifest (`broker.jobset.placement_record`), written at submission; None for
+    # what the scheduler reads of the manifest (`broker.engine.jobset.placement_record`), written at submission; None for
     # jobs submitted before it was (their manifest is parsed)
     placement_spec: Mapped[str | None] = mapped_column(Text)
     priority_class: Mapped[str] = mapped_column(String(63), default="normal")
@@ -405,7 +405,7 @@ class Placement(Base):
 
 
 class ClusterOverride(Base):
-    """An admin's rule that rewrites JobSets on their way to the clusters it targets (broker.overrides)."""
+    """An admin's rule that rewrites JobSets on their way to the clusters it targets (broker.engine.overrides)."""
 
     __tablename__ = "cluster_overrides"
 
@@ -414,7 +414,7 @@ class ClusterOverride(Base):
     apply_order: Mapped[int] = mapped_column(Integer, default=0)  # rules apply lowest first, then by name
     cluster: Mapped[str | None] = mapped_column(String(63))  # one cluster by name, or
     selector: Mapped[str | None] = mapped_column(Text)  # a label selector over cluster labels
-    changes: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)  # broker.overrides.FIELDS
+    changes: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)  # broker.engine.overrides.FIELDS
     description: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TypeVa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from broker.courtesy import REQUESTS_FIRST
-from broker.db import migrate
-from broker.db.session import WRITE_LOCK, check_connection, make_engine, make_sessionmaker
-from broker.settings import Settings
+from broker.process.courtesy import REQUESTS_FIRST
+from broker.process.settings import Settings
+from broker.store.db import migrate
+from broker.store.db.session import WRITE_LOCK, check_connection, make_engine, make_sessionmaker
 
 if TYPE_CHECKING:
-    from broker.db.fencing import Fence
+    from broker.store.db.fencing import Fence
 
 T = TypeVar("T")
 
@@ -143,9 +143,9 @@ class Database:
     @contextmanager
     def write(self) -> Iterator[Session]:
         """One unit of work: committed if the block returns (the block never commits itself), rolled back if it
-        raises. On SQLite each of its transactions holds the write lock from its BEGIN (broker.db.session), in its
+        raises. On SQLite each of its transactions holds the write lock from its BEGIN (broker.store.db.session), in its
         turn in this process's `WriterQueue`; PostgreSQL locks rows as it goes. With a fence, the commit checks the
-        fencing tokens in the same transaction (broker.db.fencing)."""
+        fencing tokens in the same transaction (broker.store.db.fencing)."""
         self._step_aside()
         with self._queue(), self.sessions(bind=self._write_lock) as session:
             self._writing.depth = getattr(self._writing, "depth", 0) + 1
@@ -168,7 +168,7 @@ class Database:
 
     def _step_aside(self) -> None:
         """The loop services (a fenced database) wait for the requests in flight in this process before each
-        transaction and each member call (`broker.courtesy`); not in a write transaction, whose lock a
+        transaction and each member call (`broker.process.courtesy`); not in a write transaction, whose lock a
         submission may be waiting for."""
         if self.fence is not None and not getattr(self._writing, "depth", 0):
             REQUESTS_FIRST.pause()

@@ -1,5 +1,5 @@
 """Engines and sessions; SQLite is tuned for one writer and many readers, and begins its transactions as
-`Database.read` and `Database.write` ask (broker.db.runtime)."""
+`Database.read` and `Database.write` ask (broker.store.db.runtime)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from broker.settings import ConfigError
+from broker.process.settings import ConfigError
 
 T = TypeVar("T")
 

@@ -1,384 +1,35 @@
-"""The scheduler's I/O around the pure placement engine: read one snapshot, commit one cycle.
-
-A cycle, after Kueue's scheduler:
-1. `read_inventory`: clusters, nodes, HyperNodes, queues, live placements and pending jobs in one
-   consistent read transaction (`Database.read`: REPEATABLE READ on PostgreSQL, a BEGIN on SQLite); the
-   pending rows (`PendingJobs`), the clusters' nodes and the live placements (`KeptClusters`) kept since the
-   last cycle are brought up to date, not read again.
-2. `broker.placement.schedule`: decisions over that snapshot, no I/O.
-3. `commit_cycle`: the decisions a slice of jobs per transaction, in the order the cycle made them
-   (`commit_decisions`, in a `Database.write`: a new leader's first cycle admits thousands, and one
-   transaction held the write lock from every submission meanwhile); then the waiting jobs' reasons that
-   changed (`write_reasons`), a slice per transaction.
-
-Two guards make a cycle safe to crash or to race. Each slice's commit holds the scheduler's write lock
-and checks a fence (the newest placement id it read, then the one the slice before left): if another
-scheduler committed placements since, that slice and the rest are dropped, since the snapshot no longer
-holds. And each job is admitted by a conditional UPDATE (still Queued, not cancelled): a job that was
-placed or cancelled meanwhile gets none of its placements inserted. A job's placements, its admission,
-the placements it preempts and its events are in one slice: a crash leaves the job either admitted
-with all of them or Queued with none, and the next cycle places it once.
-"""
+"""The pending half of the scheduler's snapshot, kept between cycles (after Kueue's in-memory queues): the pending
+jobs' rows and parsed placement specs, each queue in its order, read again only where they changed."""
 
 from __future__ import annotations
 
-import json
 import sys
 from bisect import bisect_left, insort
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from operator import itemgetter
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from sqlalchemy import String, bindparam, cast, func, insert, literal_column, select, update
+from sqlalchemy import String, cast, func, literal_column, select
 from sqlalchemy.orm import Session
 
-from broker.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES,
-                              Cluster as ClusterRow, Event, HyperNode as HyperNodeRow, Job, JsonText, Node as NodeRow,
-                              Placement as PlacementRow, Queue as QueueRow, SharedJson, Tenant as TenantRow, as_utc,
-                              by_reason, json_text)
-from broker.db.runtime import Database, WriteSlices, write_in_slices
-from broker.db.session import in_chunks
-from broker.dispatch import lock_job_rows
-from broker.jobset import (ON_PREEMPTION_ANNOTATION, JobSetError, PartSpec, PlacementSpec, from_placement_record,
-                           parse_jobset)
-from broker.placement import (DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Cluster, Config, CycleResult, DryRun, HyperNode,
-                              Node, Parked, PendingJob, Placement, Preemption, Queue, RunningPlacement, Snapshot,
-                              Tenant, Waiting, dry_run, shape_of)
-from broker.placement.cycle import JOBS_BETWEEN_PAUSES
-from broker.placement.model import QUEUE_ORDER, Backlog, no_pause
-from broker.placement.snapshot import ClusterIndex
-from broker.settings import ConfigError, Settings
-from clusters.quantity import add_into
-
-# PostgreSQL advisory lock key held by a scheduler while it commits ("arch" in ASCII).
-SCHEDULER_LOCK_KEY = 0x61726368
-# Placements that may still be preempted; a Deleting one is already on its way out.
-# A part whose newest placement is in one of these needs no new one.
-HELD_STATES = (*PLACEMENT_ACTIVE_STATES, "Succeeded")
+from broker.engine.jobset import JobSetError, PartSpec, PlacementSpec, from_placement_record, parse_jobset
+from broker.engine.placement import CycleResult, Parked, PendingJob, Waiting, shape_of
+from broker.engine.placement.cycle import JOBS_BETWEEN_PAUSES
+from broker.engine.placement.model import QUEUE_ORDER, Backlog, no_pause
+from broker.store.db.models import (Job, Placement as PlacementRow, Queue as QueueRow, SharedJson, Tenant as TenantRow,
+                                    as_utc, json_text)
+from broker.store.db.session import in_chunks
+from broker.store.scheduling.records import (HELD_STATES, CommitOutcome, Inventory, PendingRecord, reasons_digest,
+                                             stored_reasons_digest)
 
 
-def engine_config(settings: Settings) -> Config:
-    """The engine's plugin weights and switches from the settings; an unknown plugin name stops the start."""
-    unknown = sorted(set(settings.placement_disabled_filters) - set(DEFAULT_FILTERS))
-    if unknown:
-        raise ConfigError(f"ARCHIPELAGO_PLACEMENT_DISABLED_FILTERS: unknown filters {unknown}; "
-                          f"known: {list(DEFAULT_FILTERS)}")
-    try:
-        return Config(filters=tuple(f for f in DEFAULT_FILTERS if f not in settings.placement_disabled_filters),
-                      score_weights=MappingProxyType({**DEFAULT_SCORE_WEIGHTS, **settings.placement_score_weights}),
-                      starvation_after_s=settings.placement_starvation_after, max_holds=settings.placement_max_holds,
-                      preemption=settings.placement_preemption)
-    except ValueError as exc:
-        raise ConfigError(f"ARCHIPELAGO_PLACEMENT_SCORE_WEIGHTS: {exc}") from None
-
-
-@dataclass(frozen=True, slots=True)
-class PendingRecord:
-    """What the commit needs to know of a pending job beyond the engine's view of it: its stored reasons, the
-    per-cluster ones as a digest (kept for every pending job, they would weigh kilobytes each)."""
-
-    tenant_id: int
-    reason: str | None
-    reasons_digest: int
-
-
-def reasons_digest(reasons: Mapping[str, str], memo: dict[int, int] | None = None) -> int:
-    """Equal per-cluster reasons, equal digests: whether a job's reasons changed, without keeping them; the digest of
-    what is stored is `stored_reasons_digest`. With `memo`, once per mapping while they all live: a cycle's waiting
-    jobs of one shape share theirs (a new leader's first cycle has 100,000 of them)."""
-    if memo is None:
-        return _grouped_digest(by_reason(reasons))
-    digest = memo.get(id(reasons))
-    if digest is None:
-        digest = memo[id(reasons)] = _grouped_digest(by_reason(reasons))
-    return digest
-
-
-def stored_reasons_digest(stored: Mapping[str, Any] | None) -> int:
-    """`reasons_digest` of reasons as `jobs.waiting_reasons` stores them, {reason: [clusters]} (a row written before
-    that: {cluster: reason}), read without making them {cluster: reason} again: a full read of 100,000 waiting jobs
-    spent a second doing that."""
-    if stored and isinstance(next(iter(stored.values())), str):
-        stored = by_reason(stored)
-    return _grouped_digest(stored or {})
-
-
-def _grouped_digest(grouped: Mapping[str, Iterable[str]]) -> int:
-    return hash(frozenset((reason, frozenset(clusters)) for reason, clusters in grouped.items()))
-
-
-@dataclass(slots=True)
-class Inventory:
-    """One cycle's read: the engine's snapshot and pending jobs, and the ids the commit writes with."""
-
-    snapshot: Snapshot
-    pending: Backlog
-    records: Mapping[str, PendingRecord]  # pending job id -> its tenant id and stored reasons
-    unplaceable: dict[str, Waiting]  # pending jobs whose manifest no longer parses
-    cluster_ids: dict[str, int]
-    generations: dict[tuple[str, str], int]  # (job id, part) -> highest generation placed so far
-    tenant_ids: dict[str, int]  # running job id -> tenant id
-    fence: int  # newest placement id at the read
-    # what could make an inadmissible job fit: clusters, queues, tenants by name, live placements by id
-    inputs: tuple[dict, dict, dict, dict[int, RunningPlacement]] = ({}, {}, {}, {})
-
-
-@dataclass(slots=True)
-class CommitOutcome:
-    admitted: list[int] = field(default_factory=list)
-    dropped: list[int] = field(default_factory=list)  # placed or cancelled by someone else meanwhile
-    placements: int = 0
-    preempted: int = 0  # placements marked Deleting
-    changed: list[Waiting] = field(default_factory=list)  # the waiting jobs whose reasons were written
-    stale: bool = False  # another scheduler committed since the read: the rest was not written
-    fence: int = 0  # newest placement id once committed
-
-    @property
-    def reasons_written(self) -> int:
-        return len(self.changed)
-
-    def add(self, slice_: CommitOutcome) -> None:
-        """What the next slice of the same cycle committed."""
-        self.admitted = sorted((*self.admitted, *slice_.admitted))
-        self.dropped = sorted((*self.dropped, *slice_.dropped))
-        self.placements += slice_.placements
-        self.preempted += slice_.preempted
-        self.fence = slice_.fence
-
-
-# -- 1. the read -------------------------------------------------------------------------------------
 # as `ix_jobs_pending` says it, the state a literal: a partial index serves only a query that names its condition
-_PENDING = (Job.state == literal_column("'Queued'"), Job.cancel_requested_at.is_(None))
+PENDING = (Job.state == literal_column("'Queued'"), Job.cancel_requested_at.is_(None))
 
 # every pending id from `ix_jobs_pending` alone: with no bound on the id, SQLite's planner takes ix_jobs_state_id and
 # reads each row's cancel_requested_at from the table (three times slower at 100,000 pending)
-_EVERY_PENDING = (*_PENDING, Job.id > 0)
-
-
-def has_pending(session: Session) -> bool:
-    """Is any job waiting for a placement? An idle scheduler skips the snapshot."""
-    return session.scalar(select(Job.id).where(*_PENDING).limit(1)) is not None
-
-
-def read_inventory(session: Session, *, now: float, pending: PendingJobs | None = None,
-                   kept: KeptClusters | None = None, with_pending: bool = True,
-                   pause: Callable[[], None] = no_pause) -> Inventory:
-    """The snapshot of one cycle, read in one transaction: call on a fresh `Database.read()` session.
-
-    What is in use on a node (DESIGN, Placement): the pods the broker did not create, plus for each
-    live placement the larger of what it reserved there and what its pods (labelled with its id)
-    request — a placement whose pods have not appeared yet still holds its nodes. A placement being
-    deleted holds its nodes until its member confirms, but no longer counts toward its queue.
-    `pending` keeps the pending jobs' rows and parsed manifests across cycles (`PendingJobs`), `kept` the
-    clusters and live placements (`KeptClusters`); without them every row is read. `pause`: the snapshot's (`Snapshot`).
-    """
-    fence = session.scalar(select(func.max(PlacementRow.id))) or 0
-    clusters, cluster_ids, running, tenant_ids = (kept or KeptClusters()).read(session, now, pause)
-    tenants = [Tenant(*row) for row in session.execute(
-        select(TenantRow.name, TenantRow.weight, TenantRow.fair_share_preemption))]
-    queues = [Queue(name=q.name, tenant=tenant, weight=q.weight, priority=q.priority,
-                    nominal_quota=q.nominal_quota or {}, borrowing_limit=q.borrowing_limit,
-                    preemption=q.preemption_policy, reclaim_within_cohort=q.reclaim_within_cohort)
-              for q, tenant in session.execute(select(QueueRow, TenantRow.name).join(TenantRow))]
-    snapshot = Snapshot(clusters, queues, tenants, running.values(), now, kept and kept.indexes, pause)
-    inventory = Inventory(snapshot, Backlog({}), {}, {}, cluster_ids, {}, tenant_ids, fence,
-                          ({c.name: c for c in clusters}, {q.name: q for q in queues}, {t.name: t for t in tenants},
-                           running))
-    if with_pending:
-        _read_pending(session, inventory, PendingJobs() if pending is None else pending)
-    return inventory
-
-
-def read_clusters(session: Session, kept: KeptClusters | None = None,
-                  pause: Callable[[], None] = no_pause) -> list[Cluster]:
-    """Every cluster with its nodes and HyperNodes as the engine reads them (for the submission check), each the same
-    object as `kept` last built while its inventory holds. `pause`: `KeptClusters.refresh`'s."""
-    kept = kept or KeptClusters()
-    kept.refresh(session, pause)
-    clusters = []
-    for entry in kept.clusters.values():
-        pause()
-        clusters.append(entry.build(frozenset()))
-    return clusters
-
-
-NODES_BETWEEN_PAUSES = 128  # ~1 ms of a read of the clusters' nodes
-
-_CLUSTER_COLUMNS = (ClusterRow.id, ClusterRow.name, ClusterRow.state, ClusterRow.labels, ClusterRow.taints,
-                    ClusterRow.jobset_crd, ClusterRow.created_at, ClusterRow.inventory_revision)
-# What a live placement's row says that changes after its insert; the rest of it is read once.
-_PLACEMENT_CHANGES = (PlacementRow.id, PlacementRow.state, PlacementRow.started_at)
-
-
-def _inventory_of(row: Any) -> tuple[datetime, int]:
-    return row.created_at, row.inventory_revision
-
-
-@dataclass(frozen=True, slots=True)
-class _NodeRow:
-    node: Node  # `used` as every pod on it uses it
-    placement_used: Mapping[str, Mapping[str, int]]  # placement id -> what its pods use here
-
-
-class _KeptCluster:
-    """One cluster's row and nodes as last read, and the `Cluster` last built from them (kept while they hold)."""
-
-    def __init__(self, row: Any, nodes: list[_NodeRow], hypernodes: tuple[HyperNode, ...]) -> None:
-        self.row, self.nodes, self.hypernodes = row, nodes, hypernodes
-        self.mentioned = frozenset(p for n in nodes for p in n.placement_used)  # placements whose pods are here
-        self.live: frozenset[str] | None = None  # those of them live when `cluster` was built
-        self.cluster: Cluster | None = None
-        self.pods_of: dict[str, dict[str, Mapping[str, int]]] = {}  # live placement id -> node -> its pods' use
-
-    def build(self, live: frozenset[str]) -> Cluster:
-        """The cluster as the engine sees it while the placements `live` are: a node's `used` is what the pods
-        of no live placement hold there. The last one built, while nothing it depends on changed."""
-        live = live & self.mentioned
-        if live != self.live:
-            self.live, self.pods_of, nodes = live, {}, []
-            for row in self.nodes:
-                node = row.node
-                if live.intersection(row.placement_used):
-                    others = dict(node.used)
-                    for placement_id in live.intersection(row.placement_used):
-                        add_into(others, row.placement_used[placement_id], -1)
-                        self.pods_of.setdefault(placement_id, {})[node.name] = row.placement_used[placement_id]
-                    node = replace(node, used=others)
-                nodes.append(node)
-            self.cluster = None
-        else:
-            nodes = self.cluster.nodes
-        row = self.row
-        cluster = Cluster(row.name, row.state, row.labels, tuple(row.taints), row.jobset_crd, tuple(nodes),
-                          self.hypernodes)
-        if cluster != self.cluster:  # equal: the same object as last cycle, which the engine compares by identity
-            self.cluster = cluster
-        return self.cluster
-
-
-class KeptClusters:
-    """The cluster half of the scheduler's snapshot, kept between cycles as `PendingJobs` keeps the pending half: a
-    cycle reads the cluster rows and the state of each live placement, and the nodes and HyperNodes of only the
-    clusters whose inventory changed, the rest of a placement's row only when it is new.
-
-    Why nothing is missed: a cluster's nodes and HyperNodes are written only with its `inventory_revision` growing in
-    the same transaction (`broker.db.models.inventory_changed`; a cluster is known by its id and registration time),
-    and a placement's row changes after its insert only in its state and start, read every cycle. What a node has
-    free depends on which placements are live: a cluster is built again when one whose pods are on it starts or
-    stops being live. Every `resync_interval` seconds and after any doubt (`forget`) everything is read again."""
-
-    def __init__(self, resync_interval: float = 0.0) -> None:
-        self.resync_interval = resync_interval
-        self.clusters: dict[int, _KeptCluster] = {}
-        # live placement id -> its row as first read, its state and start as last read, and as the engine sees it
-        self.placements: dict[int, tuple[Any, Any, RunningPlacement]] = {}
-        self.indexes: dict[str, ClusterIndex] = {}  # the clusters' indexes as the last snapshot built them
-        self.full_read_at = float("-inf")
-
-    def forget(self) -> None:
-        self.clusters, self.placements, self.indexes = {}, {}, {}
-
-    def refresh(self, session: Session, pause: Callable[[], None] = no_pause) -> None:
-        """Read the cluster rows, and the nodes and HyperNodes of those whose inventory changed. `pause`: called every
-        NODES_BETWEEN_PAUSES nodes (for a process whose requests go first, `broker.courtesy`): once every member's
-        pods changed, all 8,000 nodes of bench/leader_api.py are read again in one stretch of 0.3 s or more."""
-        rows = {row.id: row for row in session.execute(select(*_CLUSTER_COLUMNS).order_by(ClusterRow.id))}
-        # by registration too: SQLite gives a removed cluster's id to the next one, which may have its revision
-        changed = [cluster_id for cluster_id, row in rows.items() if cluster_id not in self.clusters
-                   or _inventory_of(self.clusters[cluster_id].row) != _inventory_of(row)]
-        kept = {cluster_id: entry for cluster_id, entry in self.clusters.items() if cluster_id in rows}
-        for cluster_id in rows.keys() & kept.keys():
-            kept[cluster_id].row = rows[cluster_id]
-        nodes: dict[int, list[_NodeRow]] = {cluster_id: [] for cluster_id in changed}
-        hypernodes: dict[int, list[HyperNode]] = {cluster_id: [] for cluster_id in changed}
-        texts: SharedJson[Any] = SharedJson()
-        read = 0
-        for chunk in in_chunks(changed):
-            for row in session.execute(select(NodeRow.cluster_id, NodeRow.name, json_text(NodeRow.labels),
-                                              json_text(NodeRow.taints), NodeRow.unschedulable, NodeRow.ready,
-                                              json_text(NodeRow.allocatable), json_text(NodeRow.used),
-                                              json_text(NodeRow.placement_used)).where(NodeRow.cluster_id.in_(chunk))
-                                       .order_by(NodeRow.cluster_id, NodeRow.name)):
-                if not read % NODES_BETWEEN_PAUSES:
-                    pause()
-                read += 1
-                node = Node(row.name, texts(row.allocatable), texts(row.used), texts(row.labels),
-                            tuple(texts(row.taints)), row.unschedulable or not row.ready)
-                nodes[row.cluster_id].append(_NodeRow(node, texts(row.placement_used) or {}))
-            for row in session.execute(select(HyperNodeRow.cluster_id, HyperNodeRow.name, HyperNodeRow.tier,
-                                              HyperNodeRow.parent, json_text(HyperNodeRow.nodes))
-                                       .where(HyperNodeRow.cluster_id.in_(chunk))
-                                       .order_by(HyperNodeRow.cluster_id, HyperNodeRow.name)):
-                hypernodes[row.cluster_id].append(HyperNode(row.name, row.tier, row.parent, (),
-                                                            tuple(texts(row.nodes))))
-        for cluster_id in changed:
-            kept[cluster_id] = _KeptCluster(rows[cluster_id], nodes[cluster_id], tuple(hypernodes[cluster_id]))
-        self.clusters = {cluster_id: kept[cluster_id] for cluster_id in rows}
-
-    def read(self, session: Session, now: float, pause: Callable[[], None] = no_pause
-             ) -> tuple[list[Cluster], dict[str, int], dict[int, RunningPlacement], dict[str, int]]:
-        """This cycle's clusters as the engine sees them, the cluster ids by name, the live placements by id, and the
-        tenant id of each job they belong to. `pause`: `refresh`'s, and between clusters built."""
-        if now - self.full_read_at >= self.resync_interval:
-            self.forget()
-            self.full_read_at = now
-        self.refresh(session, pause)
-        changes = {row.id: row for row in session.execute(
-            select(*_PLACEMENT_CHANGES).where(PlacementRow.state.in_(PLACEMENT_LIVE_STATES)))}
-        live = frozenset(str(placement_id) for placement_id in changes)
-        clusters, by_name = [], {}
-        for entry in self.clusters.values():
-            pause()
-            before = entry.cluster
-            clusters.append(entry.build(live))
-            by_name[entry.row.name] = (entry, entry.cluster is not before)
-        rows = {placement_id: kept[0] for placement_id, kept in self.placements.items() if placement_id in changes}
-        for chunk in in_chunks(sorted(changes.keys() - rows.keys())):
-            rows.update((row.id, row) for row in session.execute(_LIVE_PLACEMENT.where(PlacementRow.id.in_(chunk))))
-        placements, running, tenant_ids = {}, {}, {}
-        for placement_id in sorted(rows):
-            row, change = rows[placement_id], changes[placement_id]
-            entry, rebuilt = by_name.get(row.cluster_name, (None, False))
-            kept = self.placements.get(placement_id)
-            if kept is None or rebuilt or kept[1] != change:
-                kept = (row, change, _running(row, change, entry.pods_of if entry else {}))
-            placements[placement_id] = kept
-            running[placement_id] = kept[2]
-            tenant_ids[str(row.job_id)] = row.tenant_id
-        self.placements = placements
-        cluster_ids = {entry.row.name: cluster_id for cluster_id, entry in self.clusters.items()}
-        return clusters, cluster_ids, running, tenant_ids
-
-
-_LIVE_PLACEMENT = (select(PlacementRow.id, PlacementRow.job_id, PlacementRow.part, PlacementRow.cluster_name,
-                          PlacementRow.hypernode, PlacementRow.node_usage, PlacementRow.assignments,
-                          PlacementRow.exclusive_topology, PlacementRow.created_at,
-                          Job.priority, Job.tenant_id, QueueRow.name.label("queue"), TenantRow.name.label("tenant"))
-                   .join(Job, Job.id == PlacementRow.job_id).join(QueueRow, QueueRow.id == Job.queue_id)
-                   .join(TenantRow, TenantRow.id == Job.tenant_id))
-
-
-def _running(row: Any, change: Any, pods_of: Mapping[str, Mapping[str, Mapping[str, int]]]) -> RunningPlacement:
-    pods: dict[str, int] = {}
-    for a in row.assignments:
-        pods[a["node"]] = pods.get(a["node"], 0) + a["pods"]
-    return RunningPlacement(
-        job_id=str(row.job_id), part=row.part or None, cluster=row.cluster_name, hypernode=row.hypernode,
-        node_usage=_held(row.node_usage, pods_of.get(str(row.id), {})), node_pods=pods, tenant=row.tenant,
-        queue=row.queue, priority=row.priority, started_at=as_utc(change.started_at or row.created_at).timestamp(),
-        exclusive_topology=row.exclusive_topology, charged=change.state != "Deleting")
-
-
-def _held(reserved: Mapping[str, Mapping[str, int]], pods: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
-    """Per node and resource, the larger of a placement's reservation and what its pods there request."""
-    held = {node: dict(amounts) for node, amounts in reserved.items()}
-    for node, amounts in pods.items():
-        mine = held.setdefault(node, {})
-        for resource, amount in amounts.items():
-            mine[resource] = max(mine.get(resource, 0), amount)
-    return held
+_EVERY_PENDING = (*PENDING, Job.id > 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,7 +62,7 @@ class PendingJobs:
 
     def __init__(self, resync_interval: float = 0.0, pause: Callable[[], None] = no_pause) -> None:
         self.resync_interval = resync_interval
-        self.pause = pause  # between rows read (`broker.courtesy`): a manifest parsed holds the interpreter ~0.5 ms
+        self.pause = pause  # between rows read (`broker.process.courtesy`): a manifest parsed holds the interpreter ~0.5 ms
         self.rows: dict[str, _PendingRow] = {}
         self.ids: set[int] = set()  # the rows' job ids, as the pending index gives them
         self.digest = _IdDigest()  # of `ids`
@@ -528,7 +179,7 @@ class PendingJobs:
         digest of the pending ids (`_IdDigest`) is that of the kept ones and those above the highest kept: no more
         to read. Else (a job cancelled, requeued, or committed out of id order) every pending id is read."""
         above = max(self.ids, default=0)
-        new = set(session.scalars(select(Job.id).where(*_PENDING, Job.id > above))) - self.ids
+        new = set(session.scalars(select(Job.id).where(*PENDING, Job.id > above))) - self.ids
         digest = session.execute(select(*_IdDigest.of_column(Job.id)).where(*_EVERY_PENDING)).one()
         if self.digest.with_(new) == tuple(map(int, digest)):
             return sorted(new)
@@ -615,7 +266,6 @@ class _IdDigest:
         return more.count, more.total, more.squares, more.cubes
 
 
-
 def _pending_ids(session: Session) -> set[int]:
     """Which jobs are pending, in one row: SQLite's driver lets go of the GIL for each row it steps through, and while
     the API's threads were busy it waited to get it back each time — 100,000 ids as rows took 0.8 s of a cycle (50 ms
@@ -669,7 +319,7 @@ def _pending_row(row: Any, record: PendingRecord, avoid: Mapping[str, str] | Non
     return _PendingRow(job, None, record, requeue_at, avoid or None)
 
 
-def _read_pending(session: Session, inventory: Inventory, pending: PendingJobs) -> None:
+def read_pending(session: Session, inventory: Inventory, pending: PendingJobs) -> None:
     placed_before = pending._read(session, inventory.fence, inventory.snapshot.now)
     now = datetime.fromtimestamp(inventory.snapshot.now, timezone.utc)
     previous: dict[str, set[str]] = {}
@@ -679,7 +329,7 @@ def _read_pending(session: Session, inventory: Inventory, pending: PendingJobs) 
     columns = select(PlacementRow.job_id, PlacementRow.part, PlacementRow.cluster_name, PlacementRow.generation,
                      PlacementRow.state)
     if placed_before is None:
-        rows = session.execute(columns.join(Job, Job.id == PlacementRow.job_id).where(*_PENDING)).all()
+        rows = session.execute(columns.join(Job, Job.id == PlacementRow.job_id).where(*PENDING)).all()
     else:
         rows = [row for chunk in in_chunks(placed_before)
                 for row in session.execute(columns.where(PlacementRow.job_id.in_(chunk)))]
@@ -757,284 +407,3 @@ def _avoided(avoid: Mapping[str, str] | None, now: datetime) -> Mapping[str, str
     """The clusters a job still avoids after startup evictions, with until when (`04:42:10 UTC`)."""
     until = {cluster: datetime.fromisoformat(moment) for cluster, moment in (avoid or {}).items()}
     return MappingProxyType({cluster: f"{moment:%H:%M:%S} UTC" for cluster, moment in until.items() if moment > now})
-
-
-# -- 3. the commit -----------------------------------------------------------------------------------
-def _lock_for_commit(session: Session) -> None:
-    """Serialise schedulers' commits: the PostgreSQL advisory lock (on SQLite, `Database.write` holds the write lock
-    from its BEGIN)."""
-    connection = session.connection()
-    if connection.dialect.name == "postgresql":
-        connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEDULER_LOCK_KEY})")
-
-
-@dataclass(frozen=True, slots=True)
-class Decisions:
-    """Some jobs' decisions out of a cycle's (`CycleResult`): their placements and the preemptions that make room."""
-
-    placements: tuple[Placement, ...]
-    preemptions: tuple[Preemption, ...]
-
-
-def decisions_by_job(result: CycleResult) -> list[Decisions]:
-    """A cycle's decisions per placed job, in the order it decided them: each job with the preemptions it needs."""
-    preemptions: dict[str, list[Preemption]] = {}
-    for preemption in result.preemptions:
-        preemptions.setdefault(preemption.preemptor, []).append(preemption)
-    placements: dict[str, list[Placement]] = {}
-    for placement in result.placements:
-        placements.setdefault(placement.job_id, []).append(placement)
-    return [Decisions(tuple(placed), tuple(preemptions.get(job_id, ()))) for job_id, placed in placements.items()]
-
-
-def commit_decisions(session: Session, inventory: Inventory, decisions: Decisions, fence: int) -> CommitOutcome:
-    """Write some jobs' decisions of a cycle in a fresh `Database.write()` session, which commits them.
-
-    1. Take the commit lock; drop everything if another scheduler placed anything since (the newest placement id
-       is not `fence`: the read's, or what the slice before left, `commit_cycle`).
-    2. Lock the jobs it admits and preempts, ids ascending, before any of their placements, as every batch locks
-       them (`lock_job_rows`); admit each placed job still Queued as read, with a conditional UPDATE (`_admit`);
-       only admitted jobs get placements.
-    3. Insert their placements (state Decided, next generation per job and part).
-    4. Mark the live placements their admission preempts Deleting.
-    5. One event per admitted job and per preempted job.
-    The waiting jobs' reasons follow in transactions of their own (`write_reasons`).
-    """
-    outcome = CommitOutcome()
-    _lock_for_commit(session)
-    if (session.scalar(select(func.max(PlacementRow.id))) or 0) != fence:
-        outcome.stale = True
-        return outcome
-    outcome.fence = fence
-    now = datetime.now(timezone.utc)
-    events: list[dict[str, Any]] = []
-
-    by_job: dict[str, list[Placement]] = {}
-    for placement in decisions.placements:
-        by_job.setdefault(placement.job_id, []).append(placement)
-    lock_job_rows(session, [int(job_id) for job_id in (*by_job, *(p.job_id for p in decisions.preemptions))])
-    admitted = _admit(session, inventory, [int(j) for j in by_job], now)
-    outcome.admitted = sorted(admitted)
-    outcome.dropped = sorted(int(j) for j in by_job if int(j) not in admitted)
-
-    victims: dict[str, dict[str, str]] = {}  # preemptor -> victim job id -> rule
-    for preemption in decisions.preemptions:
-        victims.setdefault(preemption.preemptor, {})[preemption.job_id] = preemption.rule
-    rows = []
-    for job_id, placements in by_job.items():
-        if int(job_id) not in admitted:
-            continue
-        for placement in placements:
-            rows.append(_placement_row(placement, inventory, now))
-        events.append(_event(job_id, "Admitted", _placed_message(placements) + _preempting(victims.get(job_id, {})),
-                             inventory.records[job_id].tenant_id, now))
-    if rows:
-        session.execute(insert(PlacementRow.__table__), rows)
-        outcome.fence = session.scalar(select(func.max(PlacementRow.id)))
-    outcome.placements = len(rows)
-
-    preempted: dict[str, str] = {}
-    for preemption in decisions.preemptions:
-        if int(preemption.preemptor) not in admitted:
-            continue
-        marked = session.execute(
-            update(PlacementRow)
-            .where(PlacementRow.job_id == int(preemption.job_id), PlacementRow.part == (preemption.part or ""),
-                   PlacementRow.cluster_name == preemption.cluster, PlacementRow.state.in_(PLACEMENT_ACTIVE_STATES))
-            .values(state="Deleting", last_error=preemption.message)
-            .execution_options(synchronize_session=False)).rowcount
-        outcome.preempted += marked
-        if marked:
-            preempted[preemption.job_id] = preemption.message
-    for job_id, message in preempted.items():
-        events.append(_event(job_id, "Preempted", message, inventory.tenant_ids.get(job_id), now, warning=True))
-    events += _fail_on_preemption(session, preempted, inventory, now)
-
-    if events:
-        session.execute(insert(Event.__table__), events)
-    return outcome
-
-
-# Waiting reasons written per transaction, at most: a new leader's first cycle over 100,000 pending jobs rewrites
-# nearly all of them, and one transaction would hold SQLite's write lock from every submission for seconds (1,000 a
-# slice held it 92 ms typically, 740 ms at p99, in bench/leader_api.py; a submission waits for at most one loop
-# transaction). Fewer where they take longer than `WriteSlices.budget`.
-REASONS_PER_TRANSACTION = 200
-
-
-# Jobs whose decisions are committed per transaction, at most: a new leader's first cycle admits thousands at once
-# (2,000 held SQLite's write lock 130 ms in bench/leader_api.py, every submission waiting; over more capacity, longer).
-# Fewer where they take longer than `WriteSlices.budget`.
-JOBS_PER_TRANSACTION = 500
-
-
-def commit_cycle(database: Database, inventory: Inventory, result: CycleResult) -> CommitOutcome:
-    """The decisions, a slice of jobs per transaction in the order the cycle decided them (`commit_decisions`, each
-    fenced on what the slice before left), then the reasons that changed, a slice per transaction. A slice finding
-    that another scheduler committed since drops itself and the rest: the outcome is `stale`, with what the slices
-    before it committed. At least one transaction: a cycle that placed nothing still learns whether it is stale."""
-    outcome, jobs = CommitOutcome(fence=inventory.fence), decisions_by_job(result)
-    slices, start = WriteSlices(most=JOBS_PER_TRANSACTION), 0
-    while True:
-        taken = jobs[start:start + slices.size]
-        decisions = Decisions(tuple(p for job in taken for p in job.placements),
-                              tuple(p for job in taken for p in job.preemptions))
-        with database.write() as session, slices.timed(len(taken)):
-            committed = commit_decisions(session, inventory, decisions, outcome.fence)
-        if committed.stale:
-            outcome.stale = True
-            return outcome
-        outcome.add(committed)
-        start += len(taken)
-        if start >= len(jobs):
-            break
-    outcome.changed = changed_reasons(inventory, result)
-    write_in_slices(database, outcome.changed, most=REASONS_PER_TRANSACTION,
-                    write=lambda session, written: write_reasons(session, inventory, written))
-    return outcome
-
-
-def changed_reasons(inventory: Inventory, result: CycleResult) -> list[Waiting]:
-    """The waiting jobs whose reasons differ from those stored: the only ones written. Ids ascending, so that each
-    slice `commit_cycle` writes is rows that sit together in the table (in the cycle's order of decisions, each
-    slice of 200 touched pages all over it, and committing them took four times as long)."""
-    digests: dict[int, int] = {}
-    changed = [waiting for waiting in [*result.waiting.values(), *inventory.unplaceable.values()]
-               if waiting.message != inventory.records[waiting.job_id].reason
-               or reasons_digest(waiting.clusters, digests) != inventory.records[waiting.job_id].reasons_digest]
-    changed.sort(key=lambda waiting: int(waiting.job_id))
-    return changed
-
-
-def write_reasons(session: Session, inventory: Inventory, changed: Sequence[Waiting]) -> None:
-    """Store these jobs' reasons (those still Queued), with a Waiting event for each whose summary changed.
-    After the decisions' commit, in slices of `REASONS_PER_TRANSACTION`: a reason is what one cycle saw, and the
-    next one writes it again if it was lost. Rows ids ascending, the order every batch locks jobs in: in the cycle's
-    order of decisions, a slice and a batch that lock two of them could each hold what the other waits for."""
-    now = datetime.now(timezone.utc)
-    jobs = Job.__table__
-    stored: dict[int, str] = {}  # each reasons mapping as stored and encoded, once (jobs of a shape share one)
-    rows = []
-    for w in changed:
-        if id(w.clusters) not in stored:
-            stored[id(w.clusters)] = json.dumps(by_reason(w.clusters))
-        rows.append({"job_id": int(w.job_id), "new_reason": w.message, "new_reasons": stored[id(w.clusters)]})
-    rows.sort(key=itemgetter("job_id"))
-    session.execute(update(jobs).where(jobs.c.id == bindparam("job_id"), jobs.c.state == "Queued")
-                    .values(reason=bindparam("new_reason"), waiting_reasons=bindparam("new_reasons", type_=JsonText)),
-                    rows)
-    events = [_event(w.job_id, "Waiting", w.message, inventory.records[w.job_id].tenant_id, now)
-              for w in changed if w.message != inventory.records[w.job_id].reason]
-    if events:
-        session.execute(insert(Event.__table__), events)
-
-
-def _fail_on_preemption(session: Session, preempted: Mapping[str, str], inventory: Inventory,
-                        now: datetime) -> list[dict[str, Any]]:
-    """Fail the preempted jobs that asked for it (`archipelago.io/on-preemption: fail`); the others go back to
-    their queue once their copies are gone. A failed job's copies are deleted as any finished job's are."""
-    if not preempted:
-        return []
-    policy = Job.manifest[("metadata", "annotations", ON_PREEMPTION_ANNOTATION)].as_string()
-    failing = [str(job_id) for job_id, in session.execute(
-        select(Job.id).where(Job.id.in_([int(j) for j in preempted]), policy == "fail",
-                             Job.state.not_in(JOB_FINISHED_STATES)))]
-    events = []
-    for job_id in failing:
-        reason = f"{preempted[job_id]}; failed, as its {ON_PREEMPTION_ANNOTATION} annotation asks"
-        session.execute(update(Job).where(Job.id == int(job_id)).values(state="Failed", finished_at=now,
-                                                                         reason=reason)
-                        .execution_options(synchronize_session=False))
-        events.append(_event(job_id, "Failed", reason, inventory.tenant_ids.get(job_id), now, warning=True))
-    return events
-
-
-def _admit(session: Session, inventory: Inventory, job_ids: Sequence[int], now: datetime) -> set[int]:
-    """Queued → Admitted for the jobs still Queued and not cancelled, and not requeued since the cycle's read (their
-    reason is the one it read: a split job's part that failed meanwhile is requeued with the job still Queued, and
-    the cycle placed only the parts it saw lost); returns those it moved. Their rows are locked (`lock_job_rows`)."""
-    admitted: set[int] = set()
-    for chunk in in_chunks(job_ids):
-        chunk = [job_id for job_id, reason in session.execute(select(Job.id, Job.reason).where(Job.id.in_(chunk)))
-                 if reason == inventory.records[str(job_id)].reason]
-        admitted.update(session.scalars(
-            update(Job).where(Job.id.in_(chunk), Job.state == "Queued", Job.cancel_requested_at.is_(None))
-            .values(state="Admitted", admitted_at=now, reason=None, waiting_reasons={})
-            .returning(Job.id).execution_options(synchronize_session=False)))
-    return admitted
-
-
-def _placement_row(placement: Placement, inventory: Inventory, now: datetime) -> dict[str, Any]:
-    part = placement.part or ""
-    total: dict[str, int] = {}
-    for usage in placement.node_usage.values():
-        for resource, amount in usage.items():
-            total[resource] = total.get(resource, 0) + amount
-    return {
-        "job_id": int(placement.job_id), "part": part, "cluster_id": inventory.cluster_ids[placement.cluster],
-        "cluster_name": placement.cluster, "hypernode": placement.hypernode, "tier": placement.tier,
-        "assignments": [{"node": a.node, "replicatedJob": a.replicated_job, "pods": a.pods}
-                        for a in placement.assignments],
-        "node_usage": {node: dict(usage) for node, usage in placement.node_usage.items()},
-        "exclusive_topology": placement.exclusive_domains[0][0] if placement.exclusive_domains else None,
-        "resources": total, "generation": inventory.generations.get((placement.job_id, part), 0) + 1,
-        "state": "Decided", "created_at": now,
-    }
-
-
-def _placed_message(placements: list[Placement]) -> str:
-    """"placed on eu-west, HyperNode leaf-3 (tier 1)"; one clause per part of a split job."""
-    clauses = []
-    for p in placements:
-        where = f"HyperNode {p.hypernode} (tier {p.tier})" if p.hypernode else "spanning HyperNodes"
-        clauses.append(f"{p.part + ' ' if p.part else ''}on {p.cluster}, {where}")
-    return "placed " + "; ".join(clauses)
-
-
-RULE_WORDS = {"WithinQueue": "lower priority, same queue",
-              "ReclaimWithinCohort": "borrowed from this queue's nominal quota, reclaimed",
-              "FairSharing": "its tenant above its fair share, this one below"}
-
-
-def _preempting(victims: Mapping[str, str]) -> str:
-    """"; preempting job 4 (lower priority, same queue)" — the preemptor's side of its preemptions."""
-    if not victims:
-        return ""
-    return "; preempting " + ", ".join(f"job {v} ({RULE_WORDS[rule]})" for v, rule in sorted(victims.items()))
-
-
-def _event(job_id: str, reason: str, message: str, tenant_id: int | None, now: datetime, *,
-           warning: bool = False) -> dict[str, Any]:
-    return {"kind": "job", "object_id": job_id, "reason": reason, "message": message, "tenant_id": tenant_id,
-            "type": "Warning" if warning else "Normal", "time": now}
-
-
-# -- dry run -------------------------------------------------------------------------------------------
-def dry_run_manifest(session: Session, manifest: dict, tenant_name: str | None, settings: Settings,
-                     *, now: float | None = None) -> DryRun:
-    """Where would this JobSet go now, and why: the engine's answer over a fresh snapshot, nothing written.
-
-    The queue is the manifest's `kueue.x-k8s.io/queue-name` label, else the tenant's default queue;
-    the priority comes from its priority class. Raises JobSetError for a manifest, a queue or a
-    priority class the tenant could not submit. Call on a fresh `Database.read()` session.
-    """
-    spec = parse_jobset(manifest)
-    priority_class = spec.priority_class or settings.default_priority_class
-    if priority_class not in settings.priority_classes:
-        raise JobSetError("metadata.labels['kueue.x-k8s.io/priority-class']",
-                          f"unknown priority class {priority_class!r}; one of {', '.join(settings.priority_classes)}")
-    clock = datetime.now(timezone.utc).timestamp() if now is None else now
-    inventory = read_inventory(session, now=clock, with_pending=False)
-    queues = select(QueueRow.name, TenantRow.name).join(TenantRow)
-    label = "metadata.labels['kueue.x-k8s.io/queue-name']"
-    if spec.queue is None:
-        found = session.execute(queues.where(TenantRow.name == tenant_name, QueueRow.is_default)).first()
-        if found is None:
-            raise JobSetError(label, "name a queue: the tenant has no default queue")
-    else:
-        found = session.execute(queues.where(QueueRow.name == spec.queue)).first()
-        if found is None or (tenant_name is not None and found[1] != tenant_name):
-            raise JobSetError(label, f"queue {spec.queue!r} does not exist{' for this tenant' if found else ''}")
-    queue_name, owner = found
-    job = PendingJob("dry-run", owner, queue_name, settings.priority_classes[priority_class], clock, spec)
-    return dry_run(inventory.snapshot, job, engine_config(settings))

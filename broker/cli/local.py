@@ -1,0 +1,48 @@
+"""What the commands that run here share: errors as one line on stderr, and a session on the broker's own database
+for the commands that act on it directly (`tokens create`, `tokens revoke`)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Callable, Iterator
+
+import typer
+from sqlalchemy.orm import Session
+
+from broker.process.settings import ConfigError, get_settings
+from broker.store.errors import Conflict, Invalid, NotFound
+
+
+def fail(message: str, code: int = 2) -> None:
+    typer.echo(f"archipelago: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def one_line_errors(command: Callable) -> Callable:
+    """Turn configuration errors into the one-line message the user acts on."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except (ConfigError, NotFound, Conflict, Invalid) as exc:
+            fail(str(exc))
+
+    return wrapper
+
+
+@contextlib.contextmanager
+def database_session() -> Iterator[Session]:
+    """For commands that act on the broker's database directly; errors are one line."""
+    from broker.store.db.runtime import open_database
+
+    try:
+        database = open_database(get_settings(), upgrade=False)
+        try:
+            with database.write() as session:
+                yield session
+        finally:
+            database.dispose()
+    except (ConfigError, NotFound, Conflict, Invalid) as exc:
+        fail(str(exc))

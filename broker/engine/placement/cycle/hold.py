@@ -1,0 +1,99 @@
+"""Anti-starvation holds: the nodes where a long-waiting job fits soonest, kept free of other jobs for the rest of
+the cycle (Slurm's backfill reservation, one cycle long)."""
+
+from __future__ import annotations
+
+import math
+from types import MappingProxyType
+from typing import Mapping
+
+from broker.engine.placement.decisions import Hold
+from broker.engine.placement.explain import amount
+from broker.engine.placement.model import PendingJob
+from broker.engine.placement.plugins import HeldNodes
+from broker.engine.placement.snapshot import ClusterIndex, HyperNodeState, fits
+from clusters.rules.quantity import add_into
+
+
+class Holding:
+    """The cycle's holds; a part of `_Cycle`, whose `__init__` sets the state it reads."""
+
+    def _hold(self, job: PendingJob) -> Hold | None:
+        """Keep free of other jobs, for the rest of the cycle, the nodes where a long-waiting job fits soonest.
+
+        Candidates, on each cluster that passes the filters that do not depend on capacity: the
+        HyperNodes of tier ≤ the job's bound (any tier for soft topology; the whole cluster when no
+        HyperNode could hold it) whose allocatable could hold the job and that contain no node held
+        for another job. The lowest key wins:
+        1. the least running work to wait for (the job's primary resource in use on those nodes);
+        2. the smallest (allocatable of that resource), so it holds no more than it needs;
+        3. the lowest tier;
+        4. tie-break: cluster name, then HyperNode name.
+        Its eligible nodes must hold the job by allocatable, else the next candidate is tried.
+        """
+        request = self._whole(job)
+        demand, bound, resource = request.demand, request.bound, request.primary
+        candidates: list[tuple] = []
+        for cluster in self.snapshot.clusters.values():
+            open_hypernodes = self.open.get(cluster.name, cluster.hypernodes.values())
+            if not open_hypernodes and cluster.name in self.held:
+                continue  # every node of it is held already
+            if self._filter(request, cluster, self.static_filters):
+                continue
+            sets: list[tuple[HyperNodeState | None, Mapping[str, int], Mapping[str, int], float]] = [
+                (h, h.allocatable, h.free, h.tier) for h in open_hypernodes
+                if (bound is None or h.tier <= bound) and fits(h.allocatable, demand)]
+            if (not sets and bound is None and cluster.name not in self.held
+                    and fits(cluster.allocatable_total, demand)):
+                sets = [(None, cluster.allocatable_total, cluster.free_total, math.inf)]  # after every tier
+            for state, allocatable, free, tier in sets:
+                total = allocatable.get(resource, 0)
+                candidates.append((total - free.get(resource, 0), total, tier, cluster.name,
+                                   state.name if state else "", cluster, state))
+        for in_use, _, _, _, _, cluster, state in sorted(candidates, key=lambda c: c[:5]):
+            positions = state.nodes if state else range(len(cluster.nodes))
+            eligible = [cluster.eligible(p) for p in job.spec.parts]
+            usable = [i for i in positions if any(e[i] for e in eligible)]
+            if fits(_empty_capacity(cluster, usable), demand):
+                return self._take(job, cluster, state, usable, amount(resource, in_use))
+        return None
+
+    def _take(self, job: PendingJob, cluster: ClusterIndex, state: HyperNodeState | None, positions: list[int],
+              waiting_for: str) -> Hold:
+        """Hold the nodes: their free capacity leaves the snapshot and they take no pod of another job."""
+        taken = {i: dict(cluster.free[i]) for i in positions}
+        free: dict[str, int] = {}
+        for amounts in taken.values():
+            add_into(free, amounts)
+        self._lock(cluster, taken, +1)
+        self.taken.append((cluster, taken))
+        hold = Hold(job.id, cluster.name, state.name if state else None, state.tier if state else None,
+                    tuple(sorted(cluster.nodes[i].name for i in positions)), MappingProxyType(free), waiting_for)
+        self.holds[job.id] = hold
+        self.held.setdefault(cluster.name, HeldNodes()).add(hold)
+        blocked = {h.name for i in positions for h in cluster.node_hypernodes[i]}
+        self.open[cluster.name] = [h for h in self.open.get(cluster.name, cluster.hypernodes.values())
+                                   if h.name not in blocked]
+        return hold
+
+    def release_holds(self) -> None:
+        """Give the held nodes back to the snapshot: holds live for one cycle's decisions."""
+        for cluster, taken in self.taken:
+            self._lock(cluster, taken, -1)
+        self.taken.clear()
+        self.held.clear()
+        self.open.clear()
+
+    @staticmethod
+    def _lock(cluster: ClusterIndex, taken: dict[int, dict[str, int]], sign: int) -> None:
+        cluster.apply(taken, {}, (), sign)
+        for i in taken:
+            cluster.locks[i] += sign
+
+
+def _empty_capacity(cluster: ClusterIndex, positions: list[int]) -> dict[str, int]:
+    """What these nodes could hold with nothing running."""
+    total: dict[str, int] = {}
+    for i in positions:
+        add_into(total, cluster.nodes[i].allocatable)
+    return total

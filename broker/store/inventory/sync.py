@@ -1,0 +1,182 @@
+"""What a member's sync writes: its Kubernetes objects become rows here. `member_inventory` turns nodes, pods and
+HyperNodes into node rows (allocatable, used) and a resolved HyperNode tree; `write_inventory` writes only what
+differs from the rows already stored; `record_probe` and `record_sync_error` keep its health."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.orm import Session
+
+from broker.store import events
+from broker.store.db.models import Cluster, HyperNode, Node, as_utc, inventory_changed
+from clusters import jobsets
+from clusters.rules.pods import effective_requests
+from clusters.rules.quantity import add_into, to_milli
+from clusters.topology import Topology, derive_from_labels, resolve_hypernodes
+
+
+def node_row(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The columns of one node, from its Kubernetes object."""
+    metadata, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+    taints = [{k: t[k] for k in ("key", "value", "effect") if t.get(k)} for t in spec.get("taints") or ()]
+    return {"labels": dict(metadata.get("labels") or {}), "taints": taints,
+            "unschedulable": bool(spec.get("unschedulable")), "ready": ready,
+            "allocatable": {r: to_milli(str(q)) for r, q in (status.get("allocatable") or {}).items()}}
+
+
+class PodHold(NamedTuple):
+    """What one pod holds on its node, and the broker's placement it belongs to (None: someone else's)."""
+
+    node: str
+    requests: dict[str, int]  # milli-units, one `pods` slot included
+    placement: str | None
+
+
+def pod_usage(pod: Mapping[str, Any]) -> PodHold | None:
+    """The hold of a pod bound to a node that has not finished (Pending on its node holds as Running does)."""
+    metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    if not spec.get("nodeName") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return None
+    total = effective_requests(spec)
+    total["pods"] = total.get("pods", 0) + 1000
+    return PodHold(spec["nodeName"], total, (metadata.get("labels") or {}).get(jobsets.PLACEMENT_ID_LABEL))
+
+
+@dataclass
+class MemberInventory:
+    """What a member holds, as the inventory stores it."""
+
+    nodes: dict[str, dict[str, Any]]  # name -> node_row(...) plus "used"
+    topology: Topology
+    hypernode_source: str  # crd, labels or none
+
+
+def resolve_topology(node_labels: Mapping[str, Mapping[str, str]], hypernodes: Iterable[Mapping] | None,
+                     tier_labels: Sequence[Sequence[str]]) -> tuple[Topology, str]:
+    """The member's HyperNode tree and where it came from: its HyperNode objects when it has any
+    (`crd`), else its node labels (`labels`), else `none`."""
+    hypernodes = list(hypernodes or ())
+    if hypernodes:
+        return resolve_hypernodes(hypernodes, node_labels), "crd"
+    topology = derive_from_labels(node_labels, tier_labels)
+    return topology, "labels" if topology.hypernodes else "none"
+
+
+def member_inventory(nodes: Mapping[str, dict[str, Any]], holds: Iterable[PodHold],
+                     topology: Topology, source: str) -> MemberInventory:
+    """Rows from a member's nodes (name -> node_row) and its pods' holds (pod_usage): `used` by every
+    pod, and `placement_used` the part of it held by the pods of each of the broker's placements."""
+    rows = {name: {**row, "used": {}, "placement_used": {}} for name, row in nodes.items()}
+    for hold in holds:
+        if hold.node in rows:
+            add_into(rows[hold.node]["used"], hold.requests)
+            if hold.placement is not None:
+                add_into(rows[hold.node]["placement_used"].setdefault(hold.placement, {}), hold.requests)
+    return MemberInventory(rows, topology, source)
+
+
+_NODE_FIELDS = ("labels", "taints", "unschedulable", "ready", "allocatable", "used", "placement_used")
+
+
+@dataclass
+class WriteResult:
+    nodes_added: int = 0
+    nodes_changed: int = 0
+    nodes_removed: int = 0
+    hypernodes_changed: int = 0
+    new_warnings: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.nodes_added or self.nodes_changed or self.nodes_removed or self.hypernodes_changed)
+
+
+def _write_rows(session: Session, model: type[Node] | type[HyperNode], cluster_id: int,
+                wanted: Mapping[str, Mapping[str, Any]], fields: Sequence[str]) -> tuple[int, int, int]:
+    """Make a cluster's rows of `model` equal `wanted` (name -> field values); (added, changed, removed)."""
+    stored = {row.name: row for row in session.execute(
+        select(model.id, model.name, *(getattr(model, f) for f in fields)).where(model.cluster_id == cluster_id))}
+    added, changed = [], []
+    for name, values in wanted.items():
+        old = stored.pop(name, None)
+        if old is None:
+            added.append({"cluster_id": cluster_id, "name": name, **values})
+        elif any(getattr(old, f) != values[f] for f in fields):
+            changed.append({"id": old.id, **values})
+    if added:
+        session.execute(insert(model), added)
+    if changed:
+        session.execute(update(model), changed)
+    if stored:
+        session.execute(delete(model).where(model.id.in_([row.id for row in stored.values()])))
+    return len(added), len(changed), len(stored)
+
+
+def write_inventory(session: Session, cluster: Cluster, inventory: MemberInventory, now: datetime) -> WriteResult:
+    """Make the stored nodes and HyperNodes of `cluster` equal `inventory`, writing only the differences."""
+    result = WriteResult()
+    result.nodes_added, result.nodes_changed, result.nodes_removed = _write_rows(
+        session, Node, cluster.id, inventory.nodes, _NODE_FIELDS)
+    tree = {h.name: {"tier": h.tier, "parent": h.parent, "nodes": list(h.nodes)} for h in inventory.topology.hypernodes}
+    result.hypernodes_changed = sum(_write_rows(session, HyperNode, cluster.id, tree, ("tier", "parent", "nodes")))
+    if result.changed:
+        session.execute(inventory_changed(cluster.id))
+
+    warnings = inventory.topology.warnings
+    result.new_warnings = [w for w in warnings if w not in (cluster.warnings or [])]
+    if result.new_warnings:
+        events.record(session, "cluster", cluster.name, "TopologyInvalid", "; ".join(result.new_warnings),
+                      warning=True)
+    if cluster.warnings != warnings:
+        cluster.warnings = warnings
+    if cluster.hypernode_source != inventory.hypernode_source:
+        cluster.hypernode_source = inventory.hypernode_source
+    if cluster.state == "Pending":
+        cluster.state = cluster.cordon or "Ready"
+        events.record(session, "cluster", cluster.name, "Synced",
+                      f"first inventory: {len(inventory.nodes)} nodes, {len(inventory.topology.hypernodes)} "
+                      f"HyperNodes ({inventory.hypernode_source})")
+    cluster.synced_at = now
+    return result
+
+
+def record_sync_error(session: Session, cluster: Cluster, error: str) -> None:
+    """A failed sync: said once (an event when the error changes), kept in last_error."""
+    if cluster.last_error != error:
+        cluster.last_error = error
+        events.record(session, "cluster", cluster.name, "SyncFailed", error, warning=True)
+
+
+def record_probe(session: Session, cluster: Cluster, *, now: datetime, grace: float,
+                 version: str | None = None, error: str | None = None) -> None:
+    """One health probe's outcome (for a pull member: its agent's heartbeat, or its silence). A member is
+    NotReady once it has not answered for `grace` seconds since its last heartbeat, and goes back to its admin
+    state when it answers again."""
+    if error is None:
+        cluster.last_heartbeat = now
+        if version and cluster.kubernetes_version != version:
+            cluster.kubernetes_version = version
+        if cluster.unreachable_since is not None:
+            cluster.unreachable_since = None
+            cluster.last_error = None
+        if cluster.state == "NotReady":
+            cluster.state = cluster.cordon or ("Ready" if cluster.synced_at else "Pending")
+            events.record(session, "cluster", cluster.name, "MemberReady",
+                          f"{cluster.api_server or 'its agent'} answers again")
+        return
+    if cluster.unreachable_since is None:
+        cluster.unreachable_since = now
+    if cluster.last_error != error:
+        cluster.last_error = error
+    # a pull member's agent has had the grace since registration to call in for the first time
+    silent_since = as_utc(cluster.last_heartbeat or (cluster.created_at if cluster.mode == "pull"
+                                                      else cluster.unreachable_since))
+    if cluster.state != "NotReady" and (now - silent_since).total_seconds() >= grace:
+        cluster.state = "NotReady"
+        events.record(session, "cluster", cluster.name, "MemberNotReady",
+                      f"no answer for {grace:g}s: {error}", warning=True)
