@@ -25,8 +25,12 @@ from rich.table import Table
 
 from broker.process.settings import Settings, new_token
 
-SCENARIO = {"clusters": [
-    {"name": "h100-eu", "labels": {"region": "eu", "gpu": "h100", "provider": "onprem"}, "nodes": 32,
+NVLINK_BLOCK = "topology.example.com/nvlink-block"  # the exclusive topology of ../shared/examples' multislice JobSet
+# A JobSet submitted by hand (the README's quick start) runs two simulated hours unless its
+# `sim.archipelago.io/duration` annotation says otherwise: at the demo's speed, minutes to look at it and cancel it.
+SCENARIO = {"defaults": {"duration": "2h"}, "clusters": [
+    {"name": "h100-eu", "labels": {"region": "eu", "gpu": "h100", "provider": "onprem"},
+     "nodes": [{"labels": {NVLINK_BLOCK: f"nvl-{i // 2}"}} for i in range(32)],  # NVLink blocks of two hosts
      "node": {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "8"}, "topology": {"leaf": 8, "spine": 2},
      "hypernodes": "crd", "zones": ["eu-west-1a", "eu-west-1b"]},
     {"name": "a100-us", "labels": {"region": "us", "gpu": "a100", "provider": "cloud"}, "nodes": 16,
@@ -174,7 +178,7 @@ def _broker(settings: Settings) -> Iterator[str]:
         database.dispose()
 
 
-def _setup(api: httpx.Client, sim) -> dict[str, httpx.Client]:
+def _setup(api: httpx.Client, sim) -> dict[str, tuple[str, httpx.Client]]:
     for cluster in SCENARIO["clusters"]:
         answer = api.post("/api/v1/clusters", json={"name": cluster["name"], "kubeconfig": sim.kubeconfig(
             cluster["name"]), "labels": cluster["labels"]})
@@ -188,9 +192,18 @@ def _setup(api: httpx.Client, sim) -> dict[str, httpx.Client]:
             api.post("/api/v1/queues", json={"name": queue, "tenant": tenant, **fields}).raise_for_status()
         token = api.post("/api/v1/tokens", json={"role": "tenant", "tenant": tenant,
                                                  "description": "demo"}).json()["token"]
-        tenants[tenant] = httpx.Client(base_url=api.base_url, headers={"Authorization": f"Bearer {token}"},
-                                       timeout=30)
+        tenants[tenant] = token, httpx.Client(base_url=api.base_url, headers={"Authorization": f"Bearer {token}"},
+                                              timeout=30)
     return tenants
+
+
+def _write_env(workdir: Path, who: str, url: str, token: str) -> str:
+    """`<who>.env` in the workdir, for `source`, and the line it holds."""
+    line = f"export ARCHIPELAGO_SERVER={url} ARCHIPELAGO_TOKEN={token}"
+    path = workdir / f"{who}.env"
+    path.write_text(line + "\n")
+    path.chmod(0o600)
+    return line
 
 
 def _status_table(api: httpx.Client, state: DemoState, url: str, admin_token: str) -> Table:
@@ -243,10 +256,14 @@ def run_demo(*, port: int = 8000, sim_port: int = 0, workdir: Path = Path("demo-
             _broker(settings) as url, \
             httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin_token}"}, timeout=30) as api:
         sim.write_kubeconfigs(workdir)
-        tenants = _setup(api, sim)
-        (workdir / "admin-token").write_text(admin_token + "\n")
-        console.print(f"[bold]Dashboard[/bold] {url}/   [bold]admin token[/bold] {admin_token}", soft_wrap=True)
-        console.print(f"Simulated members at {sim.url}; kubeconfigs, admin-token and broker.log in {workdir}/",
+        setup = _setup(api, sim)
+        tenants = {tenant: client for tenant, (_, client) in setup.items()}
+        console.print(f"[bold]Dashboard[/bold] {url}/  (sign in with a token below)", soft_wrap=True)
+        for who, token in (("admin", admin_token), *((tenant, token) for tenant, (token, _) in setup.items())):
+            line = _write_env(workdir, who, url, token)
+            console.print(f"[bold]{who}[/bold]: {line}   (or: source {workdir}/{who}.env)", soft_wrap=True,
+                          highlight=False)
+        console.print(f"Simulated members at {sim.url}; their kubeconfigs and broker.log in {workdir}/",
                       soft_wrap=True)
         started = time.monotonic()
         next_submit = started
