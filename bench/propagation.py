@@ -160,7 +160,7 @@ def bench_apply(work: Path, names: list[str], jobs: int) -> dict:
 
 def bench_status(work: Path, names: list[str], changes: int) -> dict:
     broker = Broker(work, names, member_workers=16)
-    status = StatusService(broker.database, broker.process.settings, broker.members)
+    status = StatusService(broker.database, broker.settings, broker.members)
     patchers = {name: k8s.CustomObjectsApi(k8s_config.new_client_from_config(str(work / f"{name}.kubeconfig")))
                 for name in names}
     try:

@@ -37,7 +37,7 @@ def test_a_broker_killed_at_each_outbox_step_resumes_with_one_copy_per_placement
         with member.lock:
             for obj in member.list(JOBSETS, None, JOB_ID_LABEL, None)[0]:
                 member.delete_object(JOBSETS, obj["metadata"]["namespace"], obj["metadata"]["name"], "Background")
-    broker = Broker(tmp_path, database_url=f"sqlite:///{tmp_path / 'broker.store.db'}",
+    broker = Broker(tmp_path, database_url=f"sqlite:///{tmp_path / 'broker.db'}",
                     secret_key=Fernet.generate_key().decode())
     broker.start({CRASH_AT_ENV: step})
     try:

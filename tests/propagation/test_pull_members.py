@@ -337,7 +337,7 @@ def test_a_broker_killed_while_handing_out_work_resumes_with_one_copy(sim, tmp_p
     from broker.services.dispatcher import CRASH_AT_ENV
     from broker.process.testing import Broker, wait_for
 
-    broker = Broker(tmp_path, database_url=f"sqlite:///{tmp_path / 'broker.store.db'}",
+    broker = Broker(tmp_path, database_url=f"sqlite:///{tmp_path / 'broker.db'}",
                     secret_key=Fernet.generate_key().decode(), env={"ARCHIPELAGO_NOT_READY_GRACE": "300"})
     broker.start({CRASH_AT_ENV: "applying"})
     member = MemberClient.from_kubeconfig(sim.kubeconfig(PULL))
