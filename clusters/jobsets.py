@@ -24,6 +24,7 @@ FIELD_MANAGER = "archipelago"
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 # The broker admitted the JobSet already: a member's own Kueue must not queue it a second time.
 DROPPED_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
+TTL_FIELD = "ttlSecondsAfterFinished"  # the tenant's; the broker keeps it (`member_copy`)
 WATCH_SECONDS = 300
 # Member answers that another try will not change: the placement fails with the member's message.
 PERMANENT_STATUSES = frozenset({400, 403, 405, 413, 415, 422})
@@ -32,6 +33,12 @@ PERMANENT_STATUSES = frozenset({400, 403, 405, 413, 415, 422})
 def member_name(name: str, part: str) -> str:
     """The whole JobSet keeps its name; a part of a split JobSet is `<name>-<part>`."""
     return f"{name}-{part}" if part else name
+
+
+def ttl_after_finished(manifest: Mapping[str, Any]) -> int | None:
+    """How long the tenant wants a finished copy kept on its member (seconds; None: until the job is forgotten)."""
+    ttl = (manifest.get("spec") or {}).get(TTL_FIELD)
+    return ttl if isinstance(ttl, int) and not isinstance(ttl, bool) and ttl >= 0 else None
 
 
 def is_permanent(error: MemberError) -> bool:
@@ -51,6 +58,11 @@ def member_copy(manifest: Mapping[str, Any], *, namespace: str, part: str) -> di
 
     `part` "" is the whole JobSet; otherwise only that ReplicatedJob, with the success policy narrowed
     to it and no failure policy (a failed part is the broker's to restart: it re-places it).
+
+    The copy carries no `ttlSecondsAfterFinished`: the broker owns its lifetime. A member's TTL controller would
+    delete a finished copy before the broker may have read its end (the broker away, its watch relisting, a pull
+    member's agent between two lists), and a copy gone without its end known is never run again; so the broker
+    records the verdict, then deletes the copy itself that many seconds later (broker.store.outbox).
     """
     metadata = manifest.get("metadata") or {}
     labels = {k: v for k, v in (metadata.get("labels") or {}).items() if k not in DROPPED_LABELS}
@@ -59,6 +71,7 @@ def member_copy(manifest: Mapping[str, Any], *, namespace: str, part: str) -> di
     spec = _part_spec(manifest.get("spec") or {}, part) if part else {
         **(manifest.get("spec") or {}), "replicatedJobs": copy.deepcopy((manifest.get("spec") or {}).get(
             "replicatedJobs") or [])}
+    spec.pop(TTL_FIELD, None)
     return {"apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}", "kind": "JobSet",
             "metadata": {"name": member_name(metadata["name"], part), "namespace": namespace, "labels": labels,
                          "annotations": dict(metadata.get("annotations") or {})},

@@ -94,7 +94,7 @@ def work(request: Request, cluster_id: AgentDep) -> dict[str, Any]:
     return {"apply": [{"placement_id": w.placement_id, "namespace": w.namespace, "name": w.name, "jobset": w.jobset}
                       for w in items if w.state == "Applying"],
             "delete": [{"placement_id": w.placement_id, "namespace": w.namespace, "name": w.name,
-                        "uid": w.member_uid} for w in items if w.state == "Deleting"],
+                        "uid": w.member_uid} for w in items if w.deletes],
             "kept": kept}
 
 
@@ -113,6 +113,8 @@ class Outcome(BaseModel):
     def _applied_copy(self) -> Outcome:
         if self.action == "apply" and self.kind == "done" and not (self.jobset or {}).get("metadata", {}).get("uid"):
             raise ValueError("a done apply sends the JobSet the member answered (with its metadata.uid)")
+        if self.action == "delete" and self.kind == "fail":
+            raise ValueError("a delete is done or retried: it never fails a job (kind done or retry)")
         return self
 
 

@@ -41,10 +41,10 @@ from broker.services.members import UNAVAILABLE_STATES, MemberClients, backoff
 from broker.store import events
 from broker.store.db.models import PLACEMENT_ACTIVE_STATES, Cluster, Job, Placement, utcnow
 from broker.store.db.runtime import Database, record_in_turns, write_in_slices
-from broker.store.outbox import (KEPT_STATES, Changes, StartupPolicy, Unready, Work, cancellations_or_fail_over_due,
-                                 due_work, evict_all_unready, fail_apply, fail_over, finish_apply, finish_delete,
-                                 kept_placements, lock_jobs, overdue_startups, placement_owner, request_deletions,
-                                 retry_later, start_apply)
+from broker.store.outbox import (KEPT_STATES, VERDICT_STATES, Changes, StartupPolicy, Unready, Work,
+                                 cancellations_or_fail_over_due, due_work, evict_all_unready, fail_apply, fail_over,
+                                 finish_apply, finish_delete, kept_placements, lock_jobs, overdue_startups,
+                                 placement_owner, request_deletions, retry_later, start_apply)
 from clusters import jobsets
 from clusters.kubeconfig import KubeconfigError
 from clusters.member import MemberClient, MemberError
@@ -117,7 +117,7 @@ class DispatcherService(LoopService):
         for gone in set(self._lanes) - set(members):
             self._lanes.pop(gone).shutdown(wait=False)
 
-        deletions = [w for w in work if w.state == "Deleting"]
+        deletions = [w for w in work if w.deletes]
         if deletions:
             crash_point("deleting")
         outcomes, recorded = self._in_lanes(deletions, lambda w: self._delete(w, reachable[w.cluster_id]), "deleted",
@@ -130,7 +130,7 @@ class DispatcherService(LoopService):
             if swept:
                 self._swept.add(cluster_id)
 
-        applies = [w for w in work if w.state != "Deleting" and w.cluster_id in self._swept
+        applies = [w for w in work if not w.deletes and w.cluster_id in self._swept
                    and w.cluster_id not in blocked]
         refused = [w for w in applies if w.refused is not None]  # an override rule would make it invalid
         if refused:
@@ -338,7 +338,7 @@ class DispatcherService(LoopService):
         MEMBER_ERRORS.labels(work.cluster).inc()
         if exc.reason == "NotFound":
             self._namespaces.discard((work.cluster_id, work.namespace))  # the namespace may be gone
-        if work.state != "Deleting" and jobsets.is_permanent(exc):
+        if not work.deletes and jobsets.is_permanent(exc):
             return Outcome(work, "fail", str(exc))
         return Outcome(work, "retry", str(exc))
 
@@ -357,13 +357,13 @@ def record_outcomes(database: Database, outcomes: list[Outcome], now: datetime) 
     changes = Changes()
 
     def record(session: Session, o: Outcome) -> None:
-        if o.kind == "done" and o.work.state == "Deleting":
+        if o.kind == "done" and o.work.deletes:
             changes.add(finish_delete(session, o.work, now))
         elif o.kind == "done":
             changes.add(finish_apply(session, o.work, o.jobset, now, adopted=o.adopted))
-        elif o.kind == "fail":
+        elif o.kind == "fail" and not o.work.deletes:  # a deletion is done or retried: it never fails a job
             changes.add(fail_apply(session, o.work, o.error, now))
-        elif o.kind == "retry":
+        else:
             retry_later(session, o.work, o.error, o.delay if o.delay is not None else
                         backoff(o.work.attempts + 1, RETRY_BASE, RETRY_CAP), now)
 
@@ -407,8 +407,9 @@ def reported_outcomes(database: Database, cluster_id: int, reports: list[dict[st
         if report["placement_id"] not in rows:
             continue
         placement, namespace, name = rows[report["placement_id"]]
-        work = Work(placement.id, placement.job_id, cluster_id, placement.cluster_name,
-                    "Applying" if report["action"] == "apply" else "Deleting", namespace,
+        state = "Applying" if report["action"] == "apply" else (
+            placement.state if placement.state in VERDICT_STATES else "Deleting")
+        work = Work(placement.id, placement.job_id, cluster_id, placement.cluster_name, state, namespace,
                     jobsets.member_name(name, placement.part), placement.member_uid, placement.attempts, None)
         outcomes.append(Outcome(work, report["kind"], report.get("error") or "", report.get("delay"),
                                 report.get("jobset"), bool(report.get("adopted"))))

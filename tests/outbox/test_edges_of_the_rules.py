@@ -109,8 +109,8 @@ def test_a_list_reports_every_missing_copy_whatever_it_shows_before_them(outbox)
     gone = outbox.job({"state": "Running", "member_uid": "uid-2", "status": seen(uid="uid-2", ready=1)},
                       state="Running")
     listed = [on_member(outbox.placements(shown)[0].id, uid="uid-1", version=10, ready=1)]
-    assert outbox.write(record_list, outbox.cluster_id("eu-west"), listed, "20", NOW).dispatch
-    assert [p.state for p in outbox.placements(gone)] == ["Applying"]
+    assert outbox.write(record_list, outbox.cluster_id("eu-west"), listed, "20", NOW).freed
+    assert [p.state for p in outbox.placements(gone)] == ["Failed"]  # vanished: not run again
     assert [p.state for p in outbox.placements(shown)] == ["Running"]
 
 

@@ -3,6 +3,8 @@ placement and its job make of it."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from broker.store.outbox import record_list, record_status, record_statuses
@@ -191,7 +193,9 @@ def test_a_copy_being_deleted_teaches_nothing(outbox):
     assert outbox.placements(job)[0].state == "Deleting" and outbox.events(job) == []
 
 
-def test_a_list_that_no_longer_shows_a_copy_it_should_have_shown_reports_it_deleted(outbox):
+def test_a_list_that_no_longer_shows_a_running_copy_fails_it_and_never_runs_it_again(outbox):
+    """Between its last status and the list, the copy may have finished (and been deleted) or been cut short:
+    not known, so it is not run again; the job fails and says why."""
     job = outbox.job({"state": "Running", "member_uid": "uid-1", "status": seen(ready=1, version=10)},
                      state="Running")
     shown = outbox.job({"state": "Running", "member_uid": "uid-2", "status": seen(uid="uid-2", version=10)},
@@ -201,11 +205,61 @@ def test_a_list_that_no_longer_shows_a_copy_it_should_have_shown_reports_it_dele
                             "status": seen(uid="uid-4", version=10)}, state="Running")
     listed = [on_member(outbox.placements(shown)[0].id, uid="uid-2", version=10)]
     changes = outbox.write(record_list, outbox.cluster_id("eu-west"), listed, "20", NOW)
-    assert changes.dispatch
-    assert [p.state for p in outbox.placements(job)] == ["Applying"]
-    assert outbox.events(job)[0][1] == "JobSet research/train was deleted on eu-west by someone else; applying it again"
+    assert changes.freed and not changes.dispatch and not changes.requeued
+    [placement] = outbox.placements(job)
+    assert (placement.state, placement.member_uid, placement.finished_at) == ("Failed", None, NOW)
+    vanished = ("JobSet research/train vanished from eu-west between its last status (resourceVersion 10, Running) "
+                "and a list at 20: whether it finished is not known, so it is not run again")
+    assert outbox.events(job)[0] == ("CopyVanished", vanished)
+    assert outbox.warnings(job) == ["CopyVanished", "Failed"]
+    assert (outbox.read_job(job).state, outbox.read_job(job).reason) == ("Failed", f"on eu-west: {vanished}")
     for kept in (shown, too_new, elsewhere):
         assert outbox.events(kept) == []
+
+
+def test_a_split_part_that_vanished_fails_its_job_whatever_its_failure_policy_allows(outbox):
+    job = outbox.job({"part": "shard-a", "state": "Running", "member_uid": "uid-1",
+                      "status": seen(part="shard-a", ready=1, version=10)}, mode="split", spec=SPLIT, state="Running")
+    outbox.write(record_list, outbox.cluster_id("eu-west"), [], "20", NOW)
+    assert [p.state for p in outbox.placements(job)] == ["Failed"]
+    assert outbox.read_job(job).state == "Failed" and outbox.read_job(job).restart_count == 0
+
+
+def test_a_deleted_copy_whose_last_state_is_its_end_keeps_its_verdict_and_is_not_run_again(outbox):
+    """A watch's DELETED event carries the copy's last state: it ended (its member's TTL, or someone who deleted it
+    once it was done), so its verdict is recorded and nothing is applied or deleted again."""
+    job = outbox.job({"state": "Running", "member_uid": "uid-1", "status": seen(ready=1, version=10)},
+                     state="Running")
+    changes = _record(outbox, job, lambda pid: on_member(pid, version=12, terminal="Completed"), deleted=True)
+    assert not changes.dispatch
+    [placement] = outbox.placements(job)
+    assert (placement.state, placement.member_uid, placement.next_attempt_at) == ("Succeeded", None, None)
+    assert outbox.read_job(job).state == "Succeeded"
+    assert [reason for reason, _ in outbox.events(job)] == ["MemberSucceeded", "Succeeded"]
+
+
+def test_a_finished_copy_is_deleted_by_the_broker_after_the_ttl_its_tenant_asked_for(outbox):
+    job = outbox.job({"state": "Running", "member_uid": "uid-1", "status": seen(ready=1)}, state="Running",
+                     spec={**manifest(), "spec": {**manifest()["spec"], "ttlSecondsAfterFinished": 90}})
+    changes = _record(outbox, job, lambda pid: on_member(pid, terminal="Completed"))
+    assert changes.dispatch
+    [placement] = outbox.placements(job)
+    assert (placement.state, placement.member_uid) == ("Succeeded", "uid-1")
+    assert placement.next_attempt_at == NOW + timedelta(seconds=90)
+
+
+def test_a_finished_copy_without_a_ttl_stays_on_its_member(outbox):
+    job = outbox.job({"state": "Running", "member_uid": "uid-1", "status": seen(ready=1)}, state="Running")
+    assert not _record(outbox, job, lambda pid: on_member(pid, terminal="Completed")).dispatch
+    assert outbox.placements(job)[0].next_attempt_at is None
+
+
+def test_a_finished_copy_deleted_by_someone_else_first_is_not_deleted_again(outbox):
+    job = outbox.job({"state": "Succeeded", "member_uid": "uid-1", "status": seen(terminal="Completed"),
+                      "next_attempt_at": NOW}, state="Succeeded")
+    _record(outbox, job, lambda pid: on_member(pid, version=20, terminal="Completed"), deleted=True)
+    [placement] = outbox.placements(job)
+    assert (placement.state, placement.member_uid, placement.next_attempt_at) == ("Succeeded", None, None)
 
 
 def test_a_copy_missing_from_a_list_after_its_job_ended_is_deleted_then(outbox):
@@ -244,5 +298,5 @@ def test_a_list_locks_the_jobs_of_the_copies_it_misses_with_those_it_shows(outbo
     listed = [on_member(outbox.placements(second)[0].id, uid="uid-2", ready=1)]
     eu_west = outbox.cluster_id("eu-west")
     assert against_a_transaction_locking(outbox.db, first, second,
-                                         lambda: outbox.write(record_list, eu_west, listed, "20", NOW)).dispatch
-    assert [outbox.placements(job)[0].state for job in (first, second)] == ["Applying", "Running"]
+                                         lambda: outbox.write(record_list, eu_west, listed, "20", NOW)).freed
+    assert [outbox.placements(job)[0].state for job in (first, second)] == ["Failed", "Running"]

@@ -81,3 +81,37 @@ def test_a_broker_killed_at_each_outbox_step_resumes_with_one_copy_per_placement
         assert on_members == sorted(p["id"] for p in by_job[whole] + by_job[split])  # one copy each, no other
     finally:
         broker.stop()
+
+
+def test_a_broker_down_while_a_copy_ends_records_its_end_when_it_is_back_and_runs_it_once(sim, tmp_path):
+    """The JobSet asks `ttlSecondsAfterFinished: 0`: its member's controller would delete it as it ends, while the
+    broker is down. The copy carries no TTL, so the restarted broker's first list finds it finished (issue #45)."""
+    broker = Broker(tmp_path, database_url=f"sqlite:///{tmp_path / 'broker.db'}",
+                    secret_key=Fernet.generate_key().decode())
+    broker.start()
+    try:
+        tenant, queue = TENANTS[0]
+        broker.api.post("/api/v1/tenants", json={"name": tenant, "namespaces": [tenant]}).raise_for_status()
+        broker.api.post("/api/v1/queues", json={"name": queue, "tenant": tenant}).raise_for_status()
+        for name in sim.cluster_names:
+            broker.api.post("/api/v1/clusters", json={"name": name, "kubeconfig": sim.kubeconfig(name)}
+                            ).raise_for_status()
+        manifest = jobset("ends-alone", annotations={"sim.archipelago.io/duration": "30s"})
+        manifest["spec"]["ttlSecondsAfterFinished"] = 0
+        job = broker.api.post("/api/v1/jobs", json=manifest, params={"tenant": tenant}).json()["items"][0]["id"]
+        wait_for(lambda: broker.state(job) == "Running", "the job to run")
+        broker.kill()
+        sim.advance(31)  # it ends, the broker away
+        sim.settle()
+        sim.settle()
+
+        broker.start()
+        wait_for(lambda: broker.state(job) in ("Succeeded", "Failed"), "the job to end", tick=lambda: sim.advance(1))
+        detail = broker.api.get(f"/api/v1/jobs/{job}").json()
+        assert detail["state"] == "Succeeded"
+        assert [(p["generation"], p["state"]) for p in detail["placements"]] == [(1, "Succeeded")]
+        assert [e["reason"] for e in detail["events"]].count("Applied") == 1
+        wait_for(lambda: not [c for c in copies(sim) if c["metadata"]["labels"][JOB_ID_LABEL] == str(job)],
+                 "the broker to delete the finished copy")
+    finally:
+        broker.stop()

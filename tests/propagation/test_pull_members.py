@@ -235,6 +235,26 @@ def test_a_jobset_placed_on_a_pull_member_runs_to_succeeded_through_its_agent(pu
     assert pull.copies(job, cluster="eu-west") == []
 
 
+def test_a_copy_that_ends_between_two_agent_passes_is_recorded_finished_and_runs_once(pull):
+    """The JobSet asks `ttlSecondsAfterFinished: 0`; the agent only ever lists: the copy, which carries no TTL,
+    is still there at its next list, finished, and its agent deletes it once the broker has recorded the verdict."""
+    agent = pull.agent()
+    agent.run_once()
+    manifest = jobset("edge-once", annotations=ON_PULL)
+    manifest["spec"]["ttlSecondsAfterFinished"] = 0
+    job = pull.submit(manifest)
+    pull.step()
+    pull.until(agent, lambda: pull.state(job) == "Running")
+    pull.sim.advance(61)  # it ends between two passes of the agent: only the member's controllers act
+    pull.sim.settle()
+    pull.sim.settle()
+    pull.until(agent, lambda: pull.state(job) in ("Succeeded", "Failed"))
+    assert pull.state(job) == "Succeeded"
+    pull.until(agent, lambda: pull.copies(job) == [])
+    reasons = pull.reasons(job)
+    assert reasons.count("Applied") == 1 and "CopyVanished" not in reasons and "CopyDeleted" in reasons
+
+
 def test_a_cancelled_jobs_copy_is_deleted_by_the_agent_and_a_copy_nobody_lists_is_swept(pull):
     agent = pull.agent()
     agent.run_once()

@@ -84,22 +84,20 @@ def _edit_member(federation, cluster: str, edit) -> None:
         edit(member)
 
 
-def test_a_copy_deleted_by_someone_else_is_reported_and_recreated(federation):
+def test_a_copy_deleted_by_someone_else_while_the_broker_only_lists_is_failed_not_run_again(federation):
+    """The stepped federation lists its members' copies: a list that misses a running copy cannot tell whether it
+    finished in between (the watch's DELETED event can: tests/propagation/test_watch_deletions.py)."""
     job = federation.submit(jobset("fragile", annotations=LONG))
     [placement] = federation.until_state(job, "Running")["placements"]
-    [before] = federation.copies(job)
     _edit_member(federation, placement["cluster"], lambda m: m.delete_object(JOBSETS, "team-a", "fragile", "Foreground"))
     federation.step()
     detail = federation.job(job)
-    drift = [e["message"] for e in detail["events"] if e["reason"] == "Drift"]
-    assert drift == [f"JobSet team-a/fragile was deleted on {placement['cluster']} by someone else; applying it again"]
-    assert "deleted" in detail["status"]["drift"]
-    [after] = federation.copies(job)
-    assert after["metadata"]["uid"] != before["metadata"]["uid"]
-    assert after["metadata"]["labels"] == before["metadata"]["labels"]
-    assert federation.until_state(job, "Running")["placements"][0]["id"] == placement["id"]
-    assert f"recreated team-a/fragile on {placement['cluster']} (placement {placement['id']}, generation 1)" in [
-        e["message"] for e in federation.job(job)["events"]]
+    assert [e["reason"] for e in detail["events"] if e["type"] == "Warning"] == ["CopyVanished", "Failed"]
+    assert detail["state"] == "Failed" and "whether it finished is not known" in detail["reason"]
+    assert [(p["id"], p["state"]) for p in detail["placements"]] == [(placement["id"], "Failed")]
+    federation.step()
+    assert federation.copies(job) == []  # nothing applied again
+    assert [e["reason"] for e in federation.job(job)["events"]].count("Applied") == 1
 
 
 def test_a_copy_changed_by_someone_else_is_reported_and_applied_again(federation):
@@ -186,6 +184,33 @@ def test_the_status_watch_follows_members_and_relists_after_410(federation, watc
     federation.sim.cluster(member).finish_pods("team-a", "jobset.sigs.k8s.io/jobset-name=watched")
     _wait(lambda: federation.state(job) == "Succeeded")
     assert federation.job(job)["status"]["terminalState"] == "Completed"
+
+
+def test_a_copy_that_ends_while_its_watch_is_down_is_recorded_finished_by_the_relist_and_runs_once(federation,
+                                                                                                    watching):
+    """The JobSet asks `ttlSecondsAfterFinished: 0`; it ends while the member's watch is down and its history is
+    compacted (410 Gone): the relist finds the copy, which carries no TTL, finished."""
+    manifest = jobset("relisted", annotations={"sim.archipelago.io/duration": "60s"})
+    manifest["spec"]["ttlSecondsAfterFinished"] = 0
+    job = federation.submit(manifest)
+    federation.scheduler.run_once()
+    federation.dispatcher.run_once()
+    watching.run_once()
+    _wait(lambda: federation.state(job) == "Running")
+    [placement] = federation.job(job)["placements"]
+    members = frozenset(p.cluster_id for p in federation.placements(job))
+    for watch in watching.retarget(frozenset()):  # the watches go down...
+        watch.join(10)
+    federation.sim.advance(61)  # ...while it ends
+    federation.sim.settle()
+    federation.sim.settle()
+    federation.sim.cluster(placement["cluster"]).compact()
+    watching.retarget(members)  # back: a list first
+    watching.run_once()
+    _wait(lambda: federation.state(job) in ("Succeeded", "Failed"))
+    assert federation.state(job) == "Succeeded"
+    federation.dispatcher.run_once()
+    assert federation.copies(job) == [] and federation.reasons(job).count("Applied") == 1
 
 
 def test_watch_events_the_database_refuses_are_learned_again_from_a_list(federation, watching, monkeypatch, caplog):

@@ -25,10 +25,10 @@ from broker.store.outbox.locks import lock_job_rows, lock_jobs, placement_owner
 from broker.store.outbox.recovery import (StartupPolicy, Unready, cancellations_or_fail_over_due, evict_all_unready,
                                           evict_unready, fail_over, overdue_startups)
 from broker.store.outbox.settle import settle_job
-from broker.store.outbox.work import KEPT_STATES, Changes, Work
+from broker.store.outbox.work import KEPT_STATES, VERDICT_STATES, Changes, Work
 
-__all__ = ["KEPT_STATES", "Changes", "StartupPolicy", "Unready", "Work", "cancellations_or_fail_over_due", "due_work",
-           "evict_all_unready", "evict_unready", "fail_apply", "fail_over", "finish_apply", "finish_delete",
-           "kept_placements", "lock_job_rows", "lock_jobs", "lock_reported", "overdue_startups", "placement_owner",
-           "record_list", "record_status", "record_statuses", "request_deletions", "retry_later", "settle_job",
-           "start_apply"]
+__all__ = ["KEPT_STATES", "VERDICT_STATES", "Changes", "StartupPolicy", "Unready", "Work",
+           "cancellations_or_fail_over_due", "due_work", "evict_all_unready", "evict_unready", "fail_apply",
+           "fail_over", "finish_apply", "finish_delete", "kept_placements", "lock_job_rows", "lock_jobs",
+           "lock_reported", "overdue_startups", "placement_owner", "record_list", "record_status", "record_statuses",
+           "request_deletions", "retry_later", "settle_job", "start_apply"]

@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Iterable
 
-from sqlalchemy import exists, or_, select, update
+from sqlalchemy import and_, exists, or_, select, update
 from sqlalchemy.orm import Session
 
 from broker.engine.overrides import OverrideError, apply_overrides
@@ -17,23 +17,25 @@ from broker.store import events
 from broker.store.cluster_overrides import cluster_labels, stored_rules
 from broker.store.db.models import JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES, Job, Placement
 from broker.store.db.session import in_chunks
-from broker.store.outbox.follow import _follow_status
+from broker.store.outbox.follow import follow_status
 from broker.store.outbox.locks import lock_job, lock_job_rows, lock_jobs, lock_placement
 from broker.store.outbox.settle import finish_job, job_event, settle_job
-from broker.store.outbox.work import KEPT_STATES, WORK_STATES, Changes, Work
+from broker.store.outbox.work import KEPT_STATES, VERDICT_STATES, WORK_STATES, Changes, Work
 from clusters.jobsets import member_copy, member_name, stamp
 
 
 def due_work(session: Session, now: datetime, cluster_ids: Iterable[int], limit: int = 1000) -> list[Work]:
     """Placements with member work due on the given clusters, oldest first. Each job's manifest is read
     once however many of its parts are due, and each part rendered from it copies only that part."""
+    due = or_(and_(Placement.state.in_(WORK_STATES),
+                   or_(Placement.next_attempt_at.is_(None), Placement.next_attempt_at <= now)),
+              and_(Placement.state.in_(VERDICT_STATES), Placement.next_attempt_at <= now))  # a finished copy's end
     rows = session.execute(
         select(Placement, Job.namespace, Job.name)
         .join(Job, Job.id == Placement.job_id)
-        .where(Placement.state.in_(WORK_STATES), Placement.cluster_id.in_(list(cluster_ids)),
-               or_(Placement.next_attempt_at.is_(None), Placement.next_attempt_at <= now))
+        .where(due, Placement.cluster_id.in_(list(cluster_ids)))
         .order_by(Placement.id).limit(limit)).all()
-    applied = sorted({placement.job_id for placement, _, _ in rows if placement.state != "Deleting"})
+    applied = sorted({placement.job_id for placement, _, _ in rows if placement.state in ("Decided", "Applying")})
     manifests: dict[int, Any] = {}
     for chunk in in_chunks(applied):
         manifests.update(session.execute(select(Job.id, Job.manifest).where(Job.id.in_(chunk))).all())
@@ -42,7 +44,7 @@ def due_work(session: Session, now: datetime, cluster_ids: Iterable[int], limit:
     for placement, namespace, name in rows:
         item = Work(placement.id, placement.job_id, placement.cluster_id, placement.cluster_name, placement.state,
                     namespace, member_name(name, placement.part), placement.member_uid, placement.attempts, None)
-        if placement.state != "Deleting":
+        if not item.deletes:
             item = _rendered(item, placement, manifests[placement.job_id], rules,
                              labels.get(placement.cluster_name, {}))
         work.append(item)
@@ -126,7 +128,7 @@ def finish_apply(session: Session, work: Work, jobset: dict[str, Any], now: date
     rewritten = f"; override rules {', '.join(work.overrides)}" if work.overrides else ""
     job_event(session, job, "Applied", f"{verb} {what} on {work.cluster} (placement {placement.id}, "
                                         f"generation {placement.generation}{rewritten})")
-    return _follow_status(session, job, placement, status, now)
+    return follow_status(session, job, placement, status, now)
 
 
 def retry_later(session: Session, work: Work, error: str, delay: float, now: datetime) -> None:
@@ -161,10 +163,16 @@ def fail_apply(session: Session, work: Work, error: str, now: datetime) -> Chang
 # Delete ------------------------------------------------------------------------------------------
 
 def finish_delete(session: Session, work: Work, now: datetime) -> Changes:
-    """Deleting → Deleted: the member copy is gone."""
+    """Deleting → Deleted: the member copy is gone. A finished copy deleted after the tenant's TTL keeps its
+    verdict: only its copy is gone (no uid, nothing more due)."""
     job = lock_job(session, work.job_id)
     placement = lock_placement(session, work.placement_id)
-    if job is None or placement is None or placement.state != "Deleting":
+    if job is None or placement is None or placement.state != work.state or not work.deletes:
+        return Changes()
+    if placement.state in VERDICT_STATES:
+        placement.member_uid, placement.next_attempt_at, placement.attempts = None, None, 0
+        job_event(session, job, "CopyDeleted", f"deleted the finished JobSet {work.namespace}/{work.name} from "
+                                               f"{work.cluster}, as its ttlSecondsAfterFinished asks")
         return Changes()
     placement.state, placement.finished_at, placement.next_attempt_at = "Deleted", now, None
     job_event(session, job, "Deleted", f"deleted {work.namespace}/{work.name} from {work.cluster}")

@@ -1,9 +1,19 @@
 """Status from the members: each copy's JobSet as a watch or a list saw it, followed into its placement and job;
-a copy deleted or changed on its member by someone else is drift, and reported."""
+a copy deleted or changed on its member by someone else is drift, and reported.
+
+A copy that vanishes is run again only when the broker knows it had not finished:
+- a watch's DELETED event carries the copy's last state: finished, its verdict is recorded (the copy is gone, it
+  is not deleted again); not finished, the broker knows it was cut short, and applies it again (`_drifted`);
+- a list that no longer shows a copy still running (the broker restarted, its lease moved, its watch relisted
+  after 410 Gone, or a pull member's agent listed): what happened between the last status and the list is not
+  known, so the copy is not run again; it fails, saying so, and its job with it (`_vanished`).
+The copies carry no TTL of their own (clusters.jobsets.member_copy): a member deletes none as it finishes, and a
+finished one is deleted by the broker once its verdict is recorded, `ttlSecondsAfterFinished` later.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Iterable, Sequence
 
 from sqlalchemy import select
@@ -15,7 +25,7 @@ from broker.store.db.session import in_chunks
 from broker.store.outbox.locks import LOCKED, lock_job, lock_jobs, lock_placement
 from broker.store.outbox.settle import finish_job, job_event, part_where, requeue, settle_job
 from broker.store.outbox.work import ON_MEMBER_STATES, VERDICT_STATES, Changes
-from clusters.jobsets import member_name
+from clusters.jobsets import member_name, ttl_after_finished
 
 
 def record_statuses(session: Session, reports: Iterable[tuple[int, dict[str, Any], bool]], now: datetime, *,
@@ -69,11 +79,19 @@ def record_status(session: Session, cluster_id: int, jobset: dict[str, Any], now
     if placement.state not in ON_MEMBER_STATES + VERDICT_STATES or status["uid"] != placement.member_uid:
         return Changes()  # being deleted, or another copy: nothing to learn
     if placement.state in VERDICT_STATES:
-        if deleted or not newer(status, placement.status):
+        if deleted:  # gone before the broker's own deletion: nothing left to delete
+            placement.member_uid, placement.next_attempt_at = None, None
+            return Changes()
+        if not newer(status, placement.status):
             return Changes()
         # the verdict stands; counts that lagged it refine what the placement and its job show
         placement.status = {**status, "appliedGeneration": placement.status.get("appliedGeneration")}
         return settle_job(session, job.id, now)
+    if deleted and newer(status, placement.status) and placement_state(status) in VERDICT_STATES:
+        status["appliedGeneration"] = placement.status.get("appliedGeneration")
+        changes = follow_status(session, job, placement, status, now)  # it ended, then went: its verdict stands
+        placement.member_uid, placement.next_attempt_at = None, None
+        return changes
     if deleted:
         return _drifted(session, job, placement, f"{_where(job, placement)} was deleted on "
                                                  f"{placement.cluster_name} by someone else", now)
@@ -85,7 +103,7 @@ def record_status(session: Session, cluster_id: int, jobset: dict[str, Any], now
                                                  f"{placement.cluster_name} by someone else (generation "
                                                  f"{applied} → {status['generation']})", now)
     status["appliedGeneration"] = applied
-    return _follow_status(session, job, placement, status, now)
+    return follow_status(session, job, placement, status, now)
 
 
 def record_list(session: Session, cluster_id: int, items: list[dict[str, Any]], listed_version: str,
@@ -105,8 +123,7 @@ def record_list(session: Session, cluster_id: int, items: list[dict[str, Any]], 
         job = lock_job(session, job_id)
         placement = lock_placement(session, placement_id)
         if placement.state in ON_MEMBER_STATES and placement.member_uid == uid:
-            changes.add(_drifted(session, job, placement, f"{_where(job, placement)} was deleted on "
-                                                          f"{placement.cluster_name} by someone else", now))
+            changes.add(_vanished(session, job, placement, listed_version, now))
     return changes
 
 
@@ -129,7 +146,30 @@ def _drifted(session: Session, job: Job, placement: Placement, message: str, now
     return settle_job(session, job.id, now)
 
 
-def _follow_status(session: Session, job: Job, placement: Placement, status: dict[str, Any],
+def _vanished(session: Session, job: Job, placement: Placement, listed_version: str, now: datetime) -> Changes:
+    """A list no longer shows a copy the broker last saw running: whether it finished in between is not known (a
+    finished copy is not deleted by its member, but someone else may have deleted it, or one applied before the
+    broker kept TTLs to itself). It is not run again: the part fails, saying so, and the job with it; a job no
+    longer meant to run only records that it went."""
+    if job.state in JOB_FINISHED_STATES or job.cancel_requested_at is not None:
+        return _drifted(session, job, placement, f"{_where(job, placement)} was deleted on "
+                                                 f"{placement.cluster_name} by someone else", now)
+    last = placement.status or {}
+    message = (f"{_where(job, placement)} vanished from {placement.cluster_name} between its last status "
+               f"(resourceVersion {last.get('resourceVersion')}, {placement.state}) and a list at "
+               f"{listed_version}: whether it finished is not known, so it is not run again")
+    job.status = {**(job.status or {}), "drift": message}
+    job_event(session, job, "CopyVanished", message, warning=True)
+    failed = {**last, "terminalState": "Failed", "conditions": [
+        *(last.get("conditions") or ()), {"type": "Failed", "status": "True", "reason": "CopyVanished",
+                                          "message": message}]}
+    placement.state, placement.finished_at, placement.last_error = "Failed", now, message
+    placement.status, placement.member_uid, placement.next_attempt_at = failed, None, None
+    finish_job(session, job, "Failed", f"{part_where(placement)}: {message}", now)
+    return settle_job(session, job.id, now).add(Changes(freed=True))
+
+
+def follow_status(session: Session, job: Job, placement: Placement, status: dict[str, Any],
                    now: datetime) -> Changes:
     """A placement's new member status: its state, and for a failed split part, restart or fail."""
     placement.status = status
@@ -144,6 +184,10 @@ def _follow_status(session: Session, job: Job, placement: Placement, status: dic
         if state in VERDICT_STATES:
             placement.finished_at = now
             changes.freed = True
+            ttl = ttl_after_finished(job.manifest)
+            if ttl is not None:  # the tenant's TTL, kept by the broker: the copy goes once the verdict is recorded
+                placement.next_attempt_at, placement.attempts = now + timedelta(seconds=ttl), 0
+                changes.dispatch = True
             where = part_where(placement)
             if state == "Succeeded":
                 job_event(session, job, "PartSucceeded" if placement.part else "MemberSucceeded",

@@ -10,7 +10,7 @@ from typing import Any, Callable
 ON_MEMBER_STATES = ("Starting", "Running")  # a copy the status watch follows
 VERDICT_STATES = ("Succeeded", "Failed")  # the member judged the copy: it is never judged again
 KEPT_STATES = ("Applying", *ON_MEMBER_STATES, *VERDICT_STATES)  # copies the broker still owns
-WORK_STATES = ("Decided", "Applying", "Deleting")
+WORK_STATES = ("Decided", "Applying", "Deleting")  # and a verdict whose `next_attempt_at` is set: its copy's deletion
 DISPATCHING_JOB_STATES = ("Admitted", "Dispatching", "Starting")  # not Running yet
 PLACED_JOB_STATES = (*DISPATCHING_JOB_STATES, "Running")
 
@@ -23,7 +23,7 @@ class Work:
     job_id: int
     cluster_id: int
     cluster: str
-    state: str  # Decided, Applying or Deleting
+    state: str  # Decided, Applying, Deleting, or a verdict (Succeeded, Failed): its copy to delete
     namespace: str
     name: str  # the JobSet's name on the member
     member_uid: str | None
@@ -31,6 +31,12 @@ class Work:
     jobset: dict[str, Any] | None  # what to apply; None for a deletion or a refusal
     overrides: tuple[str, ...] = ()  # the override rules that rewrote `jobset`, in order
     refused: str | None = None  # why an override rule makes the JobSet one the broker cannot send
+
+    @property
+    def deletes(self) -> bool:
+        """Whether the action is the copy's deletion: a placement on its way out (Deleting), or one whose verdict is
+        recorded and whose copy the tenant's `ttlSecondsAfterFinished` has run out on (its state stays the verdict)."""
+        return self.state == "Deleting" or self.state in VERDICT_STATES
 
 
 @dataclass
