@@ -72,9 +72,10 @@ def start_simulator(work: Path, clusters: int, nodes: int) -> subprocess.Popen:
             time.sleep(0.1)
 
 
-def sim_requests(work: Path, since: float) -> dict[str, list]:
-    """Each member's requests since that time.monotonic(), from the simulator's log (its admin API)."""
-    cluster = yaml.safe_load((work / "c000.kubeconfig").read_text())["clusters"][0]["cluster"]
+def sim_requests(work: Path, since: float, member: str = "c000") -> dict[str, list]:
+    """Each member's requests since that time.monotonic(), from the simulator's log (its admin API, reached at the
+    address of `member`'s kubeconfig in `work`)."""
+    cluster = yaml.safe_load((work / f"{member}.kubeconfig").read_text())["clusters"][0]["cluster"]
     ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
     answer = httpx.post(cluster["server"].split("/clusters/")[0] + "/admin/requests", json={"since": since},
                         headers={"Authorization": f"Bearer {(work / 'admin-token').read_text().strip()}"},

@@ -41,7 +41,7 @@ from table import print_table  # noqa: E402
 from bench.api import database, prepare  # noqa: E402
 from bench.inventory import start_simulator  # noqa: E402
 from broker.process.settings import Settings  # noqa: E402
-from broker.process.testing import DEFAULT_LOOPS, Broker, leader_pid, wait_for  # noqa: E402
+from broker.process.testing import DEFAULT_LOOPS, Broker, leader_pid  # noqa: E402
 
 POLL = 0.25
 LAG = "archipelago_member_lane_lag_seconds"

@@ -9,6 +9,8 @@ Every copy carries the broker's labels, so the broker finds its copies by label,
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from typing import Any, Callable, Iterable, Mapping
 
 from clusters.member import (JOBSET_GROUP, JOBSET_VERSION, JOBSETS, NAMESPACES, PODS, MemberClient, MemberError,
@@ -137,9 +139,20 @@ def ensure_namespace(client: MemberClient, namespace: str) -> None:
     client.apply(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}, FIELD_MANAGER)
 
 
-def apply(client: MemberClient, jobset: dict[str, Any]) -> dict:
-    """Server-side apply with force: the broker owns the fields it sets, whoever touched them since."""
-    return client.apply(JOBSETS, jobset, FIELD_MANAGER)
+def apply(client: MemberClient, jobset: dict[str, Any], *, dry_run: bool = False) -> dict:
+    """Server-side apply with force: the broker owns the fields it sets, whoever touched them since. `dry_run`: the
+    member's validation and admission asked, nothing stored."""
+    return client.apply(JOBSETS, jobset, FIELD_MANAGER, dry_run=dry_run)
+
+
+def admission_key(jobset: Mapping[str, Any]) -> str:
+    """What a member's admission judges of a copy, as a digest: its namespace, labels, annotations and spec, before
+    the broker's labels and node pins (`stamp`). Copies of one template in one namespace share it, so one dry run
+    answers for all of them."""
+    metadata = jobset.get("metadata") or {}
+    judged = {"namespace": metadata.get("namespace"), "labels": metadata.get("labels") or {},
+              "annotations": metadata.get("annotations") or {}, "spec": jobset.get("spec") or {}}
+    return hashlib.sha256(json.dumps(judged, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def get(client: MemberClient, namespace: str, name: str) -> dict | None:

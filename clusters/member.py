@@ -221,13 +221,16 @@ class MemberClient:
         what = f"get {resource} {namespace + '/' if namespace else ''}{name}"
         return self._json(what, self._call(what, self._addressed("read", resource, name, namespace)))
 
-    def apply(self, resource: Resource, body: dict, field_manager: str) -> dict:
-        """Server-side apply with force: the field manager owns the fields it sets, whoever touched them since."""
+    def apply(self, resource: Resource, body: dict, field_manager: str, *, dry_run: bool = False) -> dict:
+        """Server-side apply with force: the field manager owns the fields it sets, whoever touched them since.
+        `dry_run`: validated and admitted as it would be (its admission webhooks and policies asked), nothing stored."""
         meta = body["metadata"]
-        what = f"apply {resource} {meta.get('namespace', '') and meta['namespace'] + '/'}{meta['name']}"
+        what = (f"{'dry-run ' if dry_run else ''}apply {resource} "
+                f"{meta.get('namespace', '') and meta['namespace'] + '/'}{meta['name']}")
         method = self._addressed("patch", resource, meta["name"], meta.get("namespace"))
+        extra = {"dry_run": "All"} if dry_run else {}
         return self._json(what, self._call(what, method, body=body, field_manager=field_manager, force=True,
-                                           _content_type=APPLY))
+                                           _content_type=APPLY, **extra))
 
     def delete(self, resource: Resource, name: str, namespace: str | None = None, *,
                propagation: str | None = None, uid: str | None = None) -> None:

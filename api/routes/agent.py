@@ -103,7 +103,8 @@ class Outcome(BaseModel):
 
     placement_id: int
     action: Literal["apply", "delete"]
-    kind: Literal["done", "retry", "fail"]
+    kind: Literal["done", "retry", "refuse", "fail"] = Field(description="refuse: the member's admission will not take "
+                                                                     "the copy; fail: it cannot be made there at all")
     error: str | None = None
     delay: float | None = Field(None, ge=0, description="seconds before the next try (retry); default: back-off")
     jobset: dict[str, Any] | None = Field(None, description="the member's answer to the apply (done)")
@@ -113,7 +114,7 @@ class Outcome(BaseModel):
     def _applied_copy(self) -> Outcome:
         if self.action == "apply" and self.kind == "done" and not (self.jobset or {}).get("metadata", {}).get("uid"):
             raise ValueError("a done apply sends the JobSet the member answered (with its metadata.uid)")
-        if self.action == "delete" and self.kind == "fail":
+        if self.action == "delete" and self.kind in ("fail", "refuse"):
             raise ValueError("a delete is done or retried: it never fails a job (kind done or retry)")
         return self
 

@@ -1,7 +1,8 @@
 """Status rules, pure: a member's JobSet status → a placement's status; placements → the job's.
 
-- `member_status`: what the broker keeps of a member JobSet (per ReplicatedJob counts, conditions,
-  restarts, terminal state, and the object's uid, generation and resourceVersion).
+- `member_status`: what the broker keeps of a member JobSet (per ReplicatedJob counts, conditions with their
+  reasons, restarts and those that count toward maxRestarts, terminal state, and the object's uid, generation and
+  resourceVersion).
 - `placement_state`: Starting (on the member, its pods not all ready), Running (every ReplicatedJob's Jobs
   ready or done, Kueue's PodsReady), Succeeded or Failed.
 - `aggregate`: `whole` — the one placement's status is the job's; `split` — counts summed over the
@@ -19,6 +20,8 @@ from typing import Any, Collection, Iterable, Mapping
 from broker.engine.jobset import MAX_RESTARTS_ANNOTATION
 
 COUNTS = ("ready", "active", "succeeded", "failed", "suspended")
+LIVE_COUNTS = ("ready", "active", "suspended")  # what a part whose copy went without a verdict shows no more of
+GONE_STATES = ("Deleting", "Deleted")
 _TERMINAL = {"Completed": "Succeeded", "Failed": "Failed"}
 _IGNORING_MAX = ("RestartJobSetAndIgnoreMaxRestarts", "RestartJobAndIgnoreMaxRestarts")
 
@@ -37,9 +40,19 @@ def member_status(jobset: Mapping[str, Any]) -> dict[str, Any]:
     if not terminal:
         terminal = next((c["type"] for c in conditions if c.get("type") in _TERMINAL and c.get("status") == "True"),
                         None)
-    return {"replicatedJobs": counts, "expected": expected, "conditions": conditions, "restarts": int(status.get("restarts") or 0),
+    counted = status.get("restartsCountTowardsMax")  # JobSet ≥ v0.8; None from an older controller
+    return {"replicatedJobs": counts, "expected": expected, "conditions": conditions,
+            "restarts": int(status.get("restarts") or 0),
+            "restartsCountTowardsMax": None if counted is None else int(counted),
             "terminalState": terminal, "uid": metadata.get("uid"), "generation": metadata.get("generation"),
             "resourceVersion": metadata.get("resourceVersion")}
+
+
+def counted_restarts(status: Mapping[str, Any]) -> int:
+    """The restarts that count toward the JobSet's maxRestarts, as its member's controller counts them (restarts
+    by a rule that ignores maxRestarts do not); all its restarts where the controller does not say."""
+    counted = status.get("restartsCountTowardsMax")
+    return int(status.get("restarts") or 0) if counted is None else int(counted)
 
 
 def placement_state(status: Mapping[str, Any]) -> str:
@@ -138,17 +151,20 @@ def aggregate(policy: Policy, parts: Iterable[PartView], federation_restarts: in
     """The job's status from its parts' current placements."""
     parts = sorted(parts, key=lambda p: list(policy.replicas).index(p.part) if p.part in policy.replicas else -1)
     summed = {name: dict.fromkeys(COUNTS, 0) for name in policy.replicas}
-    conditions, restarts = [], federation_restarts
+    conditions, restarts, counted = [], federation_restarts, federation_restarts
     for view in parts:
+        gone = view.state in GONE_STATES  # its pods are gone with its copy: none ready or active any more
         for name, counts in (view.status.get("replicatedJobs") or {}).items():
             for key in COUNTS:
-                summed.setdefault(name, dict.fromkeys(COUNTS, 0))[key] += counts.get(key, 0)
+                if not (gone and key in LIVE_COUNTS):
+                    summed.setdefault(name, dict.fromkeys(COUNTS, 0))[key] += counts.get(key, 0)
         restarts += int(view.status.get("restarts") or 0)
+        counted += counted_restarts(view.status)
         for condition in view.status.get("conditions") or ():
             conditions.append({**condition, **({"part": view.part, "cluster": view.cluster} if view.part else
                                                {"cluster": view.cluster})})
     status = {"replicatedJobsStatus": [{"name": name, **counts} for name, counts in summed.items()],
-              "conditions": conditions, "restarts": restarts,
+              "conditions": conditions, "restarts": restarts, "restartsCountTowardsMax": counted,
               "parts": [{"part": v.part, "cluster": v.cluster, "state": v.state} for v in parts]}
     if policy.mode == "whole":
         view = parts[0] if parts else None

@@ -106,8 +106,8 @@ class Agent:
                             "error": f"waiting for the stale copy {what} (placement {owner}) to be deleted"}
             return {**outcome, "kind": "done", "jobset": jobsets.apply(self.member, item["jobset"]),
                     "adopted": adopted}
-        except MemberError as exc:
-            return {**outcome, "kind": "fail" if jobsets.is_permanent(exc) else "retry", "error": str(exc)}
+        except MemberError as exc:  # permanent: this member will not take it, another may
+            return {**outcome, "kind": "refuse" if jobsets.is_permanent(exc) else "retry", "error": str(exc)}
 
     def _delete(self, item: dict) -> dict:
         outcome = {"placement_id": item["placement_id"], "action": "delete"}

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -44,7 +45,7 @@ from broker.store.db.runtime import Database, record_in_turns, write_in_slices
 from broker.store.outbox import (KEPT_STATES, VERDICT_STATES, Changes, StartupPolicy, Unready, Work,
                                  cancellations_or_fail_over_due, due_work, evict_all_unready, fail_apply, fail_over,
                                  finish_apply, finish_delete, kept_placements, lock_jobs, overdue_startups,
-                                 placement_owner, request_deletions, retry_later, start_apply)
+                                 placement_owner, refuse_apply, request_deletions, retry_later, start_apply)
 from clusters import jobsets
 from clusters.kubeconfig import KubeconfigError
 from clusters.member import MemberClient, MemberError
@@ -63,6 +64,9 @@ RETRY_CAP = 60.0
 # SQLite's write lock 60-80 ms (bench/leader_api.py) while the submissions waited. Fewer where they take longer.
 APPLIES_PER_TRANSACTION = 1_000
 LANE_WIDTH = 4  # calls in flight to one member at once (its MemberClient pool keeps more connections)
+# How long a member's answer to a dry run stands for the copies of the same admission key: its admission (webhooks,
+# policies, quotas, namespace labels) may change, and a refusal may be lifted.
+ADMISSION_TTL = 60.0
 
 
 def crash_point(step: str) -> None:
@@ -86,6 +90,8 @@ class DispatcherService(LoopService):
         self._lanes: dict[int, ThreadPoolExecutor] = {}  # cluster id → that member's calls
         self._namespaces: set[tuple[int, str]] = set()  # (cluster id, namespace) known to exist
         self._swept: set[int] = set()  # members swept since this process met them or they came back
+        # (cluster id, admission key) -> (monotonic time, the member's refusal, or None: admitted), `_ask_admission`
+        self._admission: dict[tuple[int, str | None], tuple[float, str | None]] = {}
 
     def run_once(self) -> Changes:
         now = self.now()
@@ -136,7 +142,16 @@ class DispatcherService(LoopService):
         if refused:
             changes.add(self._record([Outcome(w, "fail", w.refused) for w in refused]))
             applies = [w for w in applies if w.refused is None]
+        groups = sorted({(w.cluster_id, w.namespace) for w in applies})
+        found = dict(zip(groups, self._pool.map(lambda g: self._existing(reachable[g[0]], g[1]), groups)))
         decided = [w for w in applies if w.state == "Decided"]
+        if decided:  # each member asked first whether it would admit them (a dry run): a refusal touches nothing
+            asked = self._ask_admission(decided, reachable, found)
+            if asked:
+                changes.add(self._record(asked))
+                held = {o.work.placement_id for o in asked}
+                applies = [w for w in applies if w.placement_id not in held]
+                decided = [w for w in decided if w.placement_id not in held]
         if decided:
             started: set[int] = set()  # committed before any member is touched, a slice per transaction
             write_in_slices(self.database, decided, most=APPLIES_PER_TRANSACTION,
@@ -144,8 +159,6 @@ class DispatcherService(LoopService):
             crash_point("applying")
             applies = [w if w.state == "Applying" else replace(w, state="Applying") for w in applies
                        if w.state == "Applying" or w.placement_id in started]
-        groups = sorted({(w.cluster_id, w.namespace) for w in applies})
-        found = dict(zip(groups, self._pool.map(lambda g: self._existing(reachable[g[0]], g[1]), groups)))
         changes.add(self._in_lanes(applies, lambda w: self._apply(w, reachable[w.cluster_id],
                                                                   found[(w.cluster_id, w.namespace)]), "applied",
                                    reachable)[1])
@@ -264,6 +277,55 @@ class DispatcherService(LoopService):
         except MemberError as exc:
             return self._member_error(work, exc)
 
+    def _ask_admission(self, works: list[Work], members: dict[int, Any],
+                       found: dict[tuple[int, str], Any]) -> list[Outcome]:
+        """What the members' admission (validation, webhooks, Pod Security, quotas) says of the copies about to be
+        applied for the first time, before anything is made there: the outcomes of those that cannot go now (refused,
+        or their member not answering); the others are applied.
+
+        A copy of what a member refused within ADMISSION_TTL seconds (the same admission key) is refused again without
+        a request. The parts of a split JobSet are asked by a server-side dry run, one per admission key and member
+        (it answers for the others for ADMISSION_TTL seconds): all or nothing, no part starts where another part
+        would be refused. A whole JobSet is not asked apart: its apply asks the same, and makes nothing if refused."""
+        now = time.monotonic()
+        self._admission = {key: known for key, known in self._admission.items() if now - known[0] < ADMISSION_TTL}
+        held, asking = [], {}
+        for work in works:
+            key = (work.cluster_id, work.admission_key)
+            known = self._admission.get(key)
+            existing = found[(work.cluster_id, work.namespace)]
+            if known is not None:
+                if known[1] is not None:
+                    held.append(Outcome(work, "refuse", known[1]))
+            # a name held already (a stale copy, another job's, someone else's object) is the apply's to sort out: a
+            # dry run would be judged as a change to that object
+            elif jobsets.PART_LABEL in work.jobset["metadata"]["labels"] and not (
+                    isinstance(existing, dict) and work.name in existing):
+                asking.setdefault(key, []).append(work)
+        futures = {key: self._lane(key[0]).submit(self._dry_run, alike[0], members[key[0]],
+                                                  found[(alike[0].cluster_id, alike[0].namespace)])
+                   for key, alike in asking.items()}
+        for key, future in futures.items():
+            answer = future.result()
+            if answer is None:
+                self._admission[key] = (now, None)
+            else:
+                held += [replace(answer, work=work) for work in asking[key]]
+        return held
+
+    def _dry_run(self, work: Work, member: Any, existing: dict[str, dict] | MemberError | str) -> Outcome | None:
+        """None: the member would admit the copy."""
+        if isinstance(existing, MemberError):
+            return self._member_error(work, existing)
+        if isinstance(existing, str):
+            return Outcome(work, "retry", existing)
+        self.database.ensure_leading()
+        try:
+            jobsets.apply(self._client(member), work.jobset, dry_run=True)
+            return None
+        except MemberError as exc:
+            return self._member_error(work, exc)
+
     def _clear_the_way(self, work: Work, client: MemberClient, existing: dict) -> Outcome | None:
         """Another object holds the name: delete it if it is a stale copy of the broker's (None: the way
         is clear), else wait or fail."""
@@ -338,8 +400,9 @@ class DispatcherService(LoopService):
         MEMBER_ERRORS.labels(work.cluster).inc()
         if exc.reason == "NotFound":
             self._namespaces.discard((work.cluster_id, work.namespace))  # the namespace may be gone
-        if not work.deletes and jobsets.is_permanent(exc):
-            return Outcome(work, "fail", str(exc))
+        if not work.deletes and jobsets.is_permanent(exc):  # the member will not take it: another member may
+            self._admission[(work.cluster_id, work.admission_key)] = (time.monotonic(), str(exc))
+            return Outcome(work, "refuse", str(exc))
         return Outcome(work, "retry", str(exc))
 
 
@@ -361,6 +424,8 @@ def record_outcomes(database: Database, outcomes: list[Outcome], now: datetime) 
             changes.add(finish_delete(session, o.work, now))
         elif o.kind == "done":
             changes.add(finish_apply(session, o.work, o.jobset, now, adopted=o.adopted))
+        elif o.kind == "refuse" and not o.work.deletes:
+            changes.add(refuse_apply(session, o.work, o.error, now))
         elif o.kind == "fail" and not o.work.deletes:  # a deletion is done or retried: it never fails a job
             changes.add(fail_apply(session, o.work, o.error, now))
         else:
@@ -396,7 +461,7 @@ def assigned_work(database: Database, cluster_id: int, now: datetime) -> tuple[l
 
 
 def reported_outcomes(database: Database, cluster_id: int, reports: list[dict[str, Any]], now: datetime) -> Changes:
-    """What a pull member's agent did with its work (`action` apply or delete; `kind` done, retry or fail),
+    """What a pull member's agent did with its work (`action` apply or delete; `kind` done, retry, refuse or fail),
     recorded as the dispatcher records its own calls. A report of another cluster's placement is ignored."""
     with database.read() as session:
         rows = {p.id: (p, namespace, name) for p, namespace, name in session.execute(
@@ -418,7 +483,8 @@ def reported_outcomes(database: Database, cluster_id: int, reports: list[dict[st
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a member call came to: done, retry (after `delay`, else back-off) or fail (for good)."""
+    """What a member call came to: done, retry (after `delay`, else back-off), refuse (the member's admission will
+    not take the copy: placed elsewhere) or fail (for good)."""
 
     work: Work
     kind: str

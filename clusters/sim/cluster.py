@@ -13,6 +13,7 @@ from clusters.rules.patches import merge_patch, strategic_merge_patch
 from clusters.sim import patch as patches
 from clusters.sim.clock import SimClock, rfc3339
 from clusters.sim.controller import Controller
+from clusters.sim.deletion import Deletion, not_found
 from clusters.sim.objects import name_suffix
 from clusters.sim.rbac import Rbac
 from clusters.sim.resources import (CRDS, HYPERNODES, HYPERNODE_PRINTER_COLUMNS, JOBS, JOBSETS, JOBSET_PRINTER_COLUMNS,
@@ -21,21 +22,18 @@ from clusters.sim.scenario import ClusterSpec
 from clusters.sim.store import ApiError, Filter, Store
 from clusters.sim.validation import (DNS1035_LABEL, DNS1123_LABEL, Errors, check_name, default_job, default_jobset,
                                      qos_class, validate_hypernode, validate_jobset)
+from clusters.sim.webhooks import check_jobset_features
 
 _SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _CUSTOM = (JOBSETS, HYPERNODES)
 
 
-def not_found(kind: Kind, name: str) -> ApiError:
-    return ApiError(404, "NotFound", f'{kind.key} "{name}" not found',
-                    {"name": name, "group": kind.group, "kind": kind.plural})
-
-
-class SimCluster:
+class SimCluster(Deletion):
     def __init__(self, spec: ClusterSpec, clock: SimClock, wake: Callable[[], None] = lambda: None) -> None:
         self.name, self.labels, self.token = spec.name, spec.labels, spec.token
         self.version, self.default_duration = spec.version, spec.duration
         self.jobset_counts, self.controller_lag = spec.jobset_counts, spec.controller_lag
+        self.pod_termination, self.jobset_refuses = spec.pod_termination, spec.jobset_refuses
         self.unpullable_images = spec.unpullable_images
         self.clock = clock
         self._wake = wake
@@ -43,6 +41,7 @@ class SimCluster:
         self.catalog = Catalog(jobset=spec.jobset, hypernodes=spec.hypernode_mode == "crd")
         self.kinds = {k.key: k for k in self.catalog.kinds}
         self.store = Store(spec.watch_history)
+        self.foreground: set[tuple[str, str, str]] = set()  # (kind key, namespace, name) deleted in the foreground
         self.rbac = Rbac(self, spec.token, spec.access_reviews)
         self.controller = Controller(self)
         self.pod_ip_seq = 0
@@ -151,8 +150,10 @@ class SimCluster:
             meta["name"] = meta["generateName"] + name_suffix()
         name = meta["name"]
         self._check_namespace(kind, namespace)
-        if self.store.get(kind.key, namespace if kind.namespaced else "", name) is not None:
-            raise ApiError(409, "AlreadyExists", f'{kind.key} "{name}" already exists',
+        existing = self.store.get(kind.key, namespace if kind.namespaced else "", name)
+        if existing is not None:
+            going = "object is being deleted: " if existing["metadata"].get("deletionTimestamp") else ""
+            raise ApiError(409, "AlreadyExists", f'{going}{kind.key} "{name}" already exists',
                            {"name": name, "group": kind.group, "kind": kind.plural})
         for transient in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
             meta.pop(transient, None)
@@ -252,67 +253,6 @@ class SimCluster:
             return self._remove(kind, new, "Background")
         return self.store.put(kind.key, new)
 
-    def delete(self, kind: Kind, namespace: str, name: str, propagation: str | None = None,
-               preconditions: dict | None = None, dry_run: bool = False) -> dict:
-        if "delete" not in kind.verbs:
-            raise ApiError(405, "MethodNotAllowed", f"delete is not supported on {kind.key}")
-        obj = self.get(kind, namespace, name)
-        pre = preconditions or {}
-        if pre.get("resourceVersion") and pre["resourceVersion"] != obj["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {kind.key} "{name}": the '
-                           "ResourceVersion in the precondition does not match the ResourceVersion in record")
-        if pre.get("uid") and pre["uid"] != obj["metadata"]["uid"]:
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {kind.key} "{name}": the UID in the '
-                           "precondition does not match the UID in record")
-        if propagation not in (None, "Orphan", "Background", "Foreground"):
-            raise ApiError(400, "BadRequest", f"unsupported propagationPolicy {propagation!r}")
-        if dry_run:
-            return obj
-        return self.delete_object(kind, namespace, name, propagation or "Background")
-
-    def delete_object(self, kind: Kind, namespace: str, name: str, propagation: str) -> dict:
-        """Delete with garbage collection of dependents; objects with finalizers only get a deletionTimestamp."""
-        obj = self.store.get(kind.key, namespace if kind.namespaced else "", name)
-        if obj is None:
-            raise not_found(kind, name)
-        if kind is NAMESPACES or obj["metadata"].get("finalizers"):
-            if obj["metadata"].get("deletionTimestamp"):
-                return obj
-            meta = {**obj["metadata"], "deletionTimestamp": self.now(), "deletionGracePeriodSeconds": 0}
-            marked = {**obj, "metadata": meta}
-            if kind is NAMESPACES:
-                marked["status"] = {**obj.get("status", {}), "phase": "Terminating"}
-            return self.store.put(kind.key, marked)
-        return self._remove(kind, obj, propagation)
-
-    def _remove(self, kind: Kind, obj: dict, propagation: str) -> dict:
-        uid = obj["metadata"]["uid"]
-        for child_key, ns, child in sorted(self.store.owned.get(uid, ())):
-            child_kind = self.kinds[child_key]
-            current = self.store.get(child_key, ns, child)
-            if current is None:
-                continue
-            if propagation == "Orphan":
-                refs = [r for r in current["metadata"].get("ownerReferences") or () if r.get("uid") != uid]
-                meta = {**current["metadata"], "ownerReferences": refs}
-                if not refs:
-                    meta.pop("ownerReferences")
-                self.store.put(child_key, {**current, "metadata": meta})
-            else:
-                self.delete_object(child_kind, ns, child, "Background")
-        meta = obj["metadata"]
-        return self.store.delete(kind.key, meta.get("namespace") or "", meta["name"]) or obj
-
-    def purge_namespace(self, namespace: str) -> None:
-        for kind in self.catalog.kinds:
-            if kind.namespaced:
-                for obj in list(self.store.items(kind.key)):
-                    if obj["metadata"]["namespace"] == namespace and \
-                            self.store.get(kind.key, namespace, obj["metadata"]["name"]) is not None:
-                        self._remove(kind, obj, "Background")
-        ns = self.store.get(NAMESPACES.key, "", namespace)
-        if ns is not None:
-            self.store.delete(NAMESPACES.key, "", namespace)
 
     # admission -----------------------------------------------------------------------------------
     def _admit(self, kind: Kind, obj: dict, old: dict | None) -> dict:
@@ -320,6 +260,7 @@ class SimCluster:
         if kind is JOBSETS:
             obj = default_jobset(obj)
             validate_jobset(kind, obj, old)
+            check_jobset_features(obj, self.jobset_refuses)
             return obj
         if kind is HYPERNODES:
             validate_hypernode(kind, obj, old)

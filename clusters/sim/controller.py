@@ -109,7 +109,8 @@ class Controller(Kubelet, Scheduler, JobController, JobSetController):
 
     def needs_step(self, now: float) -> bool:
         return bool(self.dirty_jobsets or self.dirty_jobs or self.schedule_needed or self.to_start
-                    or self.terminating or self.cluster.rbac.needs_step() or (self.timers and self.timers[0][0] <= now))
+                    or self.terminating or self.cluster.foreground or self.cluster.rbac.needs_step()
+                    or (self.timers and self.timers[0][0] <= now))
 
     def next_due(self) -> float | None:
         return self.timers[0][0] if self.timers else None
@@ -132,11 +133,16 @@ class Controller(Kubelet, Scheduler, JobController, JobSetController):
                 self.dirty_jobsets.add((ns, name))
             elif what == "job":
                 self.dirty_jobs.add((ns, name))
+            elif what == "terminated":
+                pod = self.store.get(PODS.key, ns, name)
+                if pod and pod["metadata"]["uid"] == uid:
+                    self.cluster.remove_terminated(pod)
             elif what == "ttl":
                 js = self.store.get(JOBSETS.key, ns, name)
                 if js and js["metadata"]["uid"] == uid:
                     self.cluster.delete_object(JOBSETS, ns, name, "Background")
         for _ in range(100):
+            self.cluster.collect_garbage()
             if self.terminating:
                 for ns in sorted(self.terminating):
                     self.cluster.purge_namespace(ns)
@@ -164,4 +170,5 @@ class Controller(Kubelet, Scheduler, JobController, JobSetController):
                 self.schedule_needed = False
                 self.schedule(now)
             if not (self.dirty_jobsets or self.dirty_jobs or self.to_start or self.schedule_needed or self.terminating):
+                self.cluster.collect_garbage()  # what this pass's deletions left to finish
                 break

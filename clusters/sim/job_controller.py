@@ -33,8 +33,8 @@ class JobController:
         return now < self.first_seen[uid] + lag
 
     def reconcile_job(self, job: dict, now: float) -> None:
-        if self._lagging(job, "job", now):
-            return
+        if job["metadata"].get("deletionTimestamp") or self._lagging(job, "job", now):
+            return  # a Job being deleted makes no pods (its foreground deletion waits for them to go)
         spec, status = job.get("spec", {}), job.get("status", {})
         pods = self._children(job, PODS.key)
         active = [p for p in pods if p.get("status", {}).get("phase") not in TERMINAL

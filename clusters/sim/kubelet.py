@@ -15,6 +15,10 @@ from clusters.sim.resources import JOBSETS, PODS
 class Kubelet:
     """A part of `Controller`, whose `__init__` sets the state it reads."""
 
+    def terminating_pod(self, pod: dict, until: float) -> None:
+        """A deleted pod's grace period: it goes at `until` (the `terminated` timer)."""
+        self._timer(until, "terminated", pod)
+
     def _owner_jobset(self, pod: dict) -> dict | None:
         name = (pod["metadata"].get("labels") or {}).get(JOBSET_NAME)
         return self.store.get(JOBSETS.key, pod["metadata"]["namespace"], name) if name else None

@@ -21,6 +21,10 @@ clusters:
                                  # allowed what RBAC grants them (clusters/sim/rbac.py)
   access_reviews: true           # false: no SelfSubjectAccessReview API (404), as on some managed control planes
   watch_history: 2000            # events kept per resource for watches; older ones give 410 Gone
+  jobset_refuses: []             # JobSet features its webhook refuses (feature gates off): RestartJob,
+                                 # InPlaceRestart, VolumeClaimPolicies (clusters/sim/webhooks.py)
+  pod_termination: 0s            # how long a deleted running pod stays Terminating (its grace period) before
+                                 # its kubelet lets it go; a foreground deletion waits for it
   controller_lag: 0s             # a busy control plane: a new JobSet gets its Jobs, and a new Job its pods,
                                  # only this long (simulated) after it appeared
   unpullable_images: []          # image patterns (fnmatch, e.g. "*.invalid/*") whose pods are bound to a node
@@ -43,6 +47,8 @@ from typing import Any
 
 import yaml
 
+from clusters.sim.webhooks import FEATURES
+
 HOSTNAME = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
 REGION = "topology.kubernetes.io/region"
@@ -52,7 +58,8 @@ _MODES = ("crd", "labels", "none")
 JOBSET_COUNTS = ("current", "omitted", "lagging")
 _KEYS = {"name", "labels", "nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology",
          "hypernodes", "pools", "jobset", "version", "duration", "token", "watch_history", "jobset_counts",
-         "controller_lag", "unpullable_images", "access_reviews", "aliases"}
+         "controller_lag", "unpullable_images", "access_reviews", "aliases", "pod_termination",
+         "jobset_refuses"}
 _POOL_KEYS = {"nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology"}
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -71,6 +78,8 @@ class ClusterSpec:
     watch_history: int = 2000
     jobset_counts: str = "current"
     controller_lag: float = 0.0
+    pod_termination: float = 0.0
+    jobset_refuses: tuple[str, ...] = ()
     unpullable_images: tuple[str, ...] = ()
     access_reviews: bool = True
     aliases: tuple[str, ...] = ()  # more names it is served under (/clusters/<alias>), as a second address would
@@ -128,12 +137,18 @@ def build_cluster(entry: dict[str, Any]) -> ClusterSpec:
                        watch_history=int(entry.get("watch_history", 2000)),
                        jobset_counts=entry.get("jobset_counts", "current"),
                        controller_lag=parse_duration(entry.get("controller_lag", 0)),
+                       pod_termination=parse_duration(entry.get("pod_termination", 0)),
+                       jobset_refuses=tuple(str(f) for f in entry.get("jobset_refuses") or ()),
                        unpullable_images=tuple(str(i) for i in entry.get("unpullable_images") or ()),
                        access_reviews=bool(entry.get("access_reviews", True)),
                        aliases=tuple(str(a) for a in entry.get("aliases") or ()))
     for alias in spec.aliases:
         if not _LABEL.match(alias):
             raise ValueError(f"cluster {name}: alias {alias!r} must be a DNS-1123 label")
+    unknown_features = set(spec.jobset_refuses) - set(FEATURES)
+    if unknown_features:
+        raise ValueError(f"cluster {name}: jobset_refuses names unknown features {sorted(unknown_features)}; "
+                         f"known: {list(FEATURES)}")
     if entry.get("token"):
         spec.token = str(entry["token"])
     return spec

@@ -154,3 +154,13 @@ def test_drift_reported_on_the_job_stays_in_its_status(outbox):
 def test_a_job_gone_meanwhile_is_nothing_to_settle(outbox):
     changes = outbox.write(settle_job, 999, NOW)
     assert (changes.requeued, changes.freed, changes.dispatch) == (set(), False, False)
+
+
+def test_a_whole_jobs_restart_count_is_what_its_members_policy_counts_toward_max_restarts(outbox):
+    """Restarts by a rule that ignores maxRestarts (RestartJobSetAndIgnoreMaxRestarts) are not the job's to count:
+    the member's `restartsCountTowardsMax` says which did count (issue #45, case 3)."""
+    status = {**seen(ready=1), "restarts": 3, "restartsCountTowardsMax": 1}
+    job = outbox.job({"state": "Running", "status": status}, state="Running")
+    outbox.write(settle_job, job, NOW)
+    running = outbox.read_job(job)
+    assert (running.restart_count, running.status["restarts"], running.status["restartsCountTowardsMax"]) == (1, 3, 1)

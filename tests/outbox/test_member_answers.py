@@ -1,5 +1,6 @@
 """What the dispatcher records of a member's answer other than an applied copy: try again later (retry_later),
-refused for good (fail_apply), deleted (finish_delete); and the wake-ups a step asks for (Changes)."""
+refused by the member's admission (refuse_apply: placed elsewhere), failed for good (fail_apply), deleted
+(finish_delete); and the wake-ups a step asks for (Changes)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from broker.store.db import runtime
 from broker.store.db.models import Placement
 from broker.store.db.runtime import WRITE_BUDGET, within
 from broker.store.outbox import (Changes, Work, due_work, fail_apply, finish_delete, lock_jobs, placement_owner,
-                                 retry_later, settle_job)
+                                 refuse_apply, retry_later, settle_job)
 from tests.locks import ticking, write_transactions
-from tests.outbox.conftest import NOW, seen
+from tests.outbox.conftest import NOW, manifest, seen
 
 
 def _work(outbox, job: int) -> Work:
@@ -156,3 +157,36 @@ def test_a_large_batch_of_outcomes_is_recorded_in_bounded_transactions(outbox, m
         dispatcher.record_outcomes(outbox.db, [dispatcher.Outcome(w, "retry", "timed out", 30.0) for w in works], NOW)
     assert len(transactions) == 3
     assert [outbox.placements(job)[0].attempts for job in jobs] == [1] * outcomes
+
+
+def test_a_member_whose_admission_refuses_the_copy_is_out_for_the_job_which_goes_back_to_its_queue(outbox):
+    """Its words are kept for the scheduler (the MemberAdmission filter) and told; nothing was made there, so the
+    placement is gone, not failed (issue #45, case 2)."""
+    job = outbox.job({"state": "Decided"}, state="Admitted")
+    refusal = 'admission webhook "vjobset.kb.io" denied the request: the RestartJob feature gate is disabled'
+    changes = outbox.write(refuse_apply, _work(outbox, job), refusal, NOW)
+    assert changes.requeued == {job} and changes.freed
+    [placement] = outbox.placements(job)
+    assert (placement.state, placement.last_error) == ("Deleted", f"refused: {refusal}")
+    queued = outbox.read_job(job)
+    assert (queued.state, queued.refused) == ("Queued", {"eu-west": refusal})
+    assert queued.reason == f"eu-west refused it: {refusal}; us-east may take it"
+    assert [reason for reason, _ in outbox.events(job)] == ["Refused", "Requeued"]
+
+
+def test_a_split_job_refused_on_one_member_goes_back_whole(outbox):
+    job = outbox.job({"part": "a", "state": "Decided"}, {"part": "b", "state": "Decided", "cluster": "us-east"},
+                     state="Admitted", mode="split", spec=manifest("a", "b"))
+    outbox.write(refuse_apply, _work(outbox, job), "forbidden", NOW)
+    assert {p.part: p.state for p in outbox.placements(job)} == {"a": "Deleted", "b": "Deleting"}
+    assert outbox.read_job(job).state == "Queued"
+
+
+def test_a_job_every_member_it_could_go_to_refused_fails_with_their_words(outbox):
+    """us-east is out by the job's cluster selector: eu-west's refusal is the last word."""
+    spec = manifest(annotations={"archipelago.io/cluster-selector": "region=eu"})
+    job = outbox.job({"state": "Decided"}, state="Admitted", spec=spec)
+    outbox.write(refuse_apply, _work(outbox, job), "exceeded quota: gpus", NOW)
+    failed = outbox.read_job(job)
+    assert (failed.state, failed.reason) == (
+        "Failed", "every member it could run on refused it (eu-west: exceeded quota: gpus)")

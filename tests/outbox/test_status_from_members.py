@@ -300,3 +300,16 @@ def test_a_list_locks_the_jobs_of_the_copies_it_misses_with_those_it_shows(outbo
     assert against_a_transaction_locking(outbox.db, first, second,
                                          lambda: outbox.write(record_list, eu_west, listed, "20", NOW)).freed
     assert [outbox.placements(job)[0].state for job in (first, second)] == ["Failed", "Running"]
+
+
+def test_a_restart_by_the_members_failure_policy_is_an_event_saying_how_many_count(outbox):
+    job = outbox.job({"state": "Running", "member_uid": "uid-1", "status": seen(ready=1)}, state="Running")
+    restarted = lambda pid: {**on_member(pid, ready=1), "status": {  # noqa: E731
+        **on_member(pid, ready=1)["status"], "restarts": 2, "restartsCountTowardsMax": 1}}
+    _record(outbox, job, restarted)
+    assert outbox.events(job) == [("MemberRestarted", "on eu-west: its member restarted the JobSet (restart 2, 1 "
+                                                      "counting toward its maxRestarts)")]
+    _record(outbox, job, lambda pid: {**restarted(pid), "metadata": {**restarted(pid)["metadata"],
+                                                                      "resourceVersion": "12"}})
+    assert [reason for reason, _ in outbox.events(job)].count("MemberRestarted") == 1  # once per restart
+    assert outbox.read_job(job).restart_count == 1

@@ -373,3 +373,13 @@ def test_each_jobs_place_in_line_reads_its_own_demand():
                                                                             submitted_at=9_000.0)
     result = schedule(s, [big, small, medium], Config(max_holds=0))
     assert result.order == (big.id, small.id, medium.id)
+
+
+def test_a_job_goes_past_the_members_that_refused_it_and_says_so_for_each():
+    """Its copy refused by eu's admission (a webhook, a policy, a quota), it goes to us, emptier or not."""
+    s = snapshot([cluster("eu"), cluster("us")], [queue("q")])
+    refused = replace(job(gpus=8), refused={"eu": "exceeded quota: gpus"})
+    assert only(schedule(s, [refused])).cluster == "us"
+    s = snapshot([cluster("eu")], [queue("q")])
+    waiting = schedule(s, [refused]).waiting[refused.id]
+    assert waiting.clusters["eu"] == "its admission refused the JobSet: exceeded quota: gpus"

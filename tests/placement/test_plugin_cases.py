@@ -15,8 +15,8 @@ from broker.engine.jobset import parse_jobset
 from broker.engine.placement.decisions import Hold
 from broker.engine.placement.model import HyperNode, PendingJob
 from broker.engine.placement.plugins import (BinPacking, Candidate, ClusterState, ExclusiveTopology, HeldNodes,
-                                             Locality, NodeEligibility, RecentEviction, Request, Reservation, Spread,
-                                             TightestTier, TopologyBound)
+                                             Locality, MemberAdmission, NodeEligibility, RecentEviction, Request,
+                                             Reservation, Spread, TightestTier, TopologyBound)
 from broker.engine.placement.snapshot import ClusterIndex
 
 from .fixtures import GPU, cluster, fabric, hard, job, manifest, node
@@ -112,6 +112,14 @@ def test_recent_eviction_keeps_a_job_off_the_cluster_it_did_not_start_on_until_a
     assert RecentEviction().filter(request(avoided), eu) == (
         "its pods did not all become ready here within the startup timeout; avoided until 2026-12-01T10:00:00Z")
     assert RecentEviction().filter(request(replace(job(), avoided={"us": "2026-12-01T10:00:00Z"})), eu) is None
+
+
+def test_member_admission_keeps_a_job_off_a_member_that_refused_its_copy_in_that_members_words():
+    eu = index()
+    refused = replace(job(), refused={"eu": 'admission webhook "vjobset.kb.io" denied the request: no'})
+    assert MemberAdmission().filter(request(refused), eu) == (
+        'its admission refused the JobSet: admission webhook "vjobset.kb.io" denied the request: no')
+    assert MemberAdmission().filter(request(replace(job(), refused={"us": "no"})), eu) is None
 
 
 # -- node eligibility: why no node takes a pod --------------------------------------------------------------
@@ -331,8 +339,8 @@ def test_a_reason_given_once_is_given_again_for_the_same_shortfall_and_anew_afte
     eu = index(busy=range(4, 15))  # leaf-0-n0..n3 free (to be held), 8 GPUs free elsewhere
     holds = held(eu, ("old", "leaf-0", 1, leaf_names(0)[:4]))
     two = request(holds=holds, pods=2)
-    alone = f"needs 16 GPUs; 8 GPUs free outside the 4 nodes leaf-0-n0..leaf-0-n3 of HyperNode leaf-0 on eu, " \
-            f"held for job old, which has waited too long"
+    alone = "needs 16 GPUs; 8 GPUs free outside the 4 nodes leaf-0-n0..leaf-0-n3 of HyperNode leaf-0 on eu, " \
+            "held for job old, which has waited too long"
     assert Reservation().filter(two, eu) == alone
     assert Reservation().filter(request(holds=holds, pods=2), eu) == alone
     assert Reservation().filter(request(holds=holds, pods=3), eu) == alone.replace("needs 16", "needs 24")

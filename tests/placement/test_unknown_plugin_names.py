@@ -7,9 +7,9 @@ import pytest
 
 from broker.engine.placement import Config
 
-KNOWN = ("['Capacity', 'ClusterSelector', 'ClusterState', 'ExclusiveTopology', 'JobSetCRD', 'NodeEligibility', "
-         "'RecentEviction', 'Reservation', 'TaintToleration', 'TopologyBound', 'BinPacking', 'Locality', 'Spread', "
-         "'TightestTier']")
+KNOWN = ("['Capacity', 'ClusterSelector', 'ClusterState', 'ExclusiveTopology', 'JobSetCRD', 'MemberAdmission', "
+         "'NodeEligibility', 'RecentEviction', 'Reservation', 'TaintToleration', 'TopologyBound', 'BinPacking', "
+         "'Locality', 'Spread', 'TightestTier']")
 
 
 @pytest.mark.parametrize("settings, unknown", [

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import random
 import threading
-import time
 from collections import Counter
 from typing import Iterator
 

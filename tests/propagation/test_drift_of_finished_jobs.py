@@ -16,6 +16,7 @@ def test_a_copy_deleted_by_someone_else_after_a_cancel_is_reported_and_not_appli
     member = federation.sim.cluster(placement["cluster"])
     with member.lock:
         member.delete_object(JOBSETS, "team-a", "leaving", "Foreground")
+    federation.sim.settle()  # the member's garbage collector: its Jobs and pods gone, then the JobSet
 
     federation.status.run_once()  # the status loop sees the copy gone before the dispatcher deleted it
     lost = f"JobSet team-a/leaving was deleted on {placement['cluster']} by someone else"

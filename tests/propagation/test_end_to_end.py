@@ -137,7 +137,7 @@ def test_a_failed_split_part_is_replaced_alone_and_counts_toward_max_restarts(fe
                                                           succeeded=False)
     failed = federation.until_state(job, "Failed")
     assert failed["reason"] == "shard-a failed beyond its restarts (1 of 1)"
-    federation.step()
+    federation.run_until(lambda: [p.state for p in federation.placements(job) if p.part == "shard-b"] == ["Deleted"])
     assert {(p["part"], p["generation"]): p["state"] for p in federation.job(job)["placements"]} == {
         ("shard-a", 1): "Failed", ("shard-a", 2): "Failed", ("shard-b", 1): "Deleted"}
     assert not [c for c in federation.copies(job) if c["metadata"]["name"] == "retry-shard-b"]
@@ -157,14 +157,14 @@ def test_cancel_removes_every_copy(federation):
     assert federation.reasons(job)[-1] == "Cancelled"
 
 
-def test_a_member_refusing_the_jobset_fails_the_job_with_its_message(federation):
+def test_members_refusing_the_jobset_fail_the_job_with_their_messages(federation):
     manifest = jobset("refused")
     manifest["spec"]["coordinator"] = {"replicatedJob": "nobody"}  # the broker lets the member judge this
     job = federation.submit(manifest)
     failed = federation.until_state(job, "Failed")
-    assert "spec.coordinator.replicatedJob: Invalid value" in failed["reason"]
-    assert failed["placements"][0]["cluster"] in failed["reason"]
-    assert [p["state"] for p in failed["placements"]] == ["Failed"]
+    assert failed["reason"].startswith("every member it could run on refused it (eu-west: ")
+    assert failed["reason"].count("spec.coordinator.replicatedJob: Invalid value") == 2  # each member's words
+    assert [p["state"] for p in failed["placements"]] == ["Deleted", "Deleted"]  # asked first: nothing made there
     assert federation.copies(job) == []
 
 

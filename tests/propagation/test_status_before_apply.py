@@ -21,6 +21,7 @@ def _watch_between_answer_and_record(federation, monkeypatch, job: int, name: st
     def crash_point(step: str) -> None:
         if step != "applied-on-member":
             return
+        federation.sim.settle()  # the member's controllers have made its Jobs and pods (not "by now": told to)
         [copy] = federation.copies(job)
         member = federation.sim.cluster(copy["cluster"])
         with member.lock:

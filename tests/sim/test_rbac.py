@@ -87,7 +87,7 @@ def test_a_role_binding_grants_in_its_namespace_only(sim, api, namespace):
                           role_binding_namespace=namespace) as (theirs, _, _):
         core = client.CoreV1Api(theirs)
         assert core.list_namespaced_pod(namespace).items == []
-        assert f'in the namespace "default"' in _forbidden(lambda: core.list_namespaced_pod("default"))["message"]
+        assert 'in the namespace "default"' in _forbidden(lambda: core.list_namespaced_pod("default"))["message"]
 
 
 def test_a_token_dies_with_its_service_account(sim, api):

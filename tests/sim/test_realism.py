@@ -1,5 +1,6 @@
 """A simulated cluster that behaves as a busy real one when its scenario asks: controllers that lag, images
-that never pull, a JobSet controller whose counts are missing or late, and pods made by hand that hold nodes."""
+that never pull, a JobSet controller whose counts are missing or late, pods made by hand that hold nodes, and pods
+that take their grace period to terminate (a foreground deletion waits for them)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from .test_controller import _create, _pod_template, _pods, _status
 
 SCENARIO = {"clusters": [
     {"name": "busy", "nodes": 4, "node": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "8"},
-     "controller_lag": "10s", "unpullable_images": ["registry.invalid/*"]},
+     "controller_lag": "10s", "unpullable_images": ["registry.invalid/*"], "pod_termination": "30s"},
     {"name": "old", "nodes": 2, "node": {"cpu": "8", "memory": "32Gi"}, "jobset_counts": "omitted"},
 ]}
 MEMBER = "busy"
@@ -59,3 +60,29 @@ def test_a_jobset_controller_that_writes_no_counts(sim, namespace):
         sim.advance(120)
         status = _status(api, namespace, "quiet")
         assert status["terminalState"] == "Completed" and "replicatedJobsStatus" not in status
+
+
+def test_a_foreground_deletion_keeps_the_jobset_until_its_jobs_and_pods_are_gone(sim, api, namespace):
+    """As kube's garbage collector does: the JobSet stays, Terminating with the `foregroundDeletion` finalizer, while
+    its Jobs and pods go; a new one of its name must wait (issue #45, case 4)."""
+    _create(api, namespace, jobset("going", [("w", 1, 2)]))
+    sim.settle()
+    sim.advance(10)  # past the control plane's lag: its Jobs, then their pods
+    sim.advance(10)
+    assert len(_pods(api, namespace)) == 2
+    custom = client.CustomObjectsApi(api)
+    custom.delete_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", "going",
+                                           propagation_policy="Foreground")
+    going = custom.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", "going")
+    assert going["metadata"]["finalizers"] == ["foregroundDeletion"] and going["metadata"]["deletionTimestamp"]
+    try:
+        _create(api, namespace, jobset("going", [("w", 1, 1)]))
+        raise AssertionError("a JobSet of the name of one being deleted was created")
+    except client.ApiException as exc:
+        assert exc.status == 409 and "object is being deleted" in exc.body
+    sim.advance(29)
+    assert [p.metadata.deletion_timestamp is not None for p in _pods(api, namespace)] == [True, True]  # Terminating
+    assert custom.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", "going")
+    sim.advance(1)  # their grace period over: the pods go, then their Jobs, then the JobSet
+    assert custom.list_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", namespace, "jobsets")["items"] == []
+    assert _pods(api, namespace) == [] and client.BatchV1Api(api).list_namespaced_job(namespace).items == []

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.engine.status import (Aggregate, PartView, Policy, aggregate, failure_message, member_status, newer,
-                                  placement_state)
+from broker.engine.status import (Aggregate, PartView, Policy, aggregate, counted_restarts, failure_message,
+                                  member_status, newer, placement_state)
 
 ZERO = {"ready": 0, "active": 0, "succeeded": 0, "failed": 0, "suspended": 0}
 
@@ -27,13 +27,14 @@ def test_a_placement_keeps_the_members_counts_expectations_conditions_and_identi
                      "workers": {"replicas": 4, "dependsOn": [{"name": "driver", "status": "Ready"},
                                                               {"name": "init", "status": "Complete"}]}},
         "conditions": [{k: v for k, v in condition.items() if k != "observedGeneration"}],
-        "restarts": 2, "terminalState": "Failed", "uid": "u1", "generation": 3, "resourceVersion": "77"}
+        "restarts": 2, "restartsCountTowardsMax": None, "terminalState": "Failed", "uid": "u1", "generation": 3,
+        "resourceVersion": "77"}
     assert placement_state(status) == "Failed"
 
 
 def test_an_empty_jobset_keeps_empty_defaults():
     assert member_status({}) == {"replicatedJobs": {}, "expected": {}, "conditions": [], "restarts": 0,
-                                 "terminalState": None, "uid": None, "generation": None, "resourceVersion": None}
+                                 "restartsCountTowardsMax": None, "terminalState": None, "uid": None, "generation": None, "resourceVersion": None}
     assert placement_state(member_status({})) == "Starting"
 
 
@@ -124,7 +125,7 @@ def test_a_split_jobs_status_sums_its_parts_in_manifest_order_and_tags_their_con
         "replicatedJobsStatus": [{"name": "a", **ZERO, "succeeded": 1}, {"name": "b", **ZERO, "ready": 2, "active": 2},
                                  {"name": "c", **ZERO}, {"name": "x", **ZERO, "active": 1}],
         "conditions": [{**done, "part": "a", "cluster": "eu"}],
-        "restarts": 7,
+        "restarts": 7, "restartsCountTowardsMax": 7,
         "parts": [{"part": None, "cluster": "ap", "state": "Running"}, {"part": "a", "cluster": "eu", "state": "Succeeded"},
                   {"part": "b", "cluster": "us", "state": "Running"}]})
 
@@ -150,4 +151,28 @@ def test_a_whole_jobs_status_is_its_placements(state, verdict, terminal, message
     assert result.status["conditions"] == [{**failed, "cluster": "eu"}]  # no part named for a whole job
     assert result.status["replicatedJobsStatus"] == [{"name": "w", **ZERO, "failed": 2}]
     assert aggregate(policy, []) == Aggregate(None, {"replicatedJobsStatus": [{"name": "w", **ZERO}], "conditions": [],
-                                                     "restarts": 0, "parts": []})
+                                                     "restarts": 0, "restartsCountTowardsMax": 0, "parts": []})
+
+
+def test_the_restarts_that_count_are_the_members_own_count_where_it_gives_one():
+    """JobSet ≥ v0.8 counts apart the restarts its failure policy's rules say do not count toward maxRestarts
+    (RestartJobSetAndIgnoreMaxRestarts): the member says which (issue #45, case 3)."""
+    jobset = {"status": {"restarts": 5, "restartsCountTowardsMax": 2}}
+    assert (member_status(jobset)["restartsCountTowardsMax"], counted_restarts(member_status(jobset))) == (2, 2)
+    assert counted_restarts(member_status({"status": {"restarts": 5}})) == 5  # an older controller: all count
+    policy = Policy.of({"spec": {"replicatedJobs": [{"name": "w"}]}}, "whole")
+    view = PartView(None, "eu", "Running", member_status(jobset))
+    assert (aggregate(policy, [view]).status["restarts"], aggregate(policy, [view]).status[
+        "restartsCountTowardsMax"]) == (5, 2)
+
+
+def test_a_part_gone_without_a_verdict_shows_no_pods_ready_or_active_any_more():
+    """A finished split job's part that was still running is deleted: its counts keep what it did (succeeded,
+    failed), not pods that are gone (issue #45, case 3)."""
+    policy = Policy.of({"spec": {"replicatedJobs": [{"name": "a"}, {"name": "b"}],
+                                 "successPolicy": {"operator": "Any"}}}, "split")
+    for state in ("Deleting", "Deleted"):
+        result = aggregate(policy, [_view("a", "eu", "Succeeded", {"a": {"succeeded": 1}}),
+                                    _view("b", "us", state, {"b": {"ready": 1, "active": 1, "failed": 1}})])
+        assert result.status["replicatedJobsStatus"] == [{"name": "a", **ZERO, "succeeded": 1},
+                                                         {"name": "b", **ZERO, "failed": 1}]

@@ -67,8 +67,8 @@ def lent(cohort: Mapping[str, tuple[Resources, Resources]]) -> dict[str, dict[st
     result: dict[str, dict[str, int]] = {name: {} for name in cohort}
     for resource, total in borrowed.items():
         unused = sum(idle.get(resource, {}).values())
-        for name, amount in idle.get(resource, {}).items():
-            result[name][resource] = min(amount, total * amount // unused)
+        for name, spare in idle.get(resource, {}).items():
+            result[name][resource] = min(spare, total * spare // unused)
     return result
 
 

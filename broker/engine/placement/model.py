@@ -134,6 +134,8 @@ class PendingJob:
     previous_clusters: tuple[str, ...] = ()  # where it ran before (restarts, data locality)
     # clusters it was evicted from because its pods did not become ready in time -> until when (for people)
     avoided: Mapping[str, str] = field(default_factory=_empty)
+    # members whose admission refused its copy (a dry run or an apply answered 4xx) -> the member's words
+    refused: Mapping[str, str] = field(default_factory=_empty)
     # `shape_of(spec)`, when the caller computed it: jobs of one shape fit or not alike (a cycle's memo)
     shape: str | None = None
     # its place in its queue: 1. priority (higher first), 2. submission time, 3. id — made once, not every cycle

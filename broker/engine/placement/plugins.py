@@ -242,6 +242,17 @@ class RecentEviction:
         return None
 
 
+class MemberAdmission:
+    """A member whose admission refused the job's copy (its validation, a webhook, a policy, a quota): the job goes
+    elsewhere, in the member's own words here."""
+
+    name, depends_on_capacity, fixed = "MemberAdmission", False, True
+
+    def filter(self, request, cluster):
+        refusal = request.job.refused.get(cluster.name)
+        return f"its admission refused the JobSet: {refusal}" if refusal is not None else None
+
+
 class TightestTier:
     """Prefer the lowest tier (tier 1 = 100, tier 2 = 50, ...; spanning HyperNodes = 0)."""
 
@@ -291,5 +302,5 @@ class Locality:
 
 FILTERS: dict[str, type] = {p.name: p for p in (
     ClusterState, JobSetCRD, ClusterSelector, TaintToleration, NodeEligibility, Reservation, Capacity, ExclusiveTopology,
-    TopologyBound, RecentEviction)}
+    TopologyBound, RecentEviction, MemberAdmission)}
 SCORES: dict[str, type] = {p.name: p for p in (TightestTier, BinPacking, Spread, Locality)}

@@ -348,6 +348,9 @@ class Job(Base):
     evictions: Mapped[int] = mapped_column(Integer, default=0)
     requeue_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     avoid: Mapped[dict[str, str]] = mapped_column(Json, default=dict)
+    # the members whose admission refused its copy, with their words (cluster name -> message): never placed there
+    # again, and once every member it could go to refused it, it fails
+    refused: Mapped[dict[str, str]] = mapped_column(Json, default=dict, server_default="{}")
     cancel_requested_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     submitted_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     admitted_at: Mapped[datetime | None] = mapped_column(UtcDateTime())

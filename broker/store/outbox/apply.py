@@ -11,17 +11,20 @@ from typing import Any, Iterable
 from sqlalchemy import and_, exists, or_, select, update
 from sqlalchemy.orm import Session
 
+from broker.engine.jobset import CLUSTER_SELECTOR_ANNOTATION
 from broker.engine.overrides import OverrideError, apply_overrides
 from broker.engine.status import member_status, newer
 from broker.store import events
 from broker.store.cluster_overrides import cluster_labels, stored_rules
-from broker.store.db.models import JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES, Job, Placement
+from broker.store.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES, Cluster, Job,
+                                    Placement)
 from broker.store.db.session import in_chunks
 from broker.store.outbox.follow import follow_status
 from broker.store.outbox.locks import lock_job, lock_job_rows, lock_jobs, lock_placement
-from broker.store.outbox.settle import finish_job, job_event, settle_job
+from broker.store.outbox.settle import finish_job, job_event, requeue, settle_job
 from broker.store.outbox.work import KEPT_STATES, VERDICT_STATES, WORK_STATES, Changes, Work
-from clusters.jobsets import member_copy, member_name, stamp
+from clusters.jobsets import admission_key, member_copy, member_name, stamp
+from clusters.rules.labels import parse_selector
 
 
 def due_work(session: Session, now: datetime, cluster_ids: Iterable[int], limit: int = 1000) -> list[Work]:
@@ -59,7 +62,7 @@ def _rendered(work: Work, placement: Placement, manifest: Any, rules: list, labe
         jobset, applied = apply_overrides(rules, placement.cluster_name, labels, jobset)
     except OverrideError as exc:
         return replace(work, refused=str(exc))
-    return replace(work, overrides=applied, jobset=stamp(
+    return replace(work, overrides=applied, admission_key=admission_key(jobset), jobset=stamp(
         jobset, job_id=placement.job_id, placement_id=placement.id, generation=placement.generation,
         part=placement.part, assignments=placement.assignments))
 
@@ -158,6 +161,41 @@ def fail_apply(session: Session, work: Work, error: str, now: datetime) -> Chang
     if job.state not in JOB_FINISHED_STATES and job.cancel_requested_at is None:
         finish_job(session, job, "Failed", why, now)
     return settle_job(session, job.id, now).add(Changes(freed=True))
+
+
+def refuse_apply(session: Session, work: Work, error: str, now: datetime) -> Changes:
+    """The member's admission refused the copy (a dry run's or an apply's answer: invalid, forbidden, a webhook, a
+    policy, a quota): that member is out for this job, which goes back to its queue to be placed elsewhere (its
+    other parts with it: all or nothing), or fails once every member it could go to refused it."""
+    job = lock_job(session, work.job_id)
+    placement = lock_placement(session, work.placement_id)
+    if job is None or placement is None or placement.state != work.state:
+        return Changes()
+    # nothing was made there: the placement is gone (Deleted), not failed, or its job would fail with it
+    placement.state, placement.finished_at, placement.last_error = "Deleted", now, f"refused: {error}"
+    job.refused = {**(job.refused or {}), work.cluster: error}
+    job_event(session, job, "Refused", f"{work.cluster} refused the JobSet: {error}", warning=True)
+    if job.state in JOB_FINISHED_STATES or job.cancel_requested_at is not None:
+        return settle_job(session, job.id, now).add(Changes(freed=True))
+    left = _members_left(session, job)
+    if not left:
+        refusals = "; ".join(f"{cluster}: {why}" for cluster, why in sorted(job.refused.items()))
+        finish_job(session, job, "Failed", f"every member it could run on refused it ({refusals})", now)
+        return settle_job(session, job.id, now).add(Changes(freed=True))
+    for other in session.scalars(select(Placement).where(Placement.job_id == job.id, Placement.id != placement.id,
+                                                         Placement.state.in_(PLACEMENT_ACTIVE_STATES))
+                                 .with_for_update()):
+        other.state, other.last_error, other.next_attempt_at = "Deleting", f"{work.cluster} refused a part", None
+    requeue(session, job, f"{work.cluster} refused it: {error}; {', '.join(left)} may take it")
+    return settle_job(session, job.id, now).add(Changes(requeued={job.id}, dispatch=True, freed=True))
+
+
+def _members_left(session: Session, job: Job) -> list[str]:
+    """The registered members its cluster selector allows that have not refused it, by name."""
+    selector = parse_selector(((job.manifest.get("metadata") or {}).get("annotations") or {}).get(
+        CLUSTER_SELECTOR_ANNOTATION, ""))
+    return sorted(name for name, labels in session.execute(select(Cluster.name, Cluster.labels))
+                  if name not in (job.refused or {}) and selector.matches(labels or {}))
 
 
 # Delete ------------------------------------------------------------------------------------------

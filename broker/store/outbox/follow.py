@@ -171,7 +171,14 @@ def _vanished(session: Session, job: Job, placement: Placement, listed_version: 
 
 def follow_status(session: Session, job: Job, placement: Placement, status: dict[str, Any],
                    now: datetime) -> Changes:
-    """A placement's new member status: its state, and for a failed split part, restart or fail."""
+    """A placement's new member status: its state, and for a failed split part, restart or fail; a restart by the
+    member's own failure policy is an event."""
+    restarts = int(status.get("restarts") or 0)
+    if restarts > int((placement.status or {}).get("restarts") or 0):
+        counted = status.get("restartsCountTowardsMax")
+        job_event(session, job, "MemberRestarted", f"{part_where(placement)}: its member restarted the JobSet "
+                                                   f"(restart {restarts}" + ("" if counted is None else
+                                                   f", {counted} counting toward its maxRestarts") + ")")
     placement.status = status
     state = placement_state(status)
     if state == "Starting" and placement.state == "Running":

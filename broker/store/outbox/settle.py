@@ -52,8 +52,8 @@ def settle_job(session: Session, job_id: int, now: datetime) -> Changes:
         if job.cancel_requested_at is not None and job.state not in JOB_FINISHED_STATES and not live:
             finish_job(session, job, "Cancelled", "cancelled; removed from every member", now)
         return changes
-    if job.placement_mode == "whole":
-        job.restart_count = result.status["restarts"]
+    if job.placement_mode == "whole":  # the member's restarts that its failure policy counts toward maxRestarts
+        job.restart_count = result.status["restartsCountTowardsMax"]
     if result.state is not None:
         finish_job(session, job, result.state, result.message, now)
         return changes.add(settle_job(session, job_id, now))

@@ -31,6 +31,7 @@ class Work:
     jobset: dict[str, Any] | None  # what to apply; None for a deletion or a refusal
     overrides: tuple[str, ...] = ()  # the override rules that rewrote `jobset`, in order
     refused: str | None = None  # why an override rule makes the JobSet one the broker cannot send
+    admission_key: str | None = None  # what the member's admission judges of it (clusters.jobsets.admission_key)
 
     @property
     def deletes(self) -> bool:

@@ -41,6 +41,7 @@ class _PendingRow:
     record: PendingRecord
     requeue_at: datetime | None
     avoid: Mapping[str, str] | None
+    refused: Mapping[str, str] | None = None  # the members whose admission refused it, and their words
 
 
 class PendingJobs:
@@ -131,7 +132,8 @@ class PendingJobs:
                 record = PendingRecord(tenant_id=row.record.tenant_id, reason=waiting.message,
                                        reasons_digest=reasons_digest(waiting.clusters, digests))
                 self.rows[waiting.job_id] = _PendingRow(job=row.job, unplaceable=row.unplaceable, record=record,
-                                                        requeue_at=row.requeue_at, avoid=row.avoid)
+                                                        requeue_at=row.requeue_at, avoid=row.avoid,
+                                                        refused=row.refused)
         self.fence = outcome.fence
 
     def _read(self, session: Session, fence: int, now: float) -> list[int] | None:
@@ -142,7 +144,7 @@ class PendingJobs:
         Returns the jobs whose earlier placements to read: those just read and those placed before (None: all)."""
         columns = select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason,
                          json_text(Job.waiting_reasons), QueueRow.name, TenantRow.name, json_text(Job.avoid),
-                         Job.requeue_at) \
+                         Job.requeue_at, json_text(Job.refused)) \
             .join(QueueRow, QueueRow.id == Job.queue_id).join(TenantRow, TenantRow.id == Job.tenant_id)
         kept = self.rows
         full = self.fence != fence or self.reads_all(now)
@@ -167,9 +169,9 @@ class PendingJobs:
             for row in rows:
                 self.pause()
                 record = PendingRecord(row.tenant_id, row.reason, digests(row.waiting_reasons))
-                self._keep(row.id, _pending_row(row, record, texts(row.avoid), kept.get(str(row.id)),
-                                                recorded[records.get(row.id)], manifests.get(row.id), self.parts),
-                           in_order=not full)
+                self._keep(row.id, _pending_row(row, record, texts(row.avoid), texts(row.refused),
+                                                kept.get(str(row.id)), recorded[records.get(row.id)],
+                                                manifests.get(row.id), self.parts), in_order=not full)
         if full:  # each queue sorted once, rather than each job put in its place
             self.queued = Backlog.of(self.plain.values()).queues
         return None if full else sorted({*wanted, *map(int, self.others)})
@@ -196,7 +198,7 @@ class PendingJobs:
             self.ids.add(job_id)
             self.digest.add(job_id)
         self._unplain(key)
-        if row.job is not None and row.requeue_at is None and not row.avoid:
+        if row.job is not None and row.requeue_at is None and not row.avoid and not row.refused:
             self.plain[key] = row.job
             self.others.discard(key)
             if in_order:
@@ -291,8 +293,8 @@ def _recorded(text: str | None, memo: dict[str | None, tuple[PlacementSpec, str]
     return memo[text]
 
 
-def _pending_row(row: Any, record: PendingRecord, avoid: Mapping[str, str] | None, kept: _PendingRow | None,
-                 recorded: tuple[PlacementSpec, str] | None, manifest: dict | None,
+def _pending_row(row: Any, record: PendingRecord, avoid: Mapping[str, str] | None, refused: Mapping[str, str] | None,
+                 kept: _PendingRow | None, recorded: tuple[PlacementSpec, str] | None, manifest: dict | None,
                  parts: dict[str, tuple[PartSpec, ...]]) -> _PendingRow:
     """The row as read, with its placement spec: kept from an earlier read, else its record's (`_recorded`), else
     its manifest parsed. Jobs of one shape share one copy of their parts (`parts`, by shape): at 100,000 pending
@@ -316,7 +318,7 @@ def _pending_row(row: Any, record: PendingRecord, avoid: Mapping[str, str] | Non
         if shared is not spec.parts:
             spec = replace(spec, parts=shared)
     job = PendingJob(job_id, row[7], row[6], row.priority, as_utc(row.submitted_at).timestamp(), spec, shape=shape)
-    return _PendingRow(job, None, record, requeue_at, avoid or None)
+    return _PendingRow(job, None, record, requeue_at, avoid or None, refused or None)
 
 
 def read_pending(session: Session, inventory: Inventory, pending: PendingJobs) -> None:
@@ -358,9 +360,9 @@ def read_pending(session: Session, inventory: Inventory, pending: PendingJobs) -
         if held.get(job_id):  # the parts left are another shape: the engine shares answers by shape
             spec = replace(job.spec, parts=tuple(p for p in job.spec.parts if p.name not in held[job_id]))
             job = replace(job, spec=spec, shape=sys.intern(shape_of(spec)))
-        if job_id in previous or row.avoid:
+        if job_id in previous or row.avoid or row.refused:
             job = replace(job, previous_clusters=tuple(sorted(previous.get(job_id, ()))),
-                          avoided=_avoided(row.avoid, now))
+                          avoided=_avoided(row.avoid, now), refused=MappingProxyType(dict(row.refused or {})))
         if job.spec.parts:
             others.setdefault(job.queue, []).append(job)
     queues = dict(pending.queued)  # the kept lists (the commit changes them after the cycle), merged where others go

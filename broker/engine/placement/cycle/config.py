@@ -9,8 +9,9 @@ from typing import Mapping
 from broker.engine.placement.plugins import FILTERS, SCORES
 
 
-DEFAULT_FILTERS = ("ClusterState", "JobSetCRD", "RecentEviction", "ClusterSelector", "TaintToleration",
-                   "NodeEligibility", "Reservation", "Capacity", "ExclusiveTopology", "TopologyBound")
+DEFAULT_FILTERS = ("ClusterState", "JobSetCRD", "RecentEviction", "MemberAdmission", "ClusterSelector",
+                   "TaintToleration", "NodeEligibility", "Reservation", "Capacity", "ExclusiveTopology",
+                   "TopologyBound")
 DEFAULT_SCORE_WEIGHTS = MappingProxyType({"TightestTier": 4.0, "BinPacking": 2.0, "Spread": 0.0, "Locality": 1.0})
 
 

@@ -43,7 +43,7 @@ class Deciding:
         changed anything and could be placed nowhere: then it waits for the same reasons (a new leader's first cycle
         over a saturated federation decides each kind of job once, not each job). Not for a job that may take a
         hold, nor one with clusters to avoid or prefer (they read more than its shape)."""
-        if job.shape is None or job.avoided or job.previous_clusters or self._may_hold(job):
+        if job.shape is None or job.avoided or job.refused or job.previous_clusters or self._may_hold(job):
             return self.decide(job)
         key = (job.shape, job.queue, job.priority)
         if key in self.unplaced:
@@ -116,7 +116,7 @@ class Deciding:
         every cluster for thousands of jobs of hundreds of shapes, and a few kinds of constraints."""
         job = request.job
         key = (job.spec.cluster_selector, tuple((p.name, eligibility_key(p)) for p in request.parts),
-               tuple(job.avoided.items()))
+               tuple(job.avoided.items()), tuple(job.refused.items()))
         reasons = self.fixed_reasons.get(key)
         if reasons is None:
             reasons = self.fixed_reasons[key] = tuple(self._filter(request, cluster, self.fixed_filters)
@@ -137,7 +137,7 @@ class Deciding:
         # job's later part (Spread reads where the others went): kept per cluster while its version lasts (a decision
         # changes one or two clusters of fifty), and so is the line they make. The clusters a job avoids never get this
         # far (`_fixed_reasons`).
-        shared = job.shape is not None and not job.previous_clusters and not request.clusters_used
+        shared = job.shape is not None and not job.previous_clusters and not job.refused and not request.clusters_used
         known = self.estimates.setdefault((job.shape, request.part), {}) if shared else {}
         fixed_key, fixed = self._fixed_reasons(request)
         kind = self.lines.setdefault((job.shape, request.part), {}) if shared else {}

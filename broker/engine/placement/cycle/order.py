@@ -90,7 +90,7 @@ class QueueOrder:
         seen: dict[tuple, tuple[bool, int]] = {}  # (shape, priority) -> `_kind_against` (a queue has one tenant)
         job, bounded = jobs.pop(), False  # bounded: past the head, whose key was the heap's first
         while True:
-            if job.shape is None or job.avoided or job.id not in parked:
+            if job.shape is None or job.avoided or job.refused or job.id not in parked:
                 if bounded and self._queue_key(state, job) > top:
                     break
                 if not self._still_inadmissible(job):

@@ -37,7 +37,7 @@ class Parking:
         (Its queue's new work is no reason: it took what was free, and preempting it gives back no more than that.)"""
         if job.id not in self.parked.jobs or self._may_hold(job):
             return False
-        if job.shape is None or job.avoided:
+        if job.shape is None or job.avoided or job.refused:
             return self._stays_inadmissible(job) and not self._concerned(job)
         return self._kind_stays(job)
 
