@@ -38,6 +38,11 @@ TENANT_WEIGHT = "the tenant's share of the federation relative to the other tena
 FAIR_SHARE_PREEMPTION = ("LessThanOrEqualToFinalShare: its jobs may preempt other tenants' work while it ends within "
                          "its fair share and they end at or above theirs")
 FairSharePreemption = Literal["Never", "LessThanOrEqualToFinalShare"]
+PodSecurityLevel = Literal["privileged", "baseline", "restricted"]
+POD_SECURITY = ("the Pod Security Standard its pods are held to, at submission and in its namespaces on the members; "
+                "only privileged lets them onto control-plane nodes")
+ADOPTABLE = ("its namespaces the broker may use on a member although it did not create them there (by default it "
+             "uses only those it created)")
 
 
 class TenantIn(Strict):
@@ -46,12 +51,16 @@ class TenantIn(Strict):
                                                            "member; defaults to one named after the tenant")
     weight: float = Field(1.0, gt=0, le=1e6, description=TENANT_WEIGHT)
     fair_share_preemption: FairSharePreemption = Field("Never", description=FAIR_SHARE_PREEMPTION)
+    pod_security: PodSecurityLevel = Field("baseline", description=POD_SECURITY)
+    adoptable_namespaces: list[str] = Field([], description=ADOPTABLE)
 
 
 class TenantPatch(Strict):
     namespaces: list[str] | None = None
     weight: float | None = Field(None, gt=0, le=1e6, description=TENANT_WEIGHT)
     fair_share_preemption: FairSharePreemption | None = Field(None, description=FAIR_SHARE_PREEMPTION)
+    pod_security: PodSecurityLevel | None = Field(None, description=POD_SECURITY)
+    adoptable_namespaces: list[str] | None = Field(None, description=ADOPTABLE)
 
 
 class TenantOut(BaseModel):
@@ -59,6 +68,8 @@ class TenantOut(BaseModel):
     namespaces: list[str]
     weight: float
     fair_share_preemption: str
+    pod_security: str
+    adoptable_namespaces: list[str]
     queues: list[str]
     created_at: datetime
     fair_share: float = Field(description="the share of the federation its weight entitles it to, among the "

@@ -16,12 +16,15 @@ from typing import Any, Callable, Iterable, Mapping
 from clusters.member import (JOBSET_GROUP, JOBSET_VERSION, JOBSETS, NAMESPACES, PODS, MemberClient, MemberError,
                              WatchStream)
 from clusters.rules.labels import pin_to_nodes
+from clusters.rules.pod_security import namespace_labels as pod_security_labels
 
 JOB_ID_LABEL = "archipelago.io/job-id"
 PLACEMENT_ID_LABEL = "archipelago.io/placement-id"
 GENERATION_LABEL = "archipelago.io/generation"
 PART_LABEL = "archipelago.io/part"
 OWNER_ANNOTATION = "archipelago.io/owner"
+TENANT_LABEL = "archipelago.io/tenant"  # on a tenant's namespace on a member
+MANAGED_BY_LABEL, MANAGED_BY = "app.kubernetes.io/managed-by", "archipelago"  # the broker's mark on what it made
 FIELD_MANAGER = "archipelago"
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 # The broker admitted the JobSet already: a member's own Kueue must not queue it a second time.
@@ -134,9 +137,45 @@ def _require_nodes(rjob: dict[str, Any], nodes: list[str]) -> None:
 
 # Member calls ------------------------------------------------------------------------------------
 
-def ensure_namespace(client: MemberClient, namespace: str) -> None:
-    """Create the tenant's namespace if it is missing (apply: harmless when it exists)."""
-    client.apply(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}, FIELD_MANAGER)
+class NotOurs(Exception):
+    """A tenant's namespace exists on a member, and the broker neither made it nor may adopt it."""
+
+    def __init__(self, namespace: str, cluster: str, tenant: str) -> None:
+        super().__init__(f"namespace {namespace} exists on {cluster} and Archipelago did not create it: the broker "
+                         f"uses only namespaces it made; an admin may let tenant {tenant} use it "
+                         f"(archipelago tenants update {tenant} --adopt {namespace})")
+
+
+def namespace_labels(tenant: str, pod_security: str) -> dict[str, str]:
+    """What the broker sets on a tenant's namespace: its mark, the tenant, and the tenant's Pod Security level, which
+    the member's PodSecurity admission then enforces on every pod there."""
+    return {MANAGED_BY_LABEL: MANAGED_BY, TENANT_LABEL: tenant, **pod_security_labels(pod_security)}
+
+
+def ensure_namespace(client: MemberClient, namespace: str, labels: Mapping[str, str], *, adoptable: bool,
+                     cluster: str) -> None:
+    """The tenant's namespace, carrying `labels`: created if missing; relabelled if the broker made it (its mark),
+    it holds copies of the broker's (made by a release before the mark) or an admin marked it adoptable; else
+    NotOurs — whatever else exists there (another team's Secrets, a system's service accounts) stays out of reach."""
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": dict(labels)}}
+    try:
+        found = client.read(NAMESPACES, namespace)
+    except MemberError as exc:
+        if exc.reason != "NotFound":
+            raise
+        try:
+            client.create(NAMESPACES, body)
+            return
+        except MemberError as again:
+            if again.reason != "AlreadyExists":
+                raise
+            found = client.read(NAMESPACES, namespace)
+    current = found["metadata"].get("labels") or {}
+    if not (adoptable or current.get(MANAGED_BY_LABEL) == MANAGED_BY
+            or client.list(JOBSETS, namespace, label_selector=JOB_ID_LABEL)[0]):
+        raise NotOurs(namespace, cluster, labels[TENANT_LABEL])
+    if any(current.get(key) != value for key, value in labels.items()):
+        client.apply(NAMESPACES, body, FIELD_MANAGER)
 
 
 def apply(client: MemberClient, jobset: dict[str, Any], *, dry_run: bool = False) -> dict:
@@ -198,9 +237,9 @@ def list_owned(client: MemberClient, from_cache: bool = False) -> tuple[list[dic
     return client.list(JOBSETS, label_selector=JOB_ID_LABEL, from_cache=from_cache)
 
 
-def delete_owned(client: MemberClient, kept: Callable[[set[int]], set[int]]) -> list[dict]:
+def delete_owned(client: MemberClient, kept: Callable[[set[int]], set[int]]) -> tuple[list[dict], list[dict]]:
     """Delete the broker's copies on the member except those whose placement ids `kept` keeps (asked
-    after the list, so a copy applied meanwhile is never missed); returns the copies deleted."""
+    after the list, so a copy applied meanwhile is never missed); returns the copies deleted, and those kept."""
     items, _ = list_owned(client)
     owner = {id(obj): int(pid) if (pid := placement_id_of(obj) or "").isdigit() else None for obj in items}
     keep = kept({pid for pid in owner.values() if pid is not None})
@@ -208,7 +247,7 @@ def delete_owned(client: MemberClient, kept: Callable[[set[int]], set[int]]) -> 
     for obj in stale:
         meta = obj["metadata"]
         delete(client, meta["namespace"], meta["name"], meta["uid"])
-    return stale
+    return stale, [obj for obj in items if owner[id(obj)] in keep]
 
 
 def watch_owned(client: MemberClient, resource_version: str) -> WatchStream:

@@ -221,6 +221,16 @@ class MemberClient:
         what = f"get {resource} {namespace + '/' if namespace else ''}{name}"
         return self._json(what, self._call(what, self._addressed("read", resource, name, namespace)))
 
+    def create(self, resource: Resource, body: dict) -> dict:
+        """Create one object of a built-in kind: 409 AlreadyExists where the name is taken (an apply would take
+        over whatever holds it)."""
+        meta = body["metadata"]
+        what = f"create {resource} {meta.get('namespace', '') and meta['namespace'] + '/'}{meta['name']}"
+        api = self._typed(resource)
+        method = (partial(getattr(api, f"create_namespaced_{resource.snake}"), meta["namespace"])
+                  if resource.namespaced else getattr(api, f"create_{resource.snake}"))
+        return self._json(what, self._call(what, method, body=body))
+
     def apply(self, resource: Resource, body: dict, field_manager: str, *, dry_run: bool = False) -> dict:
         """Server-side apply with force: the field manager owns the fields it sets, whoever touched them since.
         `dry_run`: validated and admitted as it would be (its admission webhooks and policies asked), nothing stored."""

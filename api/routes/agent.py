@@ -89,13 +89,15 @@ def report_inventory(body: Inventory, request: Request, settings: SettingsDep, c
 @router.post("/work", responses=problems(401), summary="The copies this member is to apply, delete and keep")
 def work(request: Request, cluster_id: AgentDep) -> dict[str, Any]:
     """Decided placements move to Applying here, committed before the agent is answered."""
-    items, kept, changes = assigned_work(request.app.state.db, cluster_id, utcnow())
-    changes.wake(request.app.state.services.wake)
+    assigned = assigned_work(request.app.state.db, cluster_id, utcnow())
+    assigned.changes.wake(request.app.state.services.wake)
     return {"apply": [{"placement_id": w.placement_id, "namespace": w.namespace, "name": w.name, "jobset": w.jobset}
-                      for w in items if w.state == "Applying"],
+                      for w in assigned.work if w.state == "Applying"],
             "delete": [{"placement_id": w.placement_id, "namespace": w.namespace, "name": w.name,
-                        "uid": w.member_uid} for w in items if w.deletes],
-            "kept": kept}
+                        "uid": w.member_uid} for w in assigned.work if w.deletes],
+            "kept": assigned.kept,
+            "namespaces": [{"name": name, "labels": labels, "adoptable": adoptable}
+                           for name, (labels, adoptable) in sorted(assigned.namespaces.items())]}
 
 
 class Outcome(BaseModel):

@@ -7,7 +7,7 @@ from datetime import timedelta
 from fastapi import APIRouter, Request, Response
 
 from api import schemas
-from api.deps import AdminDep, DatabaseDep, PrincipalDep, SessionDep
+from api.deps import AdminDep, DatabaseDep, PrincipalDep, SessionDep, SettingsDep
 from api.schemas import problems
 from api.views import queue_out
 from broker.engine.placement.fairness import dominant_share, lent
@@ -32,11 +32,17 @@ def _tenants_out(request: Request, session, tenants: list[Tenant]) -> list[schem
             add_into(usage, stats[q.id].usage)
         out.append(schemas.TenantOut(
             name=tenant.name, namespaces=tenant.namespaces, weight=tenant.weight,
-            fair_share_preemption=tenant.fair_share_preemption,
+            fair_share_preemption=tenant.fair_share_preemption, pod_security=tenant.pod_security,
+            adoptable_namespaces=tenant.adoptable_namespaces,
             queues=sorted(q.name for q in tenant.queues), created_at=tenant.created_at,
             fair_share=round(sum(shares.get(q.id, 0.0) for q in tenant.queues), 4),
             dominant_share=round(dominant_share(usage, totals), 4)))
     return out
+
+
+def _changes(body: schemas.TenantIn | schemas.TenantPatch) -> tenancy.TenantChanges:
+    return tenancy.TenantChanges(body.namespaces, body.weight, body.fair_share_preemption, body.pod_security,
+                                 body.adoptable_namespaces)
 
 
 @router.get("/tenants", tags=["tenants"], response_model=list[schemas.TenantOut], responses=problems(401))
@@ -47,9 +53,10 @@ def list_tenants(request: Request, session: SessionDep, principal: PrincipalDep)
 
 @router.post("/tenants", tags=["tenants"], status_code=201, response_model=schemas.TenantOut,
              responses=problems(*AUTH_ERRORS, 409, 422))
-def create_tenant(body: schemas.TenantIn, request: Request, database: DatabaseDep, _: AdminDep):
+def create_tenant(body: schemas.TenantIn, request: Request, database: DatabaseDep, settings: SettingsDep,
+                  _: AdminDep):
     with database.write() as session:
-        tenant = tenancy.create_tenant(session, body.name, body.namespaces, body.weight, body.fair_share_preemption)
+        tenant = tenancy.create_tenant(session, body.name, _changes(body), tuple(settings.reserved_namespaces))
         return _tenants_out(request, session, [tenant])[0]
 
 
@@ -63,9 +70,10 @@ def get_tenant(name: str, request: Request, session: SessionDep, principal: Prin
 
 @router.patch("/tenants/{name}", tags=["tenants"], response_model=schemas.TenantOut,
               responses=problems(*AUTH_ERRORS, 404, 409, 422))
-def update_tenant(name: str, body: schemas.TenantPatch, request: Request, database: DatabaseDep, _: AdminDep):
+def update_tenant(name: str, body: schemas.TenantPatch, request: Request, database: DatabaseDep,
+                  settings: SettingsDep, _: AdminDep):
     with database.write() as session:
-        tenant = tenancy.update_tenant(session, name, body.namespaces, body.weight, body.fair_share_preemption)
+        tenant = tenancy.update_tenant(session, name, _changes(body), tuple(settings.reserved_namespaces))
         return _tenants_out(request, session, [tenant])[0]
 
 

@@ -169,7 +169,7 @@ def queues_update(name: str, weight: Optional[float] = None, priority: Optional[
 
 TENANT_COLUMNS = [("NAME", lambda t: t["name"]), ("NAMESPACES", lambda t: ",".join(t["namespaces"])),
                   ("WEIGHT", lambda t: f"{t['weight']:g}"), ("FAIR SHARE", lambda t: f"{t['fair_share']:.0%}"),
-                  ("SHARE", lambda t: f"{t['dominant_share']:.0%}"),
+                  ("SHARE", lambda t: f"{t['dominant_share']:.0%}"), ("POD SECURITY", lambda t: t["pod_security"]),
                   ("QUEUES", lambda t: ",".join(t["queues"]))]
 
 
@@ -183,16 +183,23 @@ def tenants_list(output: Output = OutputOption, server: Optional[str] = ServerOp
 TENANT_WEIGHT_HELP = "its share of the federation relative to the other tenants' (its queues share its part)"
 FAIR_SHARE_HELP = ("LessThanOrEqualToFinalShare: its jobs may preempt other tenants' work while it ends within its "
                    "fair share and they end at or above theirs; Never (the default) to stop")
+POD_SECURITY_HELP = ("the Pod Security Standard its pods are held to: privileged, baseline (the default) or restricted; "
+                     "only privileged may use host namespaces, hostPath volumes and control-plane nodes")
+ADOPT_HELP = ("one of its namespaces the broker may use on a member although it did not create it there; "
+              "repeatable")
 
 
 @tenants_app.command("create")
 def tenants_create(name: str, namespace: list[str] = typer.Option([], help="repeatable; default: NAME"),
                    weight: float = typer.Option(1.0, help=TENANT_WEIGHT_HELP),
                    fair_share_preemption: str = typer.Option("Never", help=FAIR_SHARE_HELP),
+                   pod_security: str = typer.Option("baseline", help=POD_SECURITY_HELP),
+                   adopt: list[str] = typer.Option([], help=ADOPT_HELP),
                    output: Output = OutputOption, server: Optional[str] = ServerOption,
                    token: Optional[str] = TokenOption) -> None:
     """Create a tenant owning namespaces."""
     body = {"name": name, "weight": weight, "fair_share_preemption": fair_share_preemption,
+            "pod_security": pod_security, "adoptable_namespaces": adopt,
             **({"namespaces": namespace} if namespace else {})}
     emit(calling(lambda: client(server, token).post("/api/v1/tenants", json=body)), output, TENANT_COLUMNS)
 
@@ -201,10 +208,16 @@ def tenants_create(name: str, namespace: list[str] = typer.Option([], help="repe
 def tenants_update(name: str, namespace: list[str] = typer.Option([], help="the full list, repeatable"),
                    weight: Optional[float] = typer.Option(None, help=TENANT_WEIGHT_HELP),
                    fair_share_preemption: Optional[str] = typer.Option(None, help=FAIR_SHARE_HELP),
+                   pod_security: Optional[str] = typer.Option(None, help=POD_SECURITY_HELP),
+                   adopt: list[str] = typer.Option([], help=ADOPT_HELP + " (the full list)"),
+                   adopt_none: bool = typer.Option(False, "--adopt-none", help="adopt no namespace the broker did "
+                                                                              "not create"),
                    output: Output = OutputOption, server: Optional[str] = ServerOption,
                    token: Optional[str] = TokenOption) -> None:
-    """Set the namespaces a tenant owns, its weight, or its fair-share preemption."""
-    fields = {"namespaces": namespace or None, "weight": weight, "fair_share_preemption": fair_share_preemption}
+    """Set the namespaces a tenant owns, its weight, fair-share preemption, Pod Security level or adoptable
+    namespaces."""
+    fields = {"namespaces": namespace or None, "weight": weight, "fair_share_preemption": fair_share_preemption,
+              "pod_security": pod_security, "adoptable_namespaces": [] if adopt_none else (adopt or None)}
     body = {key: value for key, value in fields.items() if value is not None}
     emit(calling(lambda: client(server, token).patch(f"/api/v1/tenants/{name}", json=body)), output, TENANT_COLUMNS)
 

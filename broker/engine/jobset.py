@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -74,6 +74,8 @@ class PartSpec:
     exclusive_topology: str | None = None  # node label whose values each child Job must own
     # the pod's required node affinity: a node must match one term; None when it has none
     node_affinity: tuple[NodeSelectorTerm, ...] | None = None
+    # may its pods use control-plane nodes? Only a privileged tenant's may (`on_control_planes`).
+    control_plane: bool = False
     # the whole part's demand: `replicas × parallelism` pods of `pod_requests` (computed once: the scheduler
     # asks for it several times per pending job and cycle)
     requests: Mapping[str, int] = field(init=False, repr=False, compare=False)
@@ -136,7 +138,12 @@ class JobSpec(PlacementSpec):
 
 # `placement_record`'s format: a record of another version is not read (the manifest is parsed instead), so a change
 # to what `PlacementSpec` holds or means bumps it.
-PLACEMENT_RECORD_VERSION = 1
+PLACEMENT_RECORD_VERSION = 2
+
+
+def on_control_planes(spec: JobSpec) -> JobSpec:
+    """The spec of a privileged tenant's JobSet: its pods may also use control-plane nodes."""
+    return replace(spec, parts=tuple(replace(part, control_plane=True) for part in spec.parts))
 
 
 def placement_record(spec: PlacementSpec) -> str:
@@ -150,7 +157,7 @@ def placement_record(spec: PlacementSpec) -> str:
         "parts": [{"name": p.name, "replicas": p.replicas, "parallelism": p.parallelism, "completions": p.completions,
                    "podRequests": dict(p.pod_requests), "tolerations": [dict(t) for t in p.tolerations],
                    "nodeSelector": dict(p.node_selector), "exclusiveTopology": p.exclusive_topology,
-                   "nodeAffinity": None if p.node_affinity is None else [
+                   "controlPlane": p.control_plane, "nodeAffinity": None if p.node_affinity is None else [
                        [_requirements(term.expressions), _requirements(term.fields)] for term in p.node_affinity]}
                   for p in spec.parts]}, separators=(",", ":"))
 
@@ -165,7 +172,7 @@ def from_placement_record(text: str) -> PlacementSpec:
         name=p["name"], replicas=p["replicas"], parallelism=p["parallelism"], completions=p["completions"],
         pod_requests=MappingProxyType(p["podRequests"]), tolerations=tuple(map(MappingProxyType, p["tolerations"])),
         node_selector=MappingProxyType(p["nodeSelector"]), exclusive_topology=p["exclusiveTopology"],
-        node_affinity=None if p["nodeAffinity"] is None else tuple(
+        control_plane=p["controlPlane"], node_affinity=None if p["nodeAffinity"] is None else tuple(
             NodeSelectorTerm(_selector(expressions), _selector(fields)) for expressions, fields in p["nodeAffinity"]))
         for p in record["parts"])
     return PlacementSpec(placement=record["placement"], cluster_selector=_selector(record["clusterSelector"]),

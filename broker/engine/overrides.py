@@ -21,6 +21,7 @@ import jsonpointer
 
 from broker.engine.jobset import JobSetError, parse_jobset
 from clusters.rules.labels import Selector, check_annotations, check_labels, node_requirement, parse_selector
+from clusters.rules.pod_security import template_refusal
 
 BROKER_PREFIX = "archipelago.io/"
 PATCH_ROOT = "/spec/replicatedJobs"
@@ -118,9 +119,11 @@ def rules_for(rules: Iterable[OverrideRule], cluster: str, labels: Mapping[str, 
 
 
 def apply_overrides(rules: Iterable[OverrideRule], cluster: str, labels: Mapping[str, str],
-                    jobset: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+                    jobset: Mapping[str, Any],
+                    pod_security: str = "privileged") -> tuple[dict[str, Any], tuple[str, ...]]:
     """The JobSet this cluster receives, and the names of the rules that applied, in order; OverrideError
-    for the first rule that would make it invalid or change its demand (nothing is applied then)."""
+    for the first rule that would make it invalid, change its demand, or make its pods break the tenant's Pod
+    Security level (nothing is applied then): a rule cannot make a copy privileged."""
     applying = rules_for(rules, cluster, labels)
     if not applying:
         return dict(jobset), ()
@@ -141,6 +144,10 @@ def apply_overrides(rules: Iterable[OverrideRule], cluster: str, labels: Mapping
                 raise OverrideError(rule.name, f"{field}: the JobSet's fields there are not of the kind Kubernetes "
                                                "defines (e.g. env is not a list)") from None
         _check_result(rule.name, result, images, before)
+        refused = template_refusal(result, pod_security)
+        if refused:
+            raise OverrideError(rule.name, f"it would make {refused[0]} break the tenant's Pod Security level "
+                                           f"({pod_security}): {refused[1]}")
     return result, tuple(r.name for r in applying)
 
 

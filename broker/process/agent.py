@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 
 from broker.cli.client import ApiClient, ClientError
-from broker.services.dispatcher import RETRY_BASE
+from broker.services.outcomes import RETRY_BASE
 from broker.services.inventory import member_objects
 from clusters import jobsets
 from clusters.member import JOBSET_GROUP, JOBSET_VERSION, MemberClient, MemberError
@@ -71,16 +71,29 @@ class Agent:
         kept = set(work["kept"])
         jobsets.delete_owned(self.member, lambda placement_ids: placement_ids & kept)
         outcomes = [self._delete(item) for item in work["delete"]]
+        refused = self._label(work.get("namespaces") or [])
         if work["apply"] and all(o["kind"] == "done" for o in outcomes):  # capacity freed before it is reused
-            existing = {}
-            for namespace in sorted({item["namespace"] for item in work["apply"]}):
-                jobsets.ensure_namespace(self.member, namespace)
-                existing[namespace] = {o["metadata"]["name"]: o for o in jobsets.list_in(self.member, namespace)}
-            outcomes += [self._apply(item, existing[item["namespace"]].get(item["name"]), kept)
+            existing = {namespace: {o["metadata"]["name"]: o for o in jobsets.list_in(self.member, namespace)}
+                        for namespace in sorted({item["namespace"] for item in work["apply"]} - set(refused))}
+            outcomes += [{"placement_id": item["placement_id"], "action": "apply", "kind": "refuse",
+                          "error": refused[item["namespace"]]} if item["namespace"] in refused else
+                         self._apply(item, existing[item["namespace"]].get(item["name"]), kept)
                          for item in work["apply"]]
         if outcomes:
             self.broker.post("/api/v1/agent/outcomes", json={"outcomes": outcomes})
         return outcomes
+
+    def _label(self, namespaces: list[dict]) -> dict[str, str]:
+        """The broker's namespaces here, made or relabelled with their tenant's labels (its Pod Security level); those
+        that exist and are not the broker's, with why they are refused."""
+        refused = {}
+        for namespace in namespaces:
+            try:
+                jobsets.ensure_namespace(self.member, namespace["name"], namespace["labels"],
+                                         adoptable=namespace["adoptable"], cluster="this member")
+            except jobsets.NotOurs as exc:
+                refused[namespace["name"]] = str(exc)
+        return refused
 
     def report_status(self) -> int:
         """Every copy of the broker's here, listed, for the broker to follow; how many."""

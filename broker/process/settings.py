@@ -34,8 +34,12 @@ class Settings(BaseSettings):
     tls_certfile: FilePath | None = None
     tls_keyfile: FilePath | None = None
 
-    # Largest request body the API reads (a batch of JobSets), in bytes.
+    # Largest request body the API reads (a batch of JobSets), in bytes; bounded while it is read, on every route.
     max_request_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    # Most Kubernetes watches (/k8s ...?watch=true) one token holds open at once; one more gets 429.
+    max_watches_per_token: int = Field(10, ge=1)
+    # Namespaces no tenant may be given, beyond default, kube-*, openshift-* and archipelago-system.
+    reserved_namespaces: list[str] = []
     # Largest JobSet the broker accepts (its JSON, as kube-apiserver bounds an object at 1.5 MiB in etcd), most
     # ReplicatedJobs in one, most parts of a split job (each is a placement and a JobSet on a member).
     max_jobset_bytes: int = Field(1536 * 1024, ge=1024)

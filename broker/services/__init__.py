@@ -10,13 +10,14 @@ import gc
 import sys
 
 from broker.process.settings import Settings
-from broker.services.dispatcher import DispatcherService, assigned_work, reported_outcomes
+from broker.services.dispatcher import DispatcherService
 from broker.services.inventory import (ClusterHealthService, InventorySyncService, first_sync, flush,
                                        reported_mirror)
 from broker.services.lanes import MemberLeases, member_lanes
 from broker.services.lease import LeaseRecord, leader, replica_name
 from broker.services.loop import LoopService
 from broker.services.members import MemberClients
+from broker.services.outcomes import assigned_work, reported_outcomes
 from broker.services.retention import RetentionService
 from broker.services.scheduler import SchedulerService
 from broker.services.status import StatusService, record_listed

@@ -24,42 +24,36 @@ placement with the member's message (permanent ones).
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Callable
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from broker.process.metrics import MEMBER_ERRORS
 from broker.process.settings import Settings
 from broker.services.loop import LoopService, in_lane
-from broker.services.members import UNAVAILABLE_STATES, MemberClients, backoff
+from broker.services.members import UNAVAILABLE_STATES, MemberClients
+from broker.services.outcomes import RETRY_BASE, Outcome, crash_point, record_outcomes
 from broker.store import events
-from broker.store.db.models import PLACEMENT_ACTIVE_STATES, Cluster, Job, Placement, utcnow
-from broker.store.db.runtime import Database, record_in_turns, write_in_slices
-from broker.store.outbox import (KEPT_STATES, VERDICT_STATES, Changes, StartupPolicy, Unready, Work,
-                                 cancellations_or_fail_over_due, due_work, evict_all_unready, fail_apply, fail_over,
-                                 finish_apply, finish_delete, kept_placements, lock_jobs, overdue_startups,
-                                 placement_owner, refuse_apply, request_deletions, retry_later, start_apply)
+from broker.store.db.models import PLACEMENT_ACTIVE_STATES, Cluster, utcnow
+from broker.store.db.runtime import Database, write_in_slices
+from broker.store.tenancy import tenant_namespace_labels
+from broker.store.outbox import (Changes, StartupPolicy, Unready, Work,
+                                 cancellations_or_fail_over_due, due_work, evict_all_unready, fail_over,
+                                 kept_placements, overdue_startups,
+                                 placement_owner, request_deletions, start_apply)
 from clusters import jobsets
 from clusters.kubeconfig import KubeconfigError
 from clusters.member import MemberClient, MemberError
 from clusters.rules.pods import why_not_ready
 
 log = logging.getLogger("archipelago.dispatcher")
+# What `_existing` found of a namespace on a member: its JobSets by name, or why the placements there cannot go now.
+Existing = dict[str, dict] | MemberError | jobsets.NotOurs | str
 
-# Test hook: the process kills itself (SIGKILL) right after this step, e.g. "applying" (committed,
-# member untouched), "applied-on-member" (member has it, not committed), "applied", "deleting"
-# (committed, by whichever loop settled the job, member untouched), "deleted-on-member", "deleted".
-# Only the crash tests set it.
-CRASH_AT_ENV = "ARCHIPELAGO_TEST_CRASH_AT"
-RETRY_BASE = 1.0
-RETRY_CAP = 60.0
 # Placements moved Decided → Applying per transaction, at most: after a new leader's first cycle, 2,000 in one held
 # SQLite's write lock 60-80 ms (bench/leader_api.py) while the submissions waited. Fewer where they take longer.
 APPLIES_PER_TRANSACTION = 1_000
@@ -67,12 +61,6 @@ LANE_WIDTH = 4  # calls in flight to one member at once (its MemberClient pool k
 # How long a member's answer to a dry run stands for the copies of the same admission key: its admission (webhooks,
 # policies, quotas, namespace labels) may change, and a refusal may be lifted.
 ADMISSION_TTL = 60.0
-
-
-def crash_point(step: str) -> None:
-    if os.environ.get(CRASH_AT_ENV) == step:
-        log.warning("test hook %s=%s: killing the process", CRASH_AT_ENV, step)
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class DispatcherService(LoopService):
@@ -88,7 +76,8 @@ class DispatcherService(LoopService):
         self.lane, self.fails_over = lane, fails_over
         self._pool = ThreadPoolExecutor(settings.member_workers, thread_name_prefix="dispatcher")
         self._lanes: dict[int, ThreadPoolExecutor] = {}  # cluster id → that member's calls
-        self._namespaces: set[tuple[int, str]] = set()  # (cluster id, namespace) known to exist
+        # (cluster id, namespace) known to be the broker's there → the labels it set (None: not known)
+        self._namespaces: dict[tuple[int, str], dict[str, str] | None] = {}
         self._swept: set[int] = set()  # members swept since this process met them or they came back
         # (cluster id, admission key) -> (monotonic time, the member's refusal, or None: admitted), `_ask_admission`
         self._admission: dict[tuple[int, str | None], tuple[float, str | None]] = {}
@@ -114,6 +103,8 @@ class DispatcherService(LoopService):
             reachable = {i: row for i, row in members.items() if row.state not in UNAVAILABLE_STATES}
             # on a member that is away, fail-over decides
             overdue = overdue_startups(session, now, self.settings.startup_timeout, reachable)
+            wanted = tenant_namespace_labels(session) if self._namespaces else {}
+        self._relabel(wanted, reachable)
         if overdue:
             changes.add(self._evict(overdue, reachable, now))
         with self.database.read() as session:
@@ -142,8 +133,11 @@ class DispatcherService(LoopService):
         if refused:
             changes.add(self._record([Outcome(w, "fail", w.refused) for w in refused]))
             applies = [w for w in applies if w.refused is None]
-        groups = sorted({(w.cluster_id, w.namespace) for w in applies})
-        found = dict(zip(groups, self._pool.map(lambda g: self._existing(reachable[g[0]], g[1]), groups)))
+        groups: dict[tuple[int, str], Work] = {}  # one work of each namespace on each member speaks for them all
+        for w in applies:
+            groups.setdefault((w.cluster_id, w.namespace), w)
+        found = dict(zip(groups, self._pool.map(lambda w: self._existing(reachable[w.cluster_id], w),
+                                                groups.values())))
         decided = [w for w in applies if w.state == "Decided"]
         if decided:  # each member asked first whether it would admit them (a dry run): a refusal touches nothing
             asked = self._ask_admission(decided, reachable, found)
@@ -173,7 +167,7 @@ class DispatcherService(LoopService):
         with self._lock:
             self.lane = lane
             self._swept &= lane
-            self._namespaces = {(cluster_id, name) for cluster_id, name in self._namespaces if cluster_id in lane}
+            self._namespaces = {key: labels for key, labels in self._namespaces.items() if key[0] in lane}
         return []
 
     def stop(self) -> None:
@@ -245,25 +239,29 @@ class DispatcherService(LoopService):
     def _client(self, row: Any) -> MemberClient:
         return self.clients.get(row.id, row.kubeconfig_encrypted, row.context)
 
-    def _existing(self, member: Any, namespace: str) -> dict[str, dict] | MemberError | str:
-        """The JobSets in a namespace of a member, by name (created if missing): one list serves every
-        placement there in this pass. Else the error, for each of them to retry on."""
+    def _existing(self, member: Any, work: Work) -> Existing:
+        """The JobSets in the work's namespace on its member, by name: one list serves every placement there in this
+        pass. The namespace is the broker's there, with its tenant's labels (created if missing, relabelled if they
+        changed): else NotOurs, for each of them to be refused; or the error, for each of them to retry on."""
+        key = (member.id, work.namespace)
         try:
             client = self._client(member)
-            if (member.id, namespace) not in self._namespaces:
-                jobsets.ensure_namespace(client, namespace)
-                self._namespaces.add((member.id, namespace))
-            return {obj["metadata"]["name"]: obj for obj in jobsets.list_in(client, namespace)}
+            if key not in self._namespaces or self._namespaces[key] != work.namespace_labels:
+                jobsets.ensure_namespace(client, work.namespace, work.namespace_labels, cluster=member.name,
+                                         adoptable=work.adoptable or key in self._namespaces)
+                self._namespaces[key] = work.namespace_labels
+            return {obj["metadata"]["name"]: obj for obj in jobsets.list_in(client, work.namespace)}
+        except jobsets.NotOurs as exc:
+            return exc
         except MemberError as exc:
             return exc
         except (KubeconfigError, ValueError) as exc:  # a kubeconfig the broker can no longer use
             return f"cannot connect: {exc}"
 
-    def _apply(self, work: Work, member: Any, existing: dict[str, dict] | MemberError | str) -> Outcome:
-        if isinstance(existing, MemberError):
-            return self._member_error(work, existing)
-        if isinstance(existing, str):
-            return Outcome(work, "retry", existing)
+    def _apply(self, work: Work, member: Any, existing: Existing) -> Outcome:
+        unusable = self._unusable(work, existing)
+        if unusable is not None:
+            return unusable
         self.database.ensure_leading()  # no token guards a member: an ex-leader stops here
         try:
             client = self._client(member)
@@ -313,18 +311,46 @@ class DispatcherService(LoopService):
                 held += [replace(answer, work=work) for work in asking[key]]
         return held
 
-    def _dry_run(self, work: Work, member: Any, existing: dict[str, dict] | MemberError | str) -> Outcome | None:
+    def _dry_run(self, work: Work, member: Any, existing: Existing) -> Outcome | None:
         """None: the member would admit the copy."""
-        if isinstance(existing, MemberError):
-            return self._member_error(work, existing)
-        if isinstance(existing, str):
-            return Outcome(work, "retry", existing)
+        unusable = self._unusable(work, existing)
+        if unusable is not None:
+            return unusable
         self.database.ensure_leading()
         try:
             jobsets.apply(self._client(member), work.jobset, dry_run=True)
             return None
         except MemberError as exc:
             return self._member_error(work, exc)
+
+    def _unusable(self, work: Work, existing: Existing) -> Outcome | None:
+        """The outcome for a work whose namespace could not be listed (`_existing`); None if it was."""
+        if isinstance(existing, MemberError):
+            return self._member_error(work, existing)
+        if isinstance(existing, jobsets.NotOurs):  # another member may take it
+            return Outcome(work, "refuse", str(existing))
+        if isinstance(existing, str):
+            return Outcome(work, "retry", existing)
+        return None
+
+    def _relabel(self, wanted: dict[str, dict[str, str]], members: dict[int, Any]) -> None:
+        """The broker's namespaces on reachable members whose tenant's labels changed (its Pod Security level) get
+        the new ones; one that fails is tried again next pass."""
+        stale = [key for key, labels in list(self._namespaces.items())
+                 if key[0] in members and key[1] in wanted and labels != wanted[key[1]]]
+        for key, labelled in zip(stale, self._pool.map(lambda k: self._label(members[k[0]], k[1], wanted[k[1]]),
+                                                       stale)):
+            if labelled:
+                self._namespaces[key] = wanted[key[1]]
+
+    def _label(self, member: Any, namespace: str, labels: dict[str, str]) -> bool:
+        self.database.ensure_leading()
+        try:
+            jobsets.ensure_namespace(self._client(member), namespace, labels, adoptable=True, cluster=member.name)
+            return True
+        except (MemberError, KubeconfigError, ValueError, jobsets.NotOurs) as exc:
+            log.info("dispatcher: labelling namespace %s on %s failed: %s", namespace, member.name, exc)
+            return False
 
     def _clear_the_way(self, work: Work, client: MemberClient, existing: dict) -> Outcome | None:
         """Another object holds the name: delete it if it is a stale copy of the broker's (None: the way
@@ -358,10 +384,12 @@ class DispatcherService(LoopService):
         """Delete the broker's copies on a member that no placement owns any more; whether it worked."""
         self.database.ensure_leading()
         try:
-            stale = jobsets.delete_owned(self._client(row), self._kept)
+            stale, kept = jobsets.delete_owned(self._client(row), self._kept)
         except (MemberError, KubeconfigError, ValueError) as exc:
             log.info("dispatcher: sweep of %s failed: %s", row.name, exc)
             return False
+        for obj in kept:  # namespaces holding its copies are the broker's: their labels are kept up to date
+            self._namespaces.setdefault((row.id, obj["metadata"]["namespace"]), None)
         if stale:
             with self.database.write() as session:
                 for obj in stale:
@@ -399,96 +427,8 @@ class DispatcherService(LoopService):
     def _member_error(self, work: Work, exc: MemberError) -> Outcome:
         MEMBER_ERRORS.labels(work.cluster).inc()
         if exc.reason == "NotFound":
-            self._namespaces.discard((work.cluster_id, work.namespace))  # the namespace may be gone
+            self._namespaces.pop((work.cluster_id, work.namespace), None)  # the namespace may be gone
         if not work.deletes and jobsets.is_permanent(exc):  # the member will not take it: another member may
             self._admission[(work.cluster_id, work.admission_key)] = (time.monotonic(), str(exc))
             return Outcome(work, "refuse", str(exc))
         return Outcome(work, "retry", str(exc))
-
-
-# Outcomes recorded per transaction, at most (fewer where they take longer: `record_in_turns`): the applies that
-# finished while the last batch committed come by the hundred on a leader's first dispatch, and one transaction for
-# them all held SQLite's write lock from every submission.
-OUTCOMES_PER_TRANSACTION = 100
-
-
-def record_outcomes(database: Database, outcomes: list[Outcome], now: datetime) -> Changes:
-    """Every outcome of a batch of member calls (the dispatcher's, or a pull member's agent's), up to
-    OUTCOMES_PER_TRANSACTION a transaction (`record_in_turns`), their jobs locked first, one flush at each commit.
-    Each step checks the placement is still in the state the call was made in: an outcome recorded twice changes
-    nothing the second time."""
-    changes = Changes()
-
-    def record(session: Session, o: Outcome) -> None:
-        if o.kind == "done" and o.work.deletes:
-            changes.add(finish_delete(session, o.work, now))
-        elif o.kind == "done":
-            changes.add(finish_apply(session, o.work, o.jobset, now, adopted=o.adopted))
-        elif o.kind == "refuse" and not o.work.deletes:
-            changes.add(refuse_apply(session, o.work, o.error, now))
-        elif o.kind == "fail" and not o.work.deletes:  # a deletion is done or retried: it never fails a job
-            changes.add(fail_apply(session, o.work, o.error, now))
-        else:
-            retry_later(session, o.work, o.error, o.delay if o.delay is not None else
-                        backoff(o.work.attempts + 1, RETRY_BASE, RETRY_CAP), now)
-
-    record_in_turns(database, outcomes, most=OUTCOMES_PER_TRANSACTION, autoflush=False, record=record,
-                    lock=lambda session, batch: lock_jobs(session, (o.work.job_id for o in batch)))
-    return changes
-
-
-def assigned_work(database: Database, cluster_id: int, now: datetime) -> tuple[list[Work], list[int], Changes]:
-    """A pull member's share of the outbox, for its agent, as a dispatcher pass would take it: its due work,
-    Decided moved to Applying and refusals failed (committed before the agent hears of them, so before its
-    member is touched), and the placements whose copies it keeps there: any other copy of the broker's on
-    that member is stale (a placement failed over, cancelled, re-placed), and the agent deletes it."""
-    with database.read() as session:
-        work = due_work(session, now, [cluster_id])
-    refused = [w for w in work if w.refused is not None]
-    changes = record_outcomes(database, [Outcome(w, "fail", w.refused) for w in refused], now)
-    work = [w for w in work if w.refused is None]
-    decided = [w for w in work if w.state == "Decided"]
-    if decided:
-        with database.write() as session:
-            started = start_apply(session, decided)
-        crash_point("applying")
-        work = [replace(w, state="Applying") if w.state == "Decided" else w for w in work
-                if w.state != "Decided" or w.placement_id in started]
-    with database.read() as session:
-        kept = list(session.scalars(select(Placement.id).where(Placement.cluster_id == cluster_id,
-                                                               Placement.state.in_(KEPT_STATES))))
-    return work, kept, changes
-
-
-def reported_outcomes(database: Database, cluster_id: int, reports: list[dict[str, Any]], now: datetime) -> Changes:
-    """What a pull member's agent did with its work (`action` apply or delete; `kind` done, retry, refuse or fail),
-    recorded as the dispatcher records its own calls. A report of another cluster's placement is ignored."""
-    with database.read() as session:
-        rows = {p.id: (p, namespace, name) for p, namespace, name in session.execute(
-            select(Placement, Job.namespace, Job.name).join(Job, Job.id == Placement.job_id)
-            .where(Placement.id.in_([r["placement_id"] for r in reports]), Placement.cluster_id == cluster_id))}
-    outcomes = []
-    for report in reports:
-        if report["placement_id"] not in rows:
-            continue
-        placement, namespace, name = rows[report["placement_id"]]
-        state = "Applying" if report["action"] == "apply" else (
-            placement.state if placement.state in VERDICT_STATES else "Deleting")
-        work = Work(placement.id, placement.job_id, cluster_id, placement.cluster_name, state, namespace,
-                    jobsets.member_name(name, placement.part), placement.member_uid, placement.attempts, None)
-        outcomes.append(Outcome(work, report["kind"], report.get("error") or "", report.get("delay"),
-                                report.get("jobset"), bool(report.get("adopted"))))
-    return record_outcomes(database, outcomes, now)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a member call came to: done, retry (after `delay`, else back-off), refuse (the member's admission will
-    not take the copy: placed elsewhere) or fail (for good)."""
-
-    work: Work
-    kind: str
-    error: str = ""
-    delay: float | None = None
-    jobset: dict | None = None
-    adopted: bool = False

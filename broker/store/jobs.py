@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, defer
 from broker.engine.jobset import (CLUSTER_SELECTOR_ANNOTATION, HIGHEST_TIER_ANNOTATION, MAX_RESTARTS_ANNOTATION,
                                   ON_PREEMPTION_ANNOTATION, PLACEMENT_ANNOTATION, PRIORITY_CLASS_LABEL, QUEUE_LABEL,
                                   STARTUP_TIMEOUT_ANNOTATION, TOPOLOGY_MODE_ANNOTATION, JobSetError, JobSpec,
-                                  parse_jobset, placement_record)
+                                  on_control_planes, parse_jobset, placement_record)
 from broker.engine.placement import Config
 from broker.process.settings import Settings
 from broker.store import events
@@ -27,6 +27,7 @@ from broker.store.errors import Conflict, Invalid, NotFound
 from broker.store.scheduling import engine_config
 from broker.store.tenancy import Principal, QueueChoice, Submitter
 from clusters.rules.labels import parse_selector
+from clusters.rules.pod_security import template_refusal
 
 BROKER_PREFIX = "archipelago.io/"
 TENANT_ANNOTATIONS = frozenset({PLACEMENT_ANNOTATION, CLUSTER_SELECTOR_ANNOTATION, TOPOLOGY_MODE_ANNOTATION,
@@ -85,6 +86,12 @@ def validate_submission(tenant: Submitter, manifest: Any, where: str, queue_over
         raise Invalid(f"{where}metadata.namespace",
                       f"tenant {tenant.name} may use namespaces {', '.join(tenant.namespaces) or '(none)'}, "
                       f"not {namespace!r}")
+    refused = template_refusal(manifest, tenant.pod_security)
+    if refused:
+        raise Invalid(f"{where}{refused[0]}", f"{refused[1]} (tenant {tenant.name}'s Pod Security level is "
+                                              f"{tenant.pod_security}; an admin may change it)")
+    if tenant.pod_security == "privileged":
+        spec = on_control_planes(spec)
     queue = _queue_for(tenant, queue_override or spec.queue, where)
     priority_class = spec.priority_class or settings.default_priority_class
     if priority_class not in settings.priority_classes:

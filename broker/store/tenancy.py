@@ -16,9 +16,10 @@ from sqlalchemy.orm import Session
 from broker.engine.placement.fairness import fair_shares
 from broker.store import events
 from broker.store.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PREEMPTION_POLICIES, RECLAIM_POLICIES,
-                                    FAIR_SHARE_PREEMPTION_POLICIES, Job, Placement, Queue, Tenant, Token, as_utc,
-                                    utcnow)
+                                    FAIR_SHARE_PREEMPTION_POLICIES, POD_SECURITY_LEVELS, Job, Placement, Queue, Tenant,
+                                    Token, as_utc, utcnow)
 from broker.store.errors import Conflict, Invalid, NotFound
+from clusters.jobsets import namespace_labels
 from clusters.rules.labels import is_dns_label
 from clusters.rules.quantity import add_into, to_milli
 
@@ -89,9 +90,24 @@ def queue_fair_shares(session: Session) -> dict[int, float]:
 NAMESPACES_LOCK = 0x6E6D7370
 
 
-def _check_namespaces(session: Session, namespaces: list[str], tenant_id: int | None) -> list[str]:
+# Names no tenant may be given: the cluster's own namespaces and the broker's (its identity lives there).
+RESERVED_NAMESPACES = ("default", "archipelago-system")
+RESERVED_PREFIXES = ("kube-", "openshift-")
+
+
+def check_unreserved(name: str, path: str, reserved: tuple[str, ...] = ()) -> str:
+    """`name` if no tenant is barred from it: the namespaces a cluster keeps for itself and those an admin reserved
+    (ARCHIPELAGO_RESERVED_NAMESPACES)."""
+    if name in RESERVED_NAMESPACES or name in reserved or name.startswith(RESERVED_PREFIXES):
+        raise Invalid(path, f"{name!r} is reserved for the members' own use (default, kube-*, openshift-*, the "
+                            "broker's archipelago-system and ARCHIPELAGO_RESERVED_NAMESPACES): choose another name")
+    return name
+
+
+def _check_namespaces(session: Session, namespaces: list[str], tenant_id: int | None,
+                      reserved: tuple[str, ...]) -> list[str]:
     for i, namespace in enumerate(namespaces):
-        check_name(namespace, f"namespaces[{i}]")
+        check_unreserved(check_name(namespace, f"namespaces[{i}]"), f"namespaces[{i}]", reserved)
     if len(set(namespaces)) != len(namespaces):
         raise Invalid("namespaces", "a namespace is listed twice")
     if session.get_bind().dialect.name == "postgresql":  # two replicas giving one namespace away at once: in turn
@@ -115,41 +131,87 @@ def _check_fair_share_preemption(policy: str) -> str:
     return policy
 
 
-def create_tenant(session: Session, name: str, namespaces: list[str] | None = None, weight: float = 1.0,
-                  fair_share_preemption: str = "Never") -> Tenant:
-    check_name(name)
+def _check_pod_security(level: str) -> str:
+    if level not in POD_SECURITY_LEVELS:
+        raise Invalid("pod_security", f"must be one of {', '.join(POD_SECURITY_LEVELS)}")
+    return level
+
+
+@dataclass
+class TenantChanges:
+    """What an admin gives a tenant (None: unchanged, or the default for a new tenant)."""
+
+    namespaces: list[str] | None = None
+    weight: float | None = None
+    fair_share_preemption: str | None = None
+    pod_security: str | None = None
+    adoptable_namespaces: list[str] | None = None
+
+
+def _apply_tenant_changes(session: Session, tenant: Tenant, changes: TenantChanges,
+                          reserved: tuple[str, ...]) -> list[str]:
+    """Applies `changes`; returns them in words for the tenant's event."""
+    said = []
+    if changes.namespaces is not None:
+        tenant.namespaces = _check_namespaces(session, changes.namespaces, tenant.id, reserved)
+        said.append(f"namespaces now {', '.join(changes.namespaces)}")
+    if changes.weight is not None:
+        tenant.weight = _check_weight(changes.weight)
+        said.append(f"weight now {changes.weight:g}")
+    if changes.fair_share_preemption is not None:
+        tenant.fair_share_preemption = _check_fair_share_preemption(changes.fair_share_preemption)
+        said.append(f"fair-share preemption now {changes.fair_share_preemption}")
+    if changes.pod_security is not None:
+        tenant.pod_security = _check_pod_security(changes.pod_security)
+        said.append(f"Pod Security level now {changes.pod_security}")
+    if changes.adoptable_namespaces is not None:
+        tenant.adoptable_namespaces = list(changes.adoptable_namespaces)
+        said.append(f"adoptable namespaces now {', '.join(changes.adoptable_namespaces) or '(none)'}")
+    stray = sorted(set(tenant.adoptable_namespaces or ()) - set(tenant.namespaces))
+    if stray:
+        raise Invalid("adoptable_namespaces", f"{stray[0]!r} is not one of the tenant's namespaces "
+                                              f"({', '.join(tenant.namespaces)}): only its own may be adopted")
+    return said
+
+
+def create_tenant(session: Session, name: str, changes: TenantChanges | None = None,
+                  reserved: tuple[str, ...] = ()) -> Tenant:
+    changes = changes or TenantChanges()
+    check_unreserved(check_name(name), "name", reserved)
     if session.scalar(select(Tenant.id).where(Tenant.name == name)) is not None:
         raise Conflict(f"tenant {name!r} already exists")
-    tenant = Tenant(name=name, namespaces=_check_namespaces(session, namespaces or [name], None),
-                    weight=_check_weight(weight),
-                    fair_share_preemption=_check_fair_share_preemption(fair_share_preemption))
+    tenant = Tenant(name=name, namespaces=[], weight=1.0, fair_share_preemption="Never", pod_security="baseline",
+                    adoptable_namespaces=[])
+    _apply_tenant_changes(session, tenant, TenantChanges(
+        changes.namespaces or [name], changes.weight, changes.fair_share_preemption, changes.pod_security,
+        changes.adoptable_namespaces), reserved)
     session.add(tenant)
     try:
         session.flush()
     except IntegrityError:  # a concurrent create of the same name
         raise Conflict(f"tenant {name!r} already exists") from None
     events.record(session, "tenant", name, "Created", f"tenant {name} created with namespaces "
-                  f"{', '.join(tenant.namespaces)} and weight {weight:g}", tenant_id=tenant.id)
+                  f"{', '.join(tenant.namespaces)}, weight {tenant.weight:g} and Pod Security level "
+                  f"{tenant.pod_security}", tenant_id=tenant.id)
     return tenant
 
 
-def update_tenant(session: Session, name: str, namespaces: list[str] | None = None,
-                  weight: float | None = None, fair_share_preemption: str | None = None) -> Tenant:
-    """Change what is given (None: unchanged)."""
+def update_tenant(session: Session, name: str, changes: TenantChanges, reserved: tuple[str, ...] = ()) -> Tenant:
+    """Change what is given. A new Pod Security level reaches the members' namespaces with the next dispatcher
+    pass (broker.services.namespaces)."""
     tenant = get_tenant(session, name)
-    changed = []
-    if namespaces is not None:
-        tenant.namespaces = _check_namespaces(session, namespaces, tenant.id)
-        changed.append(f"namespaces now {', '.join(namespaces)}")
-    if weight is not None:
-        tenant.weight = _check_weight(weight)
-        changed.append(f"weight now {weight:g}")
-    if fair_share_preemption is not None:
-        tenant.fair_share_preemption = _check_fair_share_preemption(fair_share_preemption)
-        changed.append(f"fair-share preemption now {fair_share_preemption}")
-    if changed:
-        events.record(session, "tenant", name, "Updated", "; ".join(changed), tenant_id=tenant.id)
+    said = _apply_tenant_changes(session, tenant, changes, reserved)
+    if said:
+        events.record(session, "tenant", name, "Updated", "; ".join(said), tenant_id=tenant.id)
     return tenant
+
+
+def tenant_namespace_labels(session: Session) -> dict[str, dict[str, str]]:
+    """Every tenant's namespace → the labels the broker keeps on it on the members (its tenant and Pod Security
+    level: clusters.jobsets.namespace_labels)."""
+    return {namespace: namespace_labels(name, level)
+            for name, namespaces, level in session.execute(select(Tenant.name, Tenant.namespaces, Tenant.pod_security))
+            for namespace in namespaces}
 
 
 def delete_tenant(session: Session, name: str) -> None:
@@ -342,10 +404,11 @@ class Submitter:
     id: int
     name: str
     namespaces: list[str]
+    pod_security: str
     queues: tuple[QueueChoice, ...]
 
 
-_SUBMITTER_COLUMNS = (Tenant.id, Tenant.name, Tenant.namespaces, Queue.id, Queue.name, Queue.is_default)
+_SUBMITTER_COLUMNS = (Tenant.id, Tenant.name, Tenant.namespaces, Tenant.pod_security, Queue.id, Queue.name, Queue.is_default)
 # Built once, as _TOKEN_AND_TENANT: one row per queue of the token's tenant (one row, tenant NULL, for an admin token).
 _TOKEN_AND_SUBMITTER = (select(Token.role, Token.revoked_at, Token.expires_at, *_SUBMITTER_COLUMNS)
                         .outerjoin(Tenant, Token.tenant_id == Tenant.id).outerjoin(Queue, Queue.tenant_id == Tenant.id)
@@ -356,10 +419,10 @@ _SUBMITTER_NAMED = (select(*_SUBMITTER_COLUMNS).outerjoin(Queue, Queue.tenant_id
 
 def _submitter(rows: list) -> Submitter | None:
     """From rows ending in _SUBMITTER_COLUMNS."""
-    tenant_id, name, namespaces = rows[0][-6:-3]
+    tenant_id, name, namespaces, pod_security = rows[0][-7:-3]
     if tenant_id is None:
         return None
-    return Submitter(tenant_id, name, namespaces,
+    return Submitter(tenant_id, name, namespaces, pod_security,
                      tuple(QueueChoice(*row[-3:]) for row in rows if row[-3] is not None))
 
 

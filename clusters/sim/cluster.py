@@ -22,7 +22,7 @@ from clusters.sim.scenario import ClusterSpec
 from clusters.sim.store import ApiError, Filter, Store
 from clusters.sim.validation import (DNS1035_LABEL, DNS1123_LABEL, Errors, check_name, default_job, default_jobset,
                                      qos_class, validate_hypernode, validate_jobset)
-from clusters.sim.webhooks import check_jobset_features
+from clusters.sim.webhooks import check_jobset_features, check_pod_security
 
 _SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _CUSTOM = (JOBSETS, HYPERNODES)
@@ -72,6 +72,9 @@ class SimCluster(Deletion):
 
     # writes that bypass the API (controllers, seeding, tests) -------------------------------------
     def create_internal(self, kind: Kind, obj: dict) -> dict:
+        """A controller's create: admitted by Pod Security as the API would (ApiError 403 for a pod it forbids)."""
+        if kind is PODS:
+            check_pod_security(obj, self.store.get(NAMESPACES.key, "", obj["metadata"].get("namespace", "")))
         meta = dict(obj["metadata"])
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=self.now())
         if kind.generation:
@@ -161,6 +164,8 @@ class SimCluster(Deletion):
         if kind.generation:
             meta["generation"] = 1
         obj = self._admit(kind, obj, None)
+        if kind is PODS:
+            check_pod_security(obj, self.store.get(NAMESPACES.key, "", namespace))
         obj["metadata"]["managedFields"] = managed if managed is not None else \
             patches.record_update(None, obj, manager, self.now())
         if dry_run:

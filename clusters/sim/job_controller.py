@@ -8,6 +8,7 @@ import copy
 from clusters.sim.clock import rfc3339
 from clusters.sim.objects import TERMINAL, condition, job_finished, name_suffix
 from clusters.sim.resources import JOBS, PODS
+from clusters.sim.store import ApiError
 
 
 class JobController:
@@ -94,10 +95,10 @@ class JobController:
                     if len(active) >= parallelism:
                         break
                     if index not in busy:
-                        active.append(self._create_pod(job, index))
+                        active += self._create_pod(job, index)
             else:
                 for _ in range(min(parallelism, target - succeeded) - len(active)):
-                    active.append(self._create_pod(job, None))
+                    active += self._create_pod(job, None)
             new_status["active"] = len(active)
             new_status["ready"] = sum(1 for p in active if _is_true(p, "Ready"))
         if conditions:
@@ -105,7 +106,9 @@ class JobController:
         if new_status != status:
             self.cluster.write(JOBS, {**job, "status": new_status})
 
-    def _create_pod(self, job: dict, index: int | None) -> dict:
+    def _create_pod(self, job: dict, index: int | None) -> list[dict]:
+        """The pod made, or none where admission (the namespace's Pod Security level) refused it: the Job waits
+        and tries again, as a real Job controller does after its FailedCreate event."""
         meta, template = job["metadata"], job["spec"].get("template") or {}
         tmeta = template.get("metadata") or {}
         labels = {**(tmeta.get("labels") or {}), "batch.kubernetes.io/controller-uid": meta["uid"],
@@ -124,7 +127,10 @@ class JobController:
                             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
                                                  "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]},
                "spec": spec}
-        return self.cluster.create_internal(PODS, pod)
+        try:
+            return [self.cluster.create_internal(PODS, pod)]
+        except ApiError:
+            return []
 
 
 def _is_true(obj: dict, type_: str) -> bool:

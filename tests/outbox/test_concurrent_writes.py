@@ -15,7 +15,7 @@ from broker.store.db.models import Cluster, Job, Queue, Tenant
 from broker.store.errors import Conflict
 from broker.store.inventory import cordon_cluster, update_cluster
 from broker.store.jobs import request_cancel
-from broker.store.tenancy import Principal, QueueChanges, create_queue, create_tenant, update_queue
+from broker.store.tenancy import Principal, QueueChanges, TenantChanges, create_queue, create_tenant, update_queue
 from tests.locks import until_waiting_for_a_lock
 
 
@@ -97,12 +97,12 @@ def test_a_job_that_finishes_while_its_cancel_waits_is_not_cancelled(outbox):
 @pytest.mark.parametrize("backend", ["postgres"])
 def test_two_tenants_asking_for_one_namespace_at_once_do_not_both_get_it(outbox):
     def vision(session) -> None:
-        create_tenant(session, "vision", ["shared"])
+        create_tenant(session, "vision", TenantChanges(["shared"]))
 
     def audio() -> str:
         try:
             with outbox.db.write() as session:
-                create_tenant(session, "audio", ["shared"])
+                create_tenant(session, "audio", TenantChanges(["shared"]))
         except Conflict as exc:
             return str(exc)
         return "created"
@@ -124,8 +124,9 @@ def _refused(outbox, write) -> str:
 @pytest.mark.postgres
 @pytest.mark.parametrize("backend", ["postgres"])
 def test_a_tenant_or_a_rule_named_meanwhile_is_a_conflict_not_an_error(outbox):
-    held = _while_held(outbox, lambda session: create_tenant(session, "vision", ["images"]),
-                       lambda: _refused(outbox, lambda session: create_tenant(session, "vision", ["videos"])))
+    held = _while_held(outbox, lambda session: create_tenant(session, "vision", TenantChanges(["images"])),
+                       lambda: _refused(outbox,
+                                        lambda session: create_tenant(session, "vision", TenantChanges(["videos"]))))
     assert held == "tenant 'vision' already exists"
     rule = {"name": "mirror", "cluster": "eu-west", "image": {"registry": "mirror.eu:5000"}}
     held = _while_held(outbox, lambda session: create_override(session, rule),

@@ -9,7 +9,7 @@ from functools import partial
 
 import pytest
 
-from broker.services import dispatcher
+from broker.services import outcomes as member_outcomes
 from broker.store.db import runtime
 from broker.store.db.models import Placement
 from broker.store.db.runtime import WRITE_BUDGET, within
@@ -149,12 +149,12 @@ def test_a_large_batch_of_outcomes_is_recorded_in_bounded_transactions(outbox, m
     write lock (SQLite's, from every submission) for at most OUTCOMES_PER_TRANSACTION of them, and stops taking them
     when it has held it about half of WRITE_BUDGET (in the second case each outcome takes longer); every one is
     recorded once."""
-    monkeypatch.setattr(dispatcher, "OUTCOMES_PER_TRANSACTION", most)
+    monkeypatch.setattr(member_outcomes, "OUTCOMES_PER_TRANSACTION", most)
     monkeypatch.setattr(runtime, "within", partial(within, clock=clock()))
     jobs = [outbox.job({"state": "Applying"}) for _ in range(outcomes)]
     works = [_work(outbox, job) for job in jobs]
     with write_transactions(outbox.db) as transactions:
-        dispatcher.record_outcomes(outbox.db, [dispatcher.Outcome(w, "retry", "timed out", 30.0) for w in works], NOW)
+        member_outcomes.record_outcomes(outbox.db, [member_outcomes.Outcome(w, "retry", "timed out", 30.0) for w in works], NOW)
     assert len(transactions) == 3
     assert [outbox.placements(job)[0].attempts for job in jobs] == [1] * outcomes
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from broker.engine.jobset import parse_jobset
+from broker.engine.jobset import on_control_planes, parse_jobset
 from broker.engine.placement.decisions import Hold
 from broker.engine.placement.model import HyperNode, PendingJob
 from broker.engine.placement.plugins import (BinPacking, Candidate, ClusterState, ExclusiveTopology, HeldNodes,
@@ -159,6 +159,23 @@ def test_a_node_named_by_the_pods_required_affinity_is_refused_for_its_taint_the
     assert NodeEligibility().filter(request(pinned), index((nodes, ()))) == (
         "no node can take a pod of workers: 2 of 3 nodes do not match its node selector or required node affinity, "
         "1 of 3 nodes have taint maintenance=true:NoSchedule it does not tolerate")
+
+
+CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize("label", ["node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"])
+def test_control_plane_nodes_are_offered_to_a_privileged_tenants_pods_only_whatever_they_tolerate(label):
+    """Below privileged a pod may tolerate the control plane's taint, or the node may have none: still not offered."""
+    tolerant = with_pod_spec(tolerations=[{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}])
+    nodes = (node("cp-0", labels={label: ""}, taints=(CONTROL_PLANE_TAINT,)), node("cp-1", labels={label: ""}))
+    refusal = ("no node can take a pod of workers: 2 of 2 nodes are control-plane nodes, which only a privileged "
+               "tenant's pods may use")
+    assert NodeEligibility().filter(request(tolerant), index((nodes, ()))) == refusal
+    assert NodeEligibility().filter(request(), index((nodes, ()))) == refusal
+    privileged = replace(tolerant, spec=on_control_planes(tolerant.spec))
+    assert NodeEligibility().filter(request(privileged), index((nodes, ()))) is None
+    assert index((nodes, ())).eligible_count(privileged.spec.parts[0]) == 2
 
 
 # -- filters on free capacity and topology ------------------------------------------------------------------

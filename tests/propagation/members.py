@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from clusters.jobsets import MANAGED_BY, MANAGED_BY_LABEL
 from clusters.sim.resources import JOBSETS, NAMESPACES
 
 
 def put_jobset(federation, cluster: str, body: dict) -> None:
-    """Create the JobSet `body` on the member (its namespace too, if missing), as kubectl would."""
+    """Create the JobSet `body` on the member, as kubectl would, in its namespace there: if missing, made as the
+    broker makes its tenants' (its mark: the broker may use it)."""
     namespace = body["metadata"]["namespace"]
     member = federation.sim.cluster(cluster)
     with member.lock:
         if not member.list(NAMESPACES, None, None, f"metadata.name={namespace}")[0]:
-            member.create(NAMESPACES, "", {"metadata": {"name": namespace}}, "kubectl")
+            member.create(NAMESPACES, "", {"metadata": {"name": namespace, "labels": {
+                MANAGED_BY_LABEL: MANAGED_BY}}}, "archipelago")
         member.create(JOBSETS, namespace, body, "kubectl")

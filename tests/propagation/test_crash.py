@@ -16,7 +16,7 @@ import pytest
 from cryptography.fernet import Fernet
 
 from broker.process.testing import SCENARIO, TENANTS, Broker, copies, jobset, wait_for
-from broker.services.dispatcher import CRASH_AT_ENV
+from broker.services.outcomes import CRASH_AT_ENV
 from clusters.jobsets import JOB_ID_LABEL, PLACEMENT_ID_LABEL
 from clusters.sim.resources import JOBSETS
 from clusters.sim.testing import SimHandle, running_simulator

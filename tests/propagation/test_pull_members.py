@@ -354,7 +354,7 @@ def test_pods_that_never_become_ready_on_a_pull_member_are_evicted_and_its_agent
 def test_a_broker_killed_while_handing_out_work_resumes_with_one_copy(sim, tmp_path):
     from cryptography.fernet import Fernet
 
-    from broker.services.dispatcher import CRASH_AT_ENV
+    from broker.services.outcomes import CRASH_AT_ENV
     from broker.process.testing import Broker, wait_for
 
     broker = Broker(tmp_path, database_url=f"sqlite:///{tmp_path / 'broker.db'}",

@@ -18,6 +18,7 @@ from broker.engine.placement.decisions import Hold
 from broker.engine.placement.explain import amount, shortfall
 from broker.engine.placement.model import PendingJob, Resources
 from broker.engine.placement.snapshot import ClusterIndex, HyperNodeState, primary_resource
+from clusters.rules.pod_security import is_control_plane
 from clusters.rules.quantity import add_into
 from clusters.rules.taints import describe_taint, untolerated
 
@@ -140,6 +141,8 @@ def _why_no_node(part: PartSpec, cluster: ClusterIndex) -> str:
         blocking = untolerated(node.taints, part.tolerations)
         if node.unschedulable:
             why = "cordoned or not ready"
+        elif is_control_plane(node.labels) and not part.control_plane:
+            why = "are control-plane nodes, which only a privileged tenant's pods may use"
         elif not part.may_run_on(node.name, node.labels):
             why = "do not match its node selector or required node affinity"
         else:

@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from broker.engine.jobset import POD_SLOT, PartSpec
 from broker.engine.placement.model import GPU, Cluster, Node, Queue, Resources, RunningPlacement, Tenant, no_pause
+from clusters.rules.pod_security import is_control_plane
 from clusters.rules.quantity import add_into
 from clusters.rules.taints import untolerated
 
@@ -74,6 +75,7 @@ class ClusterIndex:
         # A cordoned or NotReady node takes no new pod: its capacity is free nowhere (cluster, HyperNodes).
         self.usable = [not n.unschedulable for n in self.nodes]
         self.usable_count = sum(self.usable)
+        self.control_plane = [is_control_plane(n.labels) for n in self.nodes]  # only for parts that may use them
         self.free: list[dict[str, int]] = []
         self.free_total: dict[str, int] = {}
         self.allocatable_total: dict[str, int] = {}
@@ -160,13 +162,15 @@ class ClusterIndex:
 
     # -- node eligibility and exclusive domains ----------------------------------------------
     def eligible(self, part: PartSpec) -> bytearray:
-        """Which nodes a pod of this part may use: schedulable, taints tolerated, node selector and
-        required node affinity matched (the pod slots left are counted as a resource, `pods`)."""
+        """Which nodes a pod of this part may use: schedulable, not a control-plane node unless the part may use
+        those, taints tolerated, node selector and required node affinity matched (the pod slots left are counted
+        as a resource, `pods`)."""
         key = eligibility_key(part)
         if key not in self._eligible:
             choosy = bool(part.node_selector) or part.node_affinity is not None
             self._eligible[key] = bytearray(
-                self.usable[i] and not (n.taints and untolerated(n.taints, part.tolerations))
+                self.usable[i] and not (self.control_plane[i] and not part.control_plane)
+                and not (n.taints and untolerated(n.taints, part.tolerations))
                 and not (choosy and not part.may_run_on(n.name, n.labels))
                 for i, n in enumerate(self.nodes))
             self._eligible_counts[key] = sum(self._eligible[key])
@@ -356,18 +360,18 @@ class ClusterIndex:
                 self.locks[i] += sign
 
 
-_UNCONSTRAINED = ((), (), None)
+_UNCONSTRAINED = ((), (), None, False)
 # What `ClusterIndex.copy` shares: set once from the cluster's nodes, or caches of what follows from them alone.
-_SHARED = ("cluster", "name", "nodes", "position", "usable", "usable_count", "allocatable_total", "_eligible",
-           "_eligible_counts", "_domains", "tiers")
+_SHARED = ("cluster", "name", "nodes", "position", "usable", "usable_count", "control_plane", "allocatable_total",
+           "_eligible", "_eligible_counts", "_domains", "tiers")
 
 
 def eligibility_key(part: PartSpec) -> tuple:
     """What decides which nodes a part's pods may use; parts alike share `ClusterIndex.eligible`."""
-    if not part.tolerations and not part.node_selector and part.node_affinity is None:
+    if not part.tolerations and not part.node_selector and part.node_affinity is None and not part.control_plane:
         return _UNCONSTRAINED
     return (tuple(tuple(sorted(t.items())) for t in part.tolerations), tuple(sorted(part.node_selector.items())),
-            part.node_affinity)
+            part.node_affinity, part.control_plane)
 
 
 def _with_pod_limit(node: Node) -> Node:

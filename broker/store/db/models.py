@@ -16,6 +16,8 @@ from sqlalchemy import (JSON, BigInteger, Boolean, CheckConstraint, ColumnElemen
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from clusters.rules.pod_security import LEVELS
+
 CLUSTER_STATES = ("Pending", "Ready", "NotReady", "Cordoned", "Draining")
 # push: the broker calls the member's API server; pull: an agent inside the member calls the broker.
 CLUSTER_MODES = ("push", "pull")
@@ -31,6 +33,7 @@ PLACEMENT_UNSTARTED_STATES = ("Decided", "Applying", "Starting")  # what a drain
 PREEMPTION_POLICIES = ("Never", "LowerPriority")  # within the queue
 RECLAIM_POLICIES = ("Never", "LowerPriority", "Any")  # from the queues of its cohort that borrow
 FAIR_SHARE_PREEMPTION_POLICIES = ("Never", "LessThanOrEqualToFinalShare")  # a tenant's, across tenants
+POD_SECURITY_LEVELS = LEVELS
 TOKEN_ROLES = ("admin", "tenant")
 EVENT_KINDS = ("cluster", "job", "queue", "tenant", "placement")
 EVENT_TYPES = ("Normal", "Warning")
@@ -248,6 +251,7 @@ class Tenant(Base):
     __table_args__ = (
         CheckConstraint("weight > 0", name="weight"),
         CheckConstraint(_in("fair_share_preemption", FAIR_SHARE_PREEMPTION_POLICIES), name="fair_share_preemption"),
+        CheckConstraint(_in("pod_security", POD_SECURITY_LEVELS), name="pod_security"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -255,6 +259,10 @@ class Tenant(Base):
     namespaces: Mapped[list[str]] = mapped_column(Json, default=list)
     weight: Mapped[float] = mapped_column(Float, default=1.0)
     fair_share_preemption: Mapped[str] = mapped_column(String(32), default="Never")
+    # The Pod Security Standard its pods are held to, at submission and on the members (clusters.rules.pod_security).
+    pod_security: Mapped[str] = mapped_column(String(16), default="baseline")
+    # Namespaces of its own that the broker may use on a member although it did not create them there.
+    adoptable_namespaces: Mapped[list[str]] = mapped_column(Json, default=list)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
     queues: Mapped[list[Queue]] = relationship(back_populates="tenant")

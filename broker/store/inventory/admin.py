@@ -99,7 +99,7 @@ def _delete_copies(settings: Settings, cluster: Cluster) -> str:
     except (KubeconfigError, MemberError, ValueError) as exc:
         return f"; its copies could not be deleted ({exc}): delete JobSets labelled {jobsets.JOB_ID_LABEL} there"
     try:
-        items = jobsets.delete_owned(client, kept=lambda placement_ids: set())
+        items, _ = jobsets.delete_owned(client, kept=lambda placement_ids: set())
     except MemberError as exc:
         return f"; its copies could not be deleted ({exc}): delete JobSets labelled {jobsets.JOB_ID_LABEL} there"
     finally:

@@ -17,14 +17,15 @@ from broker.engine.status import member_status, newer
 from broker.store import events
 from broker.store.cluster_overrides import cluster_labels, stored_rules
 from broker.store.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES, Cluster, Job,
-                                    Placement)
+                                    Placement, Tenant)
 from broker.store.db.session import in_chunks
 from broker.store.outbox.follow import follow_status
 from broker.store.outbox.locks import lock_job, lock_job_rows, lock_jobs, lock_placement
 from broker.store.outbox.settle import finish_job, job_event, requeue, settle_job
 from broker.store.outbox.work import KEPT_STATES, VERDICT_STATES, WORK_STATES, Changes, Work
-from clusters.jobsets import admission_key, member_copy, member_name, stamp
+from clusters.jobsets import admission_key, member_copy, member_name, namespace_labels, stamp
 from clusters.rules.labels import parse_selector
+from clusters.rules.pod_security import template_refusal
 
 
 def due_work(session: Session, now: datetime, cluster_ids: Iterable[int], limit: int = 1000) -> list[Work]:
@@ -34,32 +35,39 @@ def due_work(session: Session, now: datetime, cluster_ids: Iterable[int], limit:
                    or_(Placement.next_attempt_at.is_(None), Placement.next_attempt_at <= now)),
               and_(Placement.state.in_(VERDICT_STATES), Placement.next_attempt_at <= now))  # a finished copy's end
     rows = session.execute(
-        select(Placement, Job.namespace, Job.name)
-        .join(Job, Job.id == Placement.job_id)
+        select(Placement, Job.namespace, Job.name, Tenant.name, Tenant.pod_security, Tenant.adoptable_namespaces)
+        .join(Job, Job.id == Placement.job_id).join(Tenant, Tenant.id == Job.tenant_id)
         .where(due, Placement.cluster_id.in_(list(cluster_ids)))
         .order_by(Placement.id).limit(limit)).all()
-    applied = sorted({placement.job_id for placement, _, _ in rows if placement.state in ("Decided", "Applying")})
+    applied = sorted({row[0].job_id for row in rows if row[0].state in ("Decided", "Applying")})
     manifests: dict[int, Any] = {}
     for chunk in in_chunks(applied):
         manifests.update(session.execute(select(Job.id, Job.manifest).where(Job.id.in_(chunk))).all())
     rules, labels = (stored_rules(session), cluster_labels(session)) if applied else ([], {})
     work = []
-    for placement, namespace, name in rows:
+    for placement, namespace, name, tenant, pod_security, adoptable in rows:
         item = Work(placement.id, placement.job_id, placement.cluster_id, placement.cluster_name, placement.state,
-                    namespace, member_name(name, placement.part), placement.member_uid, placement.attempts, None)
+                    namespace, member_name(name, placement.part), placement.member_uid, placement.attempts, None,
+                    namespace_labels=namespace_labels(tenant, pod_security), adoptable=namespace in adoptable)
         if not item.deletes:
             item = _rendered(item, placement, manifests[placement.job_id], rules,
-                             labels.get(placement.cluster_name, {}))
+                             labels.get(placement.cluster_name, {}), pod_security)
         work.append(item)
     return work
 
 
-def _rendered(work: Work, placement: Placement, manifest: Any, rules: list, labels: dict[str, str]) -> Work:
+def _rendered(work: Work, placement: Placement, manifest: Any, rules: list, labels: dict[str, str],
+              pod_security: str) -> Work:
     """The work with the JobSet its member is sent: the tenant's part, rewritten by the cluster's override
-    rules, then stamped with the broker's labels and node pins; or refused, naming the rule."""
+    rules, then stamped with the broker's labels and node pins; or refused, naming the rule — or the tenant's Pod
+    Security level, lowered since the job was submitted."""
     jobset = member_copy(manifest, namespace=work.namespace, part=placement.part)
+    lowered = template_refusal(jobset, pod_security)
+    if lowered:
+        return replace(work, refused=f"its tenant's Pod Security level is now {pod_security}: {lowered[0]}: "
+                                     f"{lowered[1]}")
     try:
-        jobset, applied = apply_overrides(rules, placement.cluster_name, labels, jobset)
+        jobset, applied = apply_overrides(rules, placement.cluster_name, labels, jobset, pod_security)
     except OverrideError as exc:
         return replace(work, refused=str(exc))
     return replace(work, overrides=applied, admission_key=admission_key(jobset), jobset=stamp(

@@ -32,6 +32,10 @@ class Work:
     overrides: tuple[str, ...] = ()  # the override rules that rewrote `jobset`, in order
     refused: str | None = None  # why an override rule makes the JobSet one the broker cannot send
     admission_key: str | None = None  # what the member's admission judges of it (clusters.jobsets.admission_key)
+    # the namespace's labels on the member (clusters.jobsets.namespace_labels: its tenant's Pod Security level), and
+    # whether an admin lets the broker use it there although it did not make it
+    namespace_labels: dict[str, str] = field(default_factory=dict)
+    adoptable: bool = False
 
     @property
     def deletes(self) -> bool:

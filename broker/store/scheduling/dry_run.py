@@ -7,12 +7,13 @@ from datetime import datetime, timezone
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from broker.engine.jobset import JobSetError, parse_jobset
+from broker.engine.jobset import JobSetError, on_control_planes, parse_jobset
 from broker.engine.placement import DryRun, PendingJob, dry_run
 from broker.process.settings import Settings
 from broker.store.db.models import Queue as QueueRow, Tenant as TenantRow
 from broker.store.scheduling.read import read_inventory
 from broker.store.scheduling.records import engine_config
+from clusters.rules.pod_security import template_refusal
 
 
 def dry_run_manifest(session: Session, manifest: dict, tenant_name: str | None, settings: Settings,
@@ -30,7 +31,7 @@ def dry_run_manifest(session: Session, manifest: dict, tenant_name: str | None, 
                           f"unknown priority class {priority_class!r}; one of {', '.join(settings.priority_classes)}")
     clock = datetime.now(timezone.utc).timestamp() if now is None else now
     inventory = read_inventory(session, now=clock, with_pending=False)
-    queues = select(QueueRow.name, TenantRow.name).join(TenantRow)
+    queues = select(QueueRow.name, TenantRow.name, TenantRow.pod_security).join(TenantRow)
     label = "metadata.labels['kueue.x-k8s.io/queue-name']"
     if spec.queue is None:
         found = session.execute(queues.where(TenantRow.name == tenant_name, QueueRow.is_default)).first()
@@ -40,6 +41,11 @@ def dry_run_manifest(session: Session, manifest: dict, tenant_name: str | None, 
         found = session.execute(queues.where(QueueRow.name == spec.queue)).first()
         if found is None or (tenant_name is not None and found[1] != tenant_name):
             raise JobSetError(label, f"queue {spec.queue!r} does not exist{' for this tenant' if found else ''}")
-    queue_name, owner = found
+    queue_name, owner, pod_security = found
+    refused = template_refusal(manifest, pod_security)
+    if refused:
+        raise JobSetError(*refused)
+    if pod_security == "privileged":
+        spec = on_control_planes(spec)
     job = PendingJob("dry-run", owner, queue_name, settings.priority_classes[priority_class], clock, spec)
     return dry_run(inventory.snapshot, job, engine_config(settings))
