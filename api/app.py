@@ -24,6 +24,7 @@ from api.kube.routes import router as kube_router
 from api.problems import Problem, install_problem_handlers, problem_response
 from api.routes import ROUTER_MODULES
 from api.schemas import problems
+from api.trust import TrustedBodies
 from broker.process.courtesy import REQUESTS_FIRST, RequestsFirst
 from broker.process.logs import configure_logging
 from broker.process.metrics import exposition
@@ -138,6 +139,7 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
     app = FastAPI(title="Archipelago", version=broker.__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Multi-cluster broker that places JobSets on the cluster and HyperNode "
                               "where they run best.")
+    app.add_middleware(TrustedBodies)  # the first added is the innermost: what is counted in flight is trusted
     app.add_middleware(SecurityHeaders)
     app.add_middleware(RequestsInFlight)
     app.state.settings = settings

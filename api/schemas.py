@@ -246,7 +246,8 @@ class DryRunCluster(BaseModel):
 
 
 class DryRunPreemption(BaseModel):
-    job: str = Field(description="the running job it would preempt")
+    job: str | None = Field(description="the running job it would preempt; none for another tenant's job (its "
+                                        "priority and size are in `reason`), but for an admin")
     part: str
     cluster: str
     rule: str = Field(description="WithinQueue, ReclaimWithinCohort or FairSharing")

@@ -133,4 +133,4 @@ def test_a_split_jobs_part_stopped_by_held_nodes_is_told_so():
     assert result.waiting["pair"].message == "no cluster can take it now (ReplicatedJob x)"
     assert result.waiting["pair"].clusters == {"eu": (
         "needs 16 GPUs; 0 GPUs free outside the 4 nodes eu-leaf-0-n0..eu-leaf-1-n1 of HyperNode eu-spine-0 on eu, "
-        "held for job old, which has waited too long")}
+        "held for a job that has waited too long")}

@@ -264,7 +264,7 @@ def leaf_1_mostly_busy() -> ClusterIndex:
     return index(busy=range(8, 15))
 
 
-HELD_LEAF_0 = "the 8 nodes leaf-0-n0..leaf-0-n7 of HyperNode leaf-0 on eu, held for job old, which has waited too long"
+HELD_LEAF_0 = "the 8 nodes leaf-0-n0..leaf-0-n7 of HyperNode leaf-0 on eu, held for a job that has waited too long"
 
 
 @pytest.mark.parametrize("pods, reason", [
@@ -300,14 +300,14 @@ def test_a_hold_above_the_jobs_tier_or_of_the_whole_cluster_does_not_keep_a_hard
     holds = held(eu, ("old", "spine-0", 2, leaf_names(0)))
     assert Reservation().filter(request(holds=holds, pods=2, annotations=hard(2)), eu) == (
         "needs 16 GPUs in one tier-2 HyperNode; the 8 nodes leaf-0-n0..leaf-0-n7 of HyperNode spine-0 on eu, "
-        "held for job old, which has waited too long")
+        "held for a job that has waited too long")
 
 
 def test_a_hard_job_counts_what_the_held_hypernode_has_free_beside_the_hold():
     """leaf-0: 4 nodes held, one free, three busy; leaf-1: one free. Tier 1 has 8 GPUs free, the spine 16."""
     eu = index(busy=(5, 6, 7, *range(9, 16)))
     holds = held(eu, ("old", "leaf-0", 1, leaf_names(0)[:4]))
-    held_half = ("the 4 nodes leaf-0-n0..leaf-0-n3 of HyperNode leaf-0 on eu, held for job old, which has waited "
+    held_half = ("the 4 nodes leaf-0-n0..leaf-0-n3 of HyperNode leaf-0 on eu, held for a job that has waited "
                  "too long")
     for pods, reason in ((2, f"needs 16 GPUs in one tier-1 HyperNode; {held_half}"),
                          (5, f"needs 40 GPUs in one tier-1 HyperNode; {held_half}"), (6, None)):
@@ -327,7 +327,7 @@ def test_a_soft_and_a_hard_request_of_the_same_need_get_their_own_reasons():
     nodes = (node("a", gpus=0), replace(node("b", gpus=0), used={"cpu": 63_998}))
     eu = index((nodes, (HyperNode("leaf", 1, nodes=("a", "b")),)))
     holds = held(eu, ("old", "leaf", 1, ("a",)))
-    held_a = "node a of HyperNode leaf on eu, held for job old, which has waited too long"
+    held_a = "node a of HyperNode leaf on eu, held for a job that has waited too long"
     soft = request(holds=holds, parts=(("workers", 1, 1, 0),), cpu="3m")
     assert Reservation().filter(soft, eu) == f"needs 3m CPUs; 2m CPUs free outside {held_a}"
     bound = request(holds=holds, parts=(("workers", 1, 1, 0),), cpu="3m", annotations=hard(2))
@@ -343,7 +343,7 @@ def test_a_hold_on_another_cluster_says_nothing_here():
 def test_the_first_hold_is_named_and_the_others_counted():
     eu = index(busy=range(8, 16))
     holds = held(eu, ("old", "leaf-0", 1, leaf_names(0)[:4]), ("older", "leaf-0", 1, leaf_names(0)[4:6]))
-    first = ("the 4 nodes leaf-0-n0..leaf-0-n3 of HyperNode leaf-0 on eu, held for job old, which has waited too "
+    first = ("the 4 nodes leaf-0-n0..leaf-0-n3 of HyperNode leaf-0 on eu, held for a job that has waited too "
              "long")
     assert Reservation().filter(request(holds=holds, pods=3), eu) == (
         f"needs 24 GPUs; 16 GPUs free outside {first}, and nodes held for 1 other job")
@@ -357,12 +357,12 @@ def test_a_reason_given_once_is_given_again_for_the_same_shortfall_and_anew_afte
     holds = held(eu, ("old", "leaf-0", 1, leaf_names(0)[:4]))
     two = request(holds=holds, pods=2)
     alone = "needs 16 GPUs; 8 GPUs free outside the 4 nodes leaf-0-n0..leaf-0-n3 of HyperNode leaf-0 on eu, " \
-            "held for job old, which has waited too long"
+            "held for a job that has waited too long"
     assert Reservation().filter(two, eu) == alone
     assert Reservation().filter(request(holds=holds, pods=2), eu) == alone
     assert Reservation().filter(request(holds=holds, pods=3), eu) == alone.replace("needs 16", "needs 24")
     assert Reservation().filter(request(holds=holds, pods=2, annotations=hard(1)), eu) == (
         "needs 16 GPUs in one tier-1 HyperNode; the 4 nodes leaf-0-n0..leaf-0-n3 of HyperNode leaf-0 on eu, "
-        "held for job old, which has waited too long")
+        "held for a job that has waited too long")
     holds["eu"].add(Hold("older", "eu", "leaf-0", 1, leaf_names(0)[4:], {GPU: 32000}, "0 GPUs"))
     assert Reservation().filter(two, eu) == alone + ", and nodes held for 1 other job"

@@ -277,9 +277,13 @@ def test_fair_share_preemption_across_tenants_is_committed(db, setup, scheduler)
     assert outcome.admitted == [wanted[0].id] and outcome.preempted == 1  # late's fair share is 8 of 16 GPUs
     with db.sessions() as session:
         [preempted] = job_events(session, early[1].id, "Preempted")
-        assert f"preempted by job {wanted[0].id} of tenant late" in preempted.message
+        # across tenants neither side learns the other's job, tenant or queue: its priority and size only
+        assert preempted.message.startswith("preempted by a job of another tenant (priority 1000, 8 GPUs), whose tenant "
+                                            "is below its fair share"), preempted.message
+        assert f"job {wanted[0].id}" not in preempted.message and "late" not in preempted.message
         [admitted] = job_events(session, wanted[0].id, "Admitted")
-        assert f"preempting job {early[1].id} (its tenant above its fair share, this one below)" in admitted.message
+        assert admitted.message.endswith("; preempting a job of another tenant (priority 1000, 8 GPUs) (its tenant above "
+                                         "its fair share, this one below)"), admitted.message
 
 
 @pytest.mark.parametrize("on_preemption,state", [("fail", "Failed"), ("requeue", "Running")])

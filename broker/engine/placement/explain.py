@@ -47,3 +47,11 @@ def duration(seconds: float) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{seconds / size:g} {unit}"
     return f"{seconds:g} s"
+
+
+def another_tenants_job(priority: int, demand: Resources) -> str:
+    """How a tenant is told of another tenant's job: "a job of another tenant (priority 1000, 16 GPUs)" — its priority
+    and size, never its id, name, tenant or queue."""
+    main = next((r for r in _gpus_first(tuple(demand)) if r in (GPU, "cpu")), None)
+    size = f", {amount(main, demand[main])}" if main else ""
+    return f"a job of another tenant (priority {priority}{size})"

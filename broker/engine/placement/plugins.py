@@ -189,8 +189,9 @@ class Reservation:
 
 
 def _held_for(holds: Sequence[Hold]) -> str:
-    """"the 8 nodes … of HyperNode leaf-0 on eu, held for job 7, which has waited too long", and how many more."""
-    first = f"{holds[0].where()}, held for job {holds[0].job_id}, which has waited too long"
+    """"the 8 nodes … of HyperNode leaf-0 on eu, held for a job that has waited too long", and how many more (the
+    job not named: it may be another tenant's)."""
+    first = f"{holds[0].where()}, held for a job that has waited too long"
     others = len(holds) - 1
     return first if not others else f"{first}, and nodes held for {others} other job{'s' if others > 1 else ''}"
 

@@ -19,7 +19,7 @@ from broker.store.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES
 from broker.store.db.runtime import Database, WriteSlices, write_in_slices
 from broker.store.db.session import in_chunks
 from broker.store.outbox import lock_job_rows
-from broker.store.scheduling.records import SCHEDULER_LOCK_KEY, CommitOutcome, Inventory, reasons_digest
+from broker.store.scheduling.records import SCHEDULER_LOCK_KEY, CommitOutcome, Inventory, reasons_digest, victim_words
 
 
 def _lock_for_commit(session: Session) -> None:
@@ -88,8 +88,8 @@ def commit_decisions(session: Session, inventory: Inventory, decisions: Decision
             continue
         for placement in placements:
             rows.append(_placement_row(placement, inventory, now))
-        events.append(_event(job_id, "Admitted", _placed_message(placements) + _preempting(victims.get(job_id, {})),
-                             inventory.records[job_id].tenant_id, now))
+        events.append(_event(job_id, "Admitted", _placed_message(placements) + _preempting(
+            inventory, victims.get(job_id, {})), inventory.records[job_id].tenant_id, now))
     if rows:
         session.execute(insert(PlacementRow.__table__), rows)
         outcome.fence = session.scalar(select(func.max(PlacementRow.id)))
@@ -258,11 +258,13 @@ RULE_WORDS = {"WithinQueue": "lower priority, same queue",
               "FairSharing": "its tenant above its fair share, this one below"}
 
 
-def _preempting(victims: Mapping[str, str]) -> str:
-    """"; preempting job 4 (lower priority, same queue)" — the preemptor's side of its preemptions."""
+def _preempting(inventory: Inventory, victims: Mapping[str, str]) -> str:
+    """"; preempting job 4 (lower priority, same queue)" — the preemptor's side of its preemptions; a victim of
+    another tenant (fair-share preemption) by its priority and size, never its id."""
     if not victims:
         return ""
-    return "; preempting " + ", ".join(f"job {v} ({RULE_WORDS[rule]})" for v, rule in sorted(victims.items()))
+    return "; preempting " + ", ".join(f"{victim_words(inventory, v, rule)} ({RULE_WORDS[rule]})"
+                                       for v, rule in sorted(victims.items()))
 
 
 def _event(job_id: str, reason: str, message: str, tenant_id: int | None, now: datetime, *,

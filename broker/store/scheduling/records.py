@@ -10,9 +10,11 @@ from typing import Any, Iterable, Mapping
 
 
 from broker.engine.placement import DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS, Config, RunningPlacement, Snapshot, Waiting
+from broker.engine.placement.explain import another_tenants_job
 from broker.engine.placement.model import Backlog
 from broker.process.settings import ConfigError, Settings
 from broker.store.db.models import PLACEMENT_ACTIVE_STATES, by_reason
+from clusters.rules.quantity import add_into
 
 
 # PostgreSQL advisory lock key held by a scheduler while it commits ("arch" in ASCII).
@@ -109,3 +111,16 @@ class CommitOutcome:
         self.placements += slice_.placements
         self.preempted += slice_.preempted
         self.fence = slice_.fence
+
+
+def victim_words(inventory: Inventory, job_id: str, rule: str) -> str:
+    """A preempted job as its preemptor's tenant reads of it: "job 4" within its own queue or cohort; another
+    tenant's (fair-share preemption) by its priority and size alone."""
+    if rule != "FairSharing":
+        return f"job {job_id}"
+    running = inventory.snapshot.running.get(job_id, ())
+    demand: dict[str, int] = {}
+    for placement in running:
+        for usage in placement.node_usage.values():
+            add_into(demand, usage)
+    return another_tenants_job(running[0].priority if running else 0, demand)

@@ -8,6 +8,7 @@ from typing import Iterable, Mapping
 from broker.engine.placement.cycle.decide import Outcome
 from broker.engine.placement.cycle.placements import per_part, to_placement
 from broker.engine.placement.decisions import Preemption
+from broker.engine.placement.explain import another_tenants_job
 from broker.engine.placement.fairness import QuotaVerdict, dominant_share, fair_share_allows
 from broker.engine.placement.model import PendingJob, RunningPlacement
 from broker.engine.placement.plugins import Candidate, Request
@@ -179,8 +180,9 @@ def _why(rule: str, job: PendingJob, victim: RunningPlacement, cluster: str) -> 
     if rule == "WithinQueue":
         return (f"preempted by higher-priority job {job.id} (priority {job.priority} > {victim.priority}) "
                 f"of the same queue {job.queue} to make room on {cluster}")
-    if rule == "FairSharing":
-        return (f"preempted by job {job.id} of tenant {job.tenant}, which is below its fair share of the federation "
-                f"while tenant {victim.tenant} is above its own (fair-share preemption), on {cluster}")
+    if rule == "FairSharing":  # across tenants: the preemptor is not named to its victim
+        return (f"preempted by {another_tenants_job(job.priority, job.spec.requests)}, whose tenant is below its fair "
+                f"share of the federation while tenant {victim.tenant} is above its own (fair-share preemption), "
+                f"on {cluster}")
     return (f"preempted by job {job.id} of queue {job.queue}, which takes back capacity within its nominal quota "
             f"that queue {victim.queue} of tenant {victim.tenant} had borrowed (reclaim within the cohort), on {cluster}")
