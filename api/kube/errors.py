@@ -13,7 +13,7 @@ from broker.store.errors import Conflict, Invalid, NotFound
 
 REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
            406: "NotAcceptable", 409: "Conflict", 413: "RequestEntityTooLarge", 415: "UnsupportedMediaType",
-           422: "Invalid", 500: "InternalError"}
+           422: "Invalid", 429: "TooManyRequests", 500: "InternalError"}
 
 
 class KubeError(Exception):

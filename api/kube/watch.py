@@ -1,17 +1,19 @@
 """Watching JobSets: the event log read forward from a resourceVersion, each touched job sent as it is now.
 
 The event log is the change feed: every change of a job writes an event in the same transaction. A watch
-reads the events after its resourceVersion, and again those of the last COMMIT_SLACK it has not seen
-(a transaction may commit an older id after a newer one), and sends each touched job in its scope once.
+reads the events after its cursor, and the ids it saw skipped for COMMIT_SLACK (a transaction may commit an older id
+after a newer one), and sends each touched job in its scope once.
 """
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from api.kube.objects import COMMIT_SLACK, render, shown
@@ -20,6 +22,8 @@ from broker.store.db.models import Event, Job, utcnow
 from broker.store.tenancy import Principal
 
 BATCH = 500
+MAX_GAPS = 1000  # gaps a cursor looks for at once, the newest kept
+_COLUMNS = (Event.id, Event.time, Event.kind, Event.object_id, Event.tenant_id, Event.reason)
 
 
 @dataclass
@@ -37,34 +41,81 @@ class Scope:
 @dataclass
 class EventCursor:
     """Where a watch is in the event log: every id at or below `floor` was handled (the resourceVersion it
-    started from), and so were the ids in `seen` above it (kept for COMMIT_SLACK)."""
+    started from), and every id up to `high` but those in `gaps`: ids skipped by a later one, which a transaction
+    that took its id first may still commit (PostgreSQL), looked for again for COMMIT_SLACK after they were seen
+    missing. A poll reads the events after `high` and those gaps, never again what it has handled."""
 
     floor: int
     high: int = 0
-    seen: dict[int, datetime] = field(default_factory=dict)
+    gaps: list[tuple[int, int, datetime]] = field(default_factory=list)  # (first id, last id, when seen missing)
 
     def __post_init__(self) -> None:
         self.high = max(self.high, self.floor)
 
     def changed_jobs(self, session: Session, principal: Principal) -> tuple[list[int], set[int]]:
         """The ids of the jobs with events not handled yet, oldest change first, and which were just created."""
-        cutoff = utcnow() - COMMIT_SLACK
-        columns = (Event.id, Event.time, Event.kind, Event.object_id, Event.tenant_id, Event.reason)
-        fresh = list(session.execute(select(*columns).where(Event.id > self.high).order_by(Event.id).limit(BATCH)))
-        late = [row for row in session.execute(select(*columns).where(
-            Event.id > self.floor, Event.id <= self.high, Event.time >= cutoff)) if row.id not in self.seen]
-        self.seen = {event_id: at for event_id, at in self.seen.items() if at >= cutoff}
+        now = utcnow()
+        self.gaps = [gap for gap in self.gaps if gap[2] >= now - COMMIT_SLACK][-MAX_GAPS:]
+        fresh = list(session.execute(select(*_COLUMNS).where(Event.id > self.high).order_by(Event.id).limit(BATCH)))
+        late = list(session.execute(select(*_COLUMNS).where(
+            or_(*(Event.id.between(first, last) for first, last, _ in self.gaps))))) if self.gaps else []
+        self._fill(sorted(row.id for row in late))
+        for row in fresh:
+            if row.id > self.high + 1:
+                self.gaps.append((self.high + 1, row.id - 1, now))
+            self.high = row.id
         order: dict[int, int] = {}
         created: set[int] = set()
         for row in sorted(late + fresh, key=lambda r: r.id):
-            self.seen[row.id] = row.time
-            self.high = max(self.high, row.id)
             if row.kind == "job" and principal.may_see(row.tenant_id):
                 order.pop(int(row.object_id), None)
                 order[int(row.object_id)] = row.id
                 if row.reason == "Queued":
                     created.add(int(row.object_id))
         return list(order), created
+
+    def _fill(self, found: list[int]) -> None:
+        """The gaps without the ids found in them."""
+        if not found:
+            return
+        left = []
+        for first, last, since in self.gaps:
+            start = first
+            for event_id in (i for i in found if first <= i <= last):
+                if event_id > start:
+                    left.append((start, event_id - 1, since))
+                start = event_id + 1
+            if start <= last:
+                left.append((start, last, since))
+        self.gaps = left
+
+
+class WatchSlots:
+    """The watches each token holds open in this process: at most `most` at once (ARCHIPELAGO_MAX_WATCHES_PER_TOKEN),
+    so that one tenant cannot make the broker poll without end."""
+
+    def __init__(self) -> None:
+        self._held: dict[bytes, int] = {}
+        self._lock = threading.Lock()
+
+    def take(self, token: str, most: int) -> bytes | None:
+        """The slot's key, or None when the token holds `most` already."""
+        key = hashlib.sha256(token.encode()).digest()
+        with self._lock:
+            if self._held.get(key, 0) >= most:
+                return None
+            self._held[key] = self._held.get(key, 0) + 1
+            return key
+
+    def give_back(self, key: bytes) -> None:
+        with self._lock:
+            self._held[key] -= 1
+            if not self._held[key]:
+                del self._held[key]
+
+    def held(self, token: str) -> int:
+        with self._lock:
+            return self._held.get(hashlib.sha256(token.encode()).digest(), 0)
 
 
 def changes(session: Session, scope: Scope, cursor: EventCursor) -> list[tuple[str, dict[str, Any]]]:

@@ -48,3 +48,34 @@ def test_a_watch_sees_only_the_jobs_of_its_tenant(db):
     _events(db, (1, 10, timedelta()))
     with db.sessions() as session:
         assert EventCursor(0).changed_jobs(session, Principal("tenant", tenant_id=7, tenant_name="t")) == ([], set())
+
+
+def _statements(db) -> list[str]:
+    """Every SQL statement the database runs from now on (a list that fills)."""
+    from sqlalchemy import event
+
+    seen: list[str] = []
+    event.listen(db.engine, "before_cursor_execute", lambda conn, cursor, statement, *rest: seen.append(statement))
+    return seen
+
+
+def test_a_watch_reads_what_follows_its_cursor_and_the_gaps_it_saw_never_again_what_it_handled(db):
+    """Each poll asks for the ids after the newest it has, and for the ids it saw skipped (3, 6-7) until they come or
+    COMMIT_SLACK passes: not every event of the last COMMIT_SLACK, twice a second, as before."""
+    _events(db, (1, 10, timedelta()), (2, 10, timedelta()), (4, 11, timedelta()), (5, 12, timedelta()),
+            (8, 13, timedelta()))
+    cursor = EventCursor(1)
+    with db.sessions() as session:
+        assert cursor.changed_jobs(session, ADMIN) == ([10, 11, 12, 13], set())
+    assert [(first, last) for first, last, _ in cursor.gaps] == [(3, 3), (6, 7)]
+    _events(db, (6, 14, timedelta()))
+    seen = _statements(db)
+    with db.sessions() as session:
+        assert cursor.changed_jobs(session, ADMIN) == ([14], set())
+    assert [(first, last) for first, last, _ in cursor.gaps] == [(3, 3), (7, 7)]
+    assert len([s for s in seen if "FROM events" in s]) == 2  # after the newest, and in the gaps
+    cursor.gaps = [(first, last, since - COMMIT_SLACK * 2) for first, last, since in cursor.gaps]  # long ago
+    seen.clear()
+    with db.sessions() as session:
+        assert cursor.changed_jobs(session, ADMIN) == ([], set())
+    assert cursor.gaps == [] and len([s for s in seen if "FROM events" in s]) == 1

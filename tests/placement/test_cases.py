@@ -234,8 +234,8 @@ def test_a_job_that_needs_held_nodes_waits_and_is_told_for_whom():
     assert not result.placements
     assert (result.holds[big.id].hypernode, result.holds[big.id].nodes) == ("leaf-0", leaf_nodes("", 0))
     assert result.waiting[small.id].clusters["eu"] == (
-        f"needs 8 GPUs; 0 GPUs free outside the 8 nodes leaf-0-n0..leaf-0-n7 of HyperNode leaf-0 on eu, "
-        f"held for a job that has waited too long")
+        "needs 8 GPUs; 0 GPUs free outside the 8 nodes leaf-0-n0..leaf-0-n7 of HyperNode leaf-0 on eu, "
+        "held for a job that has waited too long")
 
 
 def test_a_hard_job_kept_out_of_a_held_hypernode_is_told_so():
@@ -246,8 +246,8 @@ def test_a_hard_job_kept_out_of_a_held_hypernode_is_told_so():
     result = schedule(s, [tight, big], Config(starvation_after_s=600))
     assert not result.placements and result.holds[big.id].hypernode == "leaf-0"
     assert result.waiting[tight.id].clusters["eu"] == (
-        f"needs 4 GPUs in one tier-1 HyperNode; the 8 nodes leaf-0-n0..leaf-0-n7 of HyperNode leaf-0 on eu, "
-        f"held for a job that has waited too long")
+        "needs 4 GPUs in one tier-1 HyperNode; the 8 nodes leaf-0-n0..leaf-0-n7 of HyperNode leaf-0 on eu, "
+        "held for a job that has waited too long")
 
 
 def test_each_starving_job_holds_one_set_of_its_own_and_prefers_the_least_busy():
