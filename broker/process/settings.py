@@ -159,6 +159,17 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _member_calls_end_before_expiry(self) -> Settings:
+        # A holder calls members until a member timeout short of expiry (`LeaseHolder.valid_until`), so that its last
+        # call has ended when another replica may take over; that window must outlast two renew periods.
+        if self.member_timeout + 2 * self.lease_renew_period > self.lease_duration:
+            raise ValueError(f"ARCHIPELAGO_MEMBER_TIMEOUT ({self.member_timeout:g} s) plus twice "
+                             f"ARCHIPELAGO_LEASE_RENEW_PERIOD ({self.lease_renew_period:g} s) must be at most "
+                             f"ARCHIPELAGO_LEASE_DURATION ({self.lease_duration:g} s): a replica stops calling members "
+                             "a member timeout before its leases can expire")
+        return self
+
+    @model_validator(mode="after")
     def _certificate_with_its_key(self) -> Settings:
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
             raise ValueError("set ARCHIPELAGO_TLS_CERTFILE and ARCHIPELAGO_TLS_KEYFILE together, or neither")

@@ -26,7 +26,7 @@ ADMIN = "crash-test-admin-token"
 DEADLINE = 30.0
 FAST_LOOPS = {"ARCHIPELAGO_SCHEDULER_INTERVAL": "0.2", "ARCHIPELAGO_DISPATCH_INTERVAL": "0.2",
               "ARCHIPELAGO_STATUS_POLL_INTERVAL": "0.5", "ARCHIPELAGO_HEALTH_PROBE_INTERVAL": "1",
-              "ARCHIPELAGO_MEMBER_TIMEOUT": "2"}
+              "ARCHIPELAGO_MEMBER_TIMEOUT": "1"}
 DEFAULT_LOOPS = {key: str(Settings.model_fields[key.removeprefix("ARCHIPELAGO_").lower()].default)
                  for key in FAST_LOOPS}  # what a deployment runs, for the benchmarks
 

@@ -23,12 +23,13 @@ placement with the member's message (permanent ones).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from sqlalchemy import select
 
@@ -182,20 +183,21 @@ class DispatcherService(LoopService):
         pending: set[Future] = {self._lane(w.cluster_id).submit(call, w) for w in works}
         outcomes: list[Outcome] = []
         changes = Changes()
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            batch = [future.result() for future in finished]
-            done = any(o.kind == "done" for o in batch)
-            if done:
-                crash_point(f"{step}-on-member")
-            recorded = self._record(batch)
-            if recorded.orphans:
-                self._delete_orphans(recorded.orphans, members)
-                recorded.orphans = []
-            changes.add(recorded)
-            if done:
-                crash_point(step)
-            outcomes += batch
+        with _abandoned_on_abort(pending):
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                batch = [future.result() for future in finished]
+                done = any(o.kind == "done" for o in batch)
+                if done:
+                    crash_point(f"{step}-on-member")
+                recorded = self._record(batch)
+                if recorded.orphans:
+                    self._delete_orphans(recorded.orphans, members)
+                    recorded.orphans = []
+                changes.add(recorded)
+                if done:
+                    crash_point(step)
+                outcomes += batch
         return outcomes, changes
 
     def _lane(self, cluster_id: int) -> ThreadPoolExecutor:
@@ -303,12 +305,13 @@ class DispatcherService(LoopService):
         futures = {key: self._lane(key[0]).submit(self._dry_run, alike[0], members[key[0]],
                                                   found[(alike[0].cluster_id, alike[0].namespace)])
                    for key, alike in asking.items()}
-        for key, future in futures.items():
-            answer = future.result()
-            if answer is None:
-                self._admission[key] = (now, None)
-            else:
-                held += [replace(answer, work=work) for work in asking[key]]
+        with _abandoned_on_abort(set(futures.values())):
+            for key, future in futures.items():
+                answer = future.result()
+                if answer is None:
+                    self._admission[key] = (now, None)
+                else:
+                    held += [replace(answer, work=work) for work in asking[key]]
         return held
 
     def _dry_run(self, work: Work, member: Any, existing: Existing) -> Outcome | None:
@@ -432,3 +435,16 @@ class DispatcherService(LoopService):
             self._admission[(work.cluster_id, work.admission_key)] = (time.monotonic(), str(exc))
             return Outcome(work, "refuse", str(exc))
         return Outcome(work, "retry", str(exc))
+
+
+@contextlib.contextmanager
+def _abandoned_on_abort(futures: set[Future]) -> Iterator[None]:
+    """A pass that aborts (a member call fenced, a commit refused) leaves none of its member calls behind: those not
+    started are cancelled, those under way waited for, before the error goes on."""
+    try:
+        yield
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        wait(futures)
+        raise

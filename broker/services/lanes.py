@@ -45,6 +45,7 @@ class MemberLeases:
                  now: Callable[[], datetime] | None = None) -> None:
         self.database, self.settings, self.holder, self.now = database, settings, holder, now
         self.heartbeat = f"{REPLICA}{holder.rsplit('/', 1)[-1]}"  # the holder's nonce: a lease name is 63 at most
+        self.inherited: set[str] = set()  # taken over, at the last claim, from holders that stopped renewing them
 
     def claim(self) -> dict[str, int]:
         """Heartbeat, count the live replicas, renew ours up to the share (the rest expire), take free ones up to it."""
@@ -76,9 +77,13 @@ class MemberLeases:
             if kept:
                 session.execute(update(lease).where(mine, lease.c.name.in_(kept)).values(expires_at=expires))
             free = lease.c.holder.is_(None) | (lease.c.expires_at <= now)
+            self.inherited = set()
             if share > len(kept):
-                candidates = session.scalars(select(lease.c.name).where(lease.c.name.in_(list(members)), free)
-                                             .order_by(func.random()).limit(share - len(kept))).all()
+                found = session.execute(select(lease.c.name, lease.c.holder)
+                                        .where(lease.c.name.in_(list(members)), free)
+                                        .order_by(func.random()).limit(share - len(kept))).all()
+                candidates = [name for name, _ in found]
+                self.inherited = {name for name, before in found if before not in (None, self.holder)}
                 if candidates:
                     session.execute(update(lease).where(lease.c.name.in_(candidates), free)
                                     .values(holder=self.holder, token=lease.c.token + 1, expires_at=expires))
@@ -195,6 +200,7 @@ def member_lanes(leases: MemberLeases, build: Callable[[Database, frozenset[int]
         return True
 
     holder = LeaseHolder("member lanes", leases.database, leases.settings, leases.claim, leases.release, lane,
-                         holder=leases.holder, held_gauge=MEMBER_LANES_HELD, move=move, wake=wake, clock=clock)
+                         holder=leases.holder, held_gauge=MEMBER_LANES_HELD, move=move, wake=wake, clock=clock,
+                         inherited=lambda: leases.inherited)
     MEMBER_LANE_LAG.lags = lambda: progress.lags(members_of(holder.held))
     return holder

@@ -71,6 +71,7 @@ class LeaseRecord:
                  now: Callable[[], datetime] | None = None) -> None:
         self.database, self.holder, self.duration, self.name, self.now = database, holder, duration, name, now
         self.token: int | None = None  # the fencing token while held
+        self.inherited = False  # taken over, at the last hold, from a holder that stopped renewing it
 
     def hold(self) -> int | None:
         """Acquire or renew; the token held afterwards, or None (another replica holds it)."""
@@ -87,8 +88,10 @@ class LeaseRecord:
                     update(lease).where(this, lease.c.holder == self.holder, lease.c.token == self.token)
                     .values(expires_at=expires)).rowcount:
                 return self.token
+            before = session.scalar(select(lease.c.holder).where(this))
             taken = session.execute(update(lease).where(this, or_(lease.c.holder.is_(None), lease.c.expires_at <= now))
                                     .values(holder=self.holder, token=lease.c.token + 1, expires_at=expires)).rowcount
+            self.inherited = bool(taken) and before not in (None, self.holder)
             token = session.scalar(select(lease.c.token).where(this)) if taken else None
         self.token = token
         return token
@@ -117,17 +120,21 @@ class LeaseHolder:
                  release: Callable[[], None], build: Callable[[Database, dict[str, int]], list[LoopService]], *,
                  holder: str, held_gauge: Gauge, lost_counter: Counter | None = None,
                  move: Callable[[list[LoopService], dict[str, int]], bool] | None = None,
-                 wake: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 wake: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
+                 inherited: Callable[[], set[str]] = set, sleep: Callable[[float], None] = time.sleep) -> None:
         """`move`: carries the running services over to a changed set of leases in place (whether it could); without
-        it, or when it cannot, they are stopped and started again on the new set."""
+        it, or when it cannot, they are stopped and started again on the new set. `inherited`: the leases the last
+        claim took over from a replica that stopped renewing them (their services hold off member calls a member
+        timeout)."""
         self.what, self.database, self.settings, self.claim, self.release = what, database, settings, claim, release
         self.move = move
         self.build, self.holder, self.held_gauge, self.lost_counter = build, holder, held_gauge, lost_counter
-        self.wake_via, self.clock = wake, clock
+        self.wake_via, self.clock, self.sleep, self.inherited = wake, clock, sleep, inherited
         self.held: dict[str, int] = {}  # what the running services were started under
         self.runner: ServiceRunner | None = None
         self.fence: Fence | None = None
-        # Until when this replica surely holds them: a renew period short of when others may take them.
+        # Until when this replica calls members under them: a member timeout (at least a renew period) short of when
+        # others may take them, so that its last call has ended by then.
         self.valid_until = 0.0
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -148,7 +155,8 @@ class LeaseHolder:
                 if self.running and self.clock() >= self.valid_until:
                     self._stop("not renewed in time")
                 return self.running
-            self.valid_until = started + self.settings.lease_duration - self.settings.lease_renew_period
+            self.valid_until = started + self.settings.lease_duration - max(self.settings.lease_renew_period,
+                                                                            self.settings.member_timeout)
             if held != self.held and not (self.running and held and self._moved(held)):
                 if self.running:
                     self._stop(None if held else "taken over by another replica")
@@ -164,6 +172,7 @@ class LeaseHolder:
         if self.move is None or any(before[name] != held[name] for name in before.keys() & held.keys()):
             return False  # a lease kept under a new token was another replica's meanwhile: nothing carries over
         self.fence.tokens = {**before, **held}
+        self._hold_off(self.fence, held.keys() - before.keys())
         if not self.move(list(self.runner.services.values()), held):
             return False
         self.fence.tokens, self.held = dict(held), held
@@ -175,7 +184,8 @@ class LeaseHolder:
     def _start(self, held: dict[str, int]) -> None:
         """Only services that started count as running: if building or starting them fails, nothing is recorded as
         held, so the next step tries again (instead of renewing leases under which nothing runs)."""
-        fence = Fence(held, lambda: self.clock() < self.valid_until)
+        fence = Fence(held, lambda: self.clock() < self.valid_until, clock=self.clock, sleep=self.sleep)
+        self._hold_off(fence, held.keys())
         runner = ServiceRunner(self.build(fenced(self.database, fence), held), wake=self.wake_via)
         try:
             runner.start()
@@ -186,6 +196,10 @@ class LeaseHolder:
         self.held, self.fence, self.runner = held, fence, runner
         self.held_gauge.set(len(held))
         log.info("%s: acquired by %s (%s); loop services started", self.what, self.holder, _tokens(held))
+
+    def _hold_off(self, fence: Fence, gained) -> None:
+        if set(gained) & self.inherited():
+            fence.hold_off(self.clock() + self.settings.member_timeout)
 
     def _stop(self, lost: str | None) -> None:
         """Stop the services now (`lost`: why, unless the leases held only changed): the fence refuses their commits
@@ -246,7 +260,8 @@ def _tokens(held: dict[str, int]) -> str:
 
 
 def leader(lease: LeaseRecord, settings: Settings, build: Callable[[Database, dict[str, int]], list[LoopService]], *,
-           wake: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic) -> LeaseHolder:
+           wake: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
+           sleep: Callable[[float], None] = time.sleep) -> LeaseHolder:
     """The loop services that run in one replica at a time, under the leader lease."""
 
     def claim() -> dict[str, int]:
@@ -254,4 +269,5 @@ def leader(lease: LeaseRecord, settings: Settings, build: Callable[[Database, di
         return {} if token is None else {lease.name: token}
 
     return LeaseHolder("lease", lease.database, settings, claim, lease.release, build, holder=lease.holder,
-                       held_gauge=LEASE_HELD, lost_counter=LEASES_LOST, wake=wake, clock=clock)
+                       held_gauge=LEASE_HELD, lost_counter=LEASES_LOST, wake=wake, clock=clock,
+                       inherited=lambda: {lease.name} if lease.inherited else set(), sleep=sleep)

@@ -86,7 +86,8 @@ class Federation(Stepper):
 
 @pytest.fixture
 def settings(settings):
-    return settings.model_copy(update={"member_timeout": 10.0, "member_workers": 4, "not_ready_grace": 0.0,
+    return settings.model_copy(update={"member_timeout": 10.0, "lease_duration": 30.0, "member_workers": 4,
+                                       "not_ready_grace": 0.0,
                                        "failover_toleration": 0.0})
 
 

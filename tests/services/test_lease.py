@@ -200,3 +200,55 @@ def test_a_replica_whose_clock_runs_an_hour_ahead_takes_no_lease_early(db, monke
     with db.sessions() as session:
         expires = session.scalar(select(Lease.expires_at).where(Lease.name == LEADER))
     assert expires < ahead - timedelta(minutes=50)
+
+
+def test_member_calls_stop_a_member_timeout_before_expiry_and_a_new_owner_waits_that_long(db, settings, clock):
+    """An apply sent at 9.9 s of a 10 s lease could land after the next owner's sweep: the holder stops calling
+    members a member timeout before its lease can expire, and an owner that took the lease over from a replica that
+    stopped renewing it holds its first member call off as long. A lease given up cleanly is taken without a wait."""
+    settings = settings.model_copy(update={"lease_duration": 10.0, "lease_renew_period": 2.0, "member_timeout": 5.0})
+    slept: list[float] = []
+    renewing: list[LeaseHolder] = []
+
+    def sleep(seconds: float) -> None:  # the holder's renewals go on meanwhile, one per renew period
+        slept.append(seconds)
+        for _ in range(int(seconds // settings.lease_renew_period)):
+            clock.advance(settings.lease_renew_period)
+            renewing[-1].step()
+        clock.advance(seconds % settings.lease_renew_period)
+
+    def holder(name: str) -> LeaseHolder:
+        lease = LeaseRecord(db, holder=name, duration=settings.lease_duration, now=clock.now)
+        return leader(lease, settings, lambda _database, _held: [Counting()], clock=clock.monotonic, sleep=sleep)
+
+    first = holder("a")
+    try:
+        assert first.step()
+        clock.advance(4.9)
+        first.fence.ensure_valid()  # 4.9 s of 10: a call now ends before the lease can expire
+        clock.advance(0.2)
+        with pytest.raises(Fenced):
+            first.fence.ensure_valid()
+        assert slept == []
+        clock.advance(5.0)  # never renewed: expired
+        second = holder("b")
+        renewing.append(second)
+        assert second.step()
+        second.fence.ensure_valid()
+        assert slept == [5.0]  # taken over: the first call waited a member timeout
+        second.stop()  # a clean shutdown gives the lease up
+        third = holder("c")
+        assert third.step()
+        third.fence.ensure_valid()
+        assert slept == [5.0]
+        third.stop()
+    finally:
+        first.stop()
+
+
+def test_settings_keep_a_member_timeout_and_two_renewals_within_the_lease(settings):
+    from broker.process.settings import Settings
+
+    with pytest.raises(ValueError, match="ARCHIPELAGO_MEMBER_TIMEOUT"):
+        Settings(database_url=settings.database_url, lease_duration=10, lease_renew_period=2, member_timeout=7,
+                 _env_file=None)

@@ -4,6 +4,7 @@ replica still holds the lease they were started under, so that a paused ex-leade
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 from typing import Callable
 
@@ -22,17 +23,28 @@ class Fence:
     """The leases (name → fencing token) a replica's loop services were started under, and whether the replica may
     still act on them."""
 
-    def __init__(self, tokens: dict[str, int], valid: Callable[[], bool] = lambda: True) -> None:
+    def __init__(self, tokens: dict[str, int], valid: Callable[[], bool] = lambda: True, *,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
         self.tokens = tokens  # replaced whole (never changed in place) when a lane moves to other members
-        self._valid = valid
+        self._valid, self._clock, self._sleep = valid, clock, sleep
         self._revoked = threading.Event()
+        self._not_before = float("-inf")  # no member call before (this replica's monotonic clock)
+
+    def hold_off(self, until: float) -> None:
+        """No member call before `until`: leases taken over from a replica that stopped renewing them, whose last
+        calls (started a member timeout before its leases could expire) may still be landing."""
+        self._not_before = max(self._not_before, until)
 
     def revoke(self) -> None:
         """A lease is lost: refuse from now on without asking the database."""
         self._revoked.set()
 
     def ensure_valid(self) -> None:
-        """Before acting on a member (which no token guards): raise if a lease may be lost or renewals lapsed."""
+        """Before acting on a member (which no token guards): wait out a hold-off, then raise if a lease may be lost
+        or renewals lapsed."""
+        wait = self._not_before - self._clock()
+        if wait > 0:
+            self._sleep(wait)
         if self._revoked.is_set() or not self._valid():
             raise Fenced(f"this replica no longer surely holds {_names(self.tokens)}")
 
