@@ -71,7 +71,7 @@ class Agent:
         kept = set(work["kept"])
         jobsets.delete_owned(self.member, lambda placement_ids: placement_ids & kept)
         outcomes = [self._delete(item) for item in work["delete"]]
-        refused = self._label(work.get("namespaces") or [])
+        refused = self.label(work.get("namespaces") or [])
         if work["apply"] and all(o["kind"] == "done" for o in outcomes):  # capacity freed before it is reused
             existing = {namespace: {o["metadata"]["name"]: o for o in jobsets.list_in(self.member, namespace)}
                         for namespace in sorted({item["namespace"] for item in work["apply"]} - set(refused))}
@@ -83,7 +83,7 @@ class Agent:
             self.broker.post("/api/v1/agent/outcomes", json={"outcomes": outcomes})
         return outcomes
 
-    def _label(self, namespaces: list[dict]) -> dict[str, str]:
+    def label(self, namespaces: list[dict]) -> dict[str, str]:
         """The broker's namespaces here, made or relabelled with their tenant's labels (its Pod Security level); those
         that exist and are not the broker's, with why they are refused."""
         refused = {}

@@ -24,11 +24,13 @@ from broker.services.inventory import ClusterHealthService
 from broker.store.db.models import Cluster, Event, utcnow
 from clusters import jobsets
 from clusters.member import MemberClient
+from clusters.sim.resources import NAMESPACES
 from tests.propagation.conftest import ADMIN, Federation
 from tests.servers import serving
 
 PULL = "us-east"  # the simulator's member that only an agent reaches
 CLI = str(Path(sys.executable).parent / "archipelago")
+ENFORCE = "pod-security.kubernetes.io/enforce"
 ON_PULL = {"archipelago.io/cluster-selector": "region=us", "sim.archipelago.io/duration": "60s"}
 
 
@@ -235,6 +237,26 @@ def test_a_jobset_placed_on_a_pull_member_runs_to_succeeded_through_its_agent(pu
     assert pull.copies(job, cluster="eu-west") == []
 
 
+def test_the_agent_makes_the_tenants_namespace_with_its_level_relabels_it_and_refuses_one_it_did_not_make(pull):
+    member = pull.sim.cluster(PULL)
+    with member.lock:
+        member.create(NAMESPACES, "", {"metadata": {"name": "team-b"}}, "kubectl")  # someone else's
+    agent = pull.agent()
+    agent.run_once()
+    job = pull.submit(jobset("edge-train", annotations=ON_PULL))
+    foreign = pull.submit(jobset("edge-foreign", namespace="team-b", annotations=ON_PULL))
+    pull.step()
+    pull.until(agent, lambda: pull.state(job) == "Running" and pull.state(foreign) == "Failed")
+    with member.lock:
+        labels = member.get(NAMESPACES, "", "team-a")["metadata"]["labels"]
+    assert (labels[ENFORCE], labels["archipelago.io/tenant"]) == ("baseline", "team-a")
+    assert "namespace team-b exists on this member and Archipelago did not create it" in pull.job(foreign)["reason"]
+    assert pull.api.patch("/api/v1/tenants/team-a", json={"pod_security": "restricted"}).status_code == 200
+    agent.run_once()
+    with member.lock:
+        assert member.get(NAMESPACES, "", "team-a")["metadata"]["labels"][ENFORCE] == "restricted"
+
+
 def test_a_copy_that_ends_between_two_agent_passes_is_recorded_finished_and_runs_once(pull):
     """The JobSet asks `ttlSecondsAfterFinished: 0`; the agent only ever lists: the copy, which carries no TTL,
     is still there at its next list, finished, and its agent deletes it once the broker has recorded the verdict."""
@@ -280,7 +302,7 @@ def test_outcomes_reported_twice_change_nothing_the_second_time(pull):
     work = agent.broker.post("/api/v1/agent/work")
     [item] = work["apply"]
     assert work["kept"] == [item["placement_id"]] and pull.placements(job)[0].state == "Applying"
-    jobsets.ensure_namespace(agent.member, item["namespace"])
+    agent.label(work["namespaces"])
     applied = jobsets.apply(agent.member, item["jobset"])
     report = {"placement_id": item["placement_id"], "action": "apply", "kind": "done", "jobset": applied}
     for _ in range(2):
@@ -297,8 +319,9 @@ def test_an_agent_restarted_after_applying_but_before_reporting_adopts_its_copy(
     first.run_once()
     job = pull.submit(jobset("edge-restart", annotations=ON_PULL))
     pull.step()
-    [item] = first.broker.post("/api/v1/agent/work")["apply"]  # Applying committed; the agent applies ...
-    jobsets.ensure_namespace(first.member, item["namespace"])
+    work = first.broker.post("/api/v1/agent/work")
+    [item] = work["apply"]  # Applying committed; the agent applies ...
+    first.label(work["namespaces"])
     jobsets.apply(first.member, item["jobset"])  # ... and dies before it reports
     assert pull.placements(job)[0].state == "Applying"
     second = pull.agent()  # a new process: new clients, nothing remembered
