@@ -32,6 +32,18 @@ const AP = (() => {
     return answer.json();
   }
 
+  // A change an admin makes (PATCH, POST): the JSON body sent, the answer's JSON back, or an ApiError saying why.
+  async function send(method, path, body) {
+    const answer = await fetch(new URL("/api/v1" + path, location.origin), { method, body: JSON.stringify(body),
+      headers: { Authorization: "Bearer " + token(), Accept: "application/json", "Content-Type": "application/json" } });
+    if (!answer.ok) {
+      let detail = answer.statusText;
+      try { detail = (await answer.json()).detail || detail; } catch (_) { /* not JSON */ }
+      throw new ApiError(answer.status, detail);
+    }
+    return answer.json();
+  }
+
   // Every page of a cursor listing (bounded: a dashboard never needs more than `max` rows).
   async function apiAll(path, params, max = 2000) {
     let items = [], cursor = null;
@@ -202,6 +214,6 @@ const AP = (() => {
     return true;
   }
 
-  return { TOKEN_KEY, api, apiAll, h, quantity, formatAmount, RESOURCES, bar, badge, loadClass, parseTime, age, time, clock,
+  return { TOKEN_KEY, api, apiAll, send, h, quantity, formatAmount, RESOURCES, bar, badge, loadClass, parseTime, age, time, clock,
            empty, render, table, live, start, me: null };
 })();

@@ -6,6 +6,7 @@
   const W = 240, H = 64, PAD = 4;
   const pct = (x) => `${(x * 100).toFixed(1)}%`;
   const NAMES = Object.fromEntries(AP.RESOURCES);
+  const LEVELS = ["privileged", "baseline", "restricted"];
 
   async function load() {
     const [queues, tenants, history] = await Promise.all([api("/queues"), api("/tenants"),
@@ -65,6 +66,25 @@
       h("polyline", { class: "spark-share", points: line }));
   }
 
+  // The Standard a tenant's pods are held to: an admin changes it here (PATCH), a tenant reads it.
+  function podSecurity(tenant) {
+    if (!AP.me || AP.me.role !== "admin") return h("span", { "data-testid": "tenant-pod-security" }, tenant.pod_security);
+    const said = h("span", { class: "muted", role: "status", "data-testid": "tenant-pod-security-said" });
+    const select = h("select", { "aria-label": `Pod Security level of ${tenant.name}`, "data-testid": "tenant-pod-security",
+      onchange: async () => {
+        select.disabled = true;
+        try {
+          const changed = await AP.send("PATCH", "/tenants/" + encodeURIComponent(tenant.name), { pod_security: select.value });
+          said.textContent = ` now ${changed.pod_security}`;
+        } catch (exc) {
+          said.textContent = ` not changed: ${exc.message}`;
+          select.value = tenant.pod_security;
+        }
+        select.disabled = false;
+      } }, LEVELS.map((level) => h("option", { value: level, selected: level === tenant.pod_security }, level)));
+    return [select, said];
+  }
+
   function show({ queues, tenants: tenantList, history }) {
     const container = document.getElementById("queues");
     if (!queues.length) return render(container, empty("No queue yet: POST /api/v1/queues."));
@@ -75,6 +95,7 @@
       h("h2", { id: "t-" + tenant }, "Tenant ", tenant),
       tenantOf[tenant] ? h("div", { class: "tenant-share", "data-testid": "tenant-share" },
         h("span", {}, "weight ", h("span", { "data-testid": "tenant-weight" }, tenantOf[tenant].weight)),
+        h("span", {}, " Pod Security ", podSecurity(tenantOf[tenant])),
         shareBar(tenantOf[tenant])) : null,
       AP.table({ testid: "queues-table", caption: `Queues of ${tenant}`, rowKey: (q) => q.name,
         rows: queues.filter((q) => q.tenant === tenant), columns: [

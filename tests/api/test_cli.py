@@ -34,6 +34,20 @@ def run(*args: str, env: dict | None = None):
     return CliRunner().invoke(cli, list(args), env={"COLUMNS": "200", **(env or {})}, catch_exceptions=False)
 
 
+def test_an_admin_sets_a_tenants_pod_security_level_and_adoptable_namespaces(server):
+    created = run("tenants", "create", "ops", "--namespace", "ops", "--namespace", "ops-batch",
+                  "--pod-security", "restricted", "--adopt", "ops", "-o", "json")
+    assert created.exit_code == 0, created.output
+    assert [json.loads(created.output)[k] for k in ("pod_security", "adoptable_namespaces")] == ["restricted", ["ops"]]
+    listed = run("tenants", "list").output
+    assert "POD SECURITY" in listed and "restricted" in listed
+    changed = run("tenants", "update", "ops", "--pod-security", "privileged", "--adopt-none", "-o", "json")
+    assert [json.loads(changed.output)[k] for k in ("pod_security", "adoptable_namespaces")] == ["privileged", []]
+    refused = run("tenants", "create", "kube-system")
+    assert refused.exit_code == 1 and len(refused.output.strip().splitlines()) == 1
+    assert "is reserved for the members' own use" in refused.output
+
+
 def test_admin_sets_up_a_tenant_and_a_tenant_submits(server, tmp_path, settings, monkeypatch):
     assert run("tenants", "create", "research", "--namespace", "research", "--weight", "2").exit_code == 0
     weighed = run("tenants", "update", "research", "--weight", "3", "--fair-share-preemption",

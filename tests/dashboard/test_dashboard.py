@@ -137,6 +137,8 @@ def test_queues_show_fair_share_quota_depth_and_history(page, federation):
         expect(section.get_by_test_id("tenant-weight")).to_have_text(f'{tenant["weight"]:g}')
         expect(section.get_by_test_id("fair-share")).to_have_text(pct(tenant["fair_share"]))
         expect(section.get_by_test_id("dominant-share")).to_have_text(pct(tenant["dominant_share"]))
+        level = page.locator(f'[data-tenant="{tenant["name"]}"]').get_by_test_id("tenant-pod-security")
+        expect(level).to_have_value(tenant["pod_security"])  # an admin's: a select
     training = next(q for q in queues if q["name"] == "training")
     expect(page.locator('tr[data-row="training"]').get_by_test_id(f"quota-{GPU}")).to_contain_text(
         f"GPU {training['usage'][GPU]} / {training['nominal_quota'][GPU]}")
@@ -228,6 +230,18 @@ def test_follow_a_job_from_queued_to_succeeded_live(page, federation):
     shot(page, "job-succeeded")
 
 
+def test_an_admin_changes_a_tenants_pod_security_level_on_the_queues_page(page, federation):
+    page.goto(federation.url + "/queues")
+    level = page.locator('[data-tenant="vision"]').get_by_test_id("tenant-pod-security")
+    expect(level).to_have_value("baseline")
+    with page.expect_response(lambda answer: answer.request.method == "PATCH") as changed:
+        level.select_option("restricted")
+    assert changed.value.status == 200
+    assert next(t for t in federation.get("/tenants") if t["name"] == "vision")["pod_security"] == "restricted"
+    with federation.client() as admin:  # as it was, for the tests that follow on this federation
+        assert admin.patch("/tenants/vision", json={"pod_security": "baseline"}).status_code == 200
+
+
 def test_a_tenant_sees_only_its_own_jobs_and_queues(browser, federation):
     context = browser.new_context(viewport=VIEWPORT)
     context.add_init_script(f"sessionStorage.setItem('archipelago.token', {federation.tokens['vision']!r})")
@@ -243,6 +257,8 @@ def test_a_tenant_sees_only_its_own_jobs_and_queues(browser, federation):
     page.get_by_role("link", name="Queues").click()
     expect(page.get_by_test_id("queues-table").locator("tbody tr")).to_have_count(len(federation.get("/queues", who="vision")))
     expect(page.locator("[data-tenant='research']")).to_have_count(0)
+    expect(page.get_by_test_id("tenant-pod-security")).to_have_text("baseline")  # read, not changed: no select
+    expect(page.locator("[data-tenant='vision'] select")).to_have_count(0)
 
     other = federation.get("/jobs", name="pretrain")["items"][0]
     page.goto(federation.url + f"/jobs/{other['id']}")
