@@ -125,16 +125,10 @@ def _check_weight(weight: float) -> float:
     return weight
 
 
-def _check_fair_share_preemption(policy: str) -> str:
-    if policy not in FAIR_SHARE_PREEMPTION_POLICIES:
-        raise Invalid("fair_share_preemption", f"must be one of {', '.join(FAIR_SHARE_PREEMPTION_POLICIES)}")
-    return policy
-
-
-def _check_pod_security(level: str) -> str:
-    if level not in POD_SECURITY_LEVELS:
-        raise Invalid("pod_security", f"must be one of {', '.join(POD_SECURITY_LEVELS)}")
-    return level
+def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise Invalid(field, f"must be one of {', '.join(allowed)}")
+    return value
 
 
 @dataclass
@@ -159,10 +153,11 @@ def _apply_tenant_changes(session: Session, tenant: Tenant, changes: TenantChang
         tenant.weight = _check_weight(changes.weight)
         said.append(f"weight now {changes.weight:g}")
     if changes.fair_share_preemption is not None:
-        tenant.fair_share_preemption = _check_fair_share_preemption(changes.fair_share_preemption)
+        tenant.fair_share_preemption = _check_choice("fair_share_preemption", changes.fair_share_preemption,
+                                                     FAIR_SHARE_PREEMPTION_POLICIES)
         said.append(f"fair-share preemption now {changes.fair_share_preemption}")
     if changes.pod_security is not None:
-        tenant.pod_security = _check_pod_security(changes.pod_security)
+        tenant.pod_security = _check_choice("pod_security", changes.pod_security, POD_SECURITY_LEVELS)
         said.append(f"Pod Security level now {changes.pod_security}")
     if changes.adoptable_namespaces is not None:
         tenant.adoptable_namespaces = list(changes.adoptable_namespaces)
