@@ -128,6 +128,20 @@ def test_a_rule_that_would_make_an_invalid_jobset_is_refused_by_name(case, rules
         assert word in str(raised.value)
 
 
+HOST_PID = [{"op": "add", "path": "/spec/replicatedJobs/0/template/spec/template/spec/hostPID", "value": True}]
+
+
+def test_a_rule_cannot_make_a_copy_break_its_tenants_pod_security_level():
+    """The tenant's level holds the member copy as it held the submission: a rule that makes its pods share the
+    node's process namespace is refused below privileged, naming the rule and the check in the API server's words."""
+    with pytest.raises(OverrideError) as raised:
+        apply_overrides([parse_rule(rule("debug", jsonPatch=HOST_PID))], *EU, jobset(), "baseline")
+    assert "'debug'" in str(raised.value)
+    assert 'violates PodSecurity "baseline:latest": host namespaces (hostPID=true)' in str(raised.value)
+    copy_, applied = apply_overrides([parse_rule(rule("debug", jsonPatch=HOST_PID))], *EU, jobset(), "privileged")
+    assert applied == ("debug",) and pod(copy_)["spec"]["hostPID"] is True
+
+
 # (case, rule as written, the field the error names)
 INVALID = [
     ("no target", {"name": "r", "env": [{"name": "A", "value": "1"}]}, "cluster"),

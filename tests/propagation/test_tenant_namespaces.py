@@ -79,3 +79,16 @@ def test_a_namespace_the_broker_did_not_make_is_refused_until_an_admin_lets_the_
     again = federation.submit(jobset("again", annotations=ON_EU))
     federation.until_state(again, "Running")
     assert _labels(federation, "eu-west", "team-a")[ENFORCE] == "baseline"
+
+
+def test_a_job_whose_tenants_level_was_lowered_before_it_was_applied_fails_without_reaching_the_member(federation):
+    assert federation.api.patch("/api/v1/tenants/team-b", json={"pod_security": "privileged"}).status_code == 200
+    manifest = jobset("host", namespace="team-b", annotations=ON_EU)
+    manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["hostNetwork"] = True
+    job = federation.submit(manifest)
+    assert federation.api.patch("/api/v1/tenants/team-b", json={"pod_security": "baseline"}).status_code == 200
+    failed = federation.until_state(job, "Failed", "Running")
+    assert failed["state"] == "Failed"
+    assert ("its tenant's Pod Security level is now baseline: spec.replicatedJobs[0].template.spec.template.spec: "
+            'violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)') in failed["reason"]
+    assert federation.copies(job) == []
