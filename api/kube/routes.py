@@ -27,7 +27,7 @@ from api.kube.apply import check_apply, unchanged
 from api.kube.errors import KubeError, forbidden, from_broker, not_found
 from api.kube.objects import STATUS_ANNOTATIONS, core_event, render, table, uid_of, watermark
 from api.kube.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from api.kube.watch import EventCursor, Scope, WatchSlots, bookmark, changes
+from api.kube.watch import WATCHES, EventCursor, Scope, bookmark, changes, watch_slot
 from api.problems import Problem
 from api.routes.jobs import BodyDep, decode_jobsets
 from broker.store import jobs as job_service
@@ -44,7 +44,6 @@ SERVER_SET = ("uid", "resourceVersion", "generation", "creationTimestamp", "dele
 WATCH_TIMEOUT = 1800.0
 WATCH_POLL = 0.5
 BOOKMARK_INTERVAL = 10.0
-WATCHES = WatchSlots()  # this process's watches, by token
 _TABLE = "as=Table"
 
 
@@ -307,13 +306,8 @@ def get_jobset(namespace: str, name: str, request: Request, session: SessionDep,
 # Watching ----------------------------------------------------------------------------------------
 
 def _watch(request: Request, caller: Caller, scope: Scope) -> StreamingResponse:
-    """The watch, if the caller's token holds fewer than ARCHIPELAGO_MAX_WATCHES_PER_TOKEN open (429 otherwise); its
-    slot is given back when the stream ends, or is dropped unstarted."""
-    most = request.app.state.settings.max_watches_per_token
-    slot = WATCHES.take(request.headers.get("authorization", ""), most)
-    if slot is None:
-        raise KubeError(429, f"this token holds {most} watches open already (ARCHIPELAGO_MAX_WATCHES_PER_TOKEN): "
-                             "close one, or list instead", headers={"Retry-After": "1"})
+    """The watch, in a slot of the caller's token (`watch_slot`), given back when the stream ends or is dropped."""
+    slot = watch_slot(request.headers.get("authorization", ""), request.app.state.settings.max_watches_per_token)
     response = _watch_stream(request, caller, scope)
     weakref.finalize(response.body_iterator, WATCHES.give_back, slot)
     return response

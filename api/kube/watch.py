@@ -16,6 +16,7 @@ from typing import Any, Callable
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from api.kube.errors import KubeError
 from api.kube.objects import COMMIT_SLACK, render, shown
 from api.kube.resource import API_VERSION, KIND
 from broker.store.db.models import Event, Job, utcnow
@@ -116,6 +117,19 @@ class WatchSlots:
     def held(self, token: str) -> int:
         with self._lock:
             return self._held.get(hashlib.sha256(token.encode()).digest(), 0)
+
+
+WATCHES = WatchSlots()  # this process's watches, by token
+
+
+def watch_slot(token: str, most: int) -> bytes:
+    """A slot for one more watch of `token` (WATCHES.give_back it when the watch ends), or 429 when it holds `most`
+    open already."""
+    slot = WATCHES.take(token, most)
+    if slot is None:
+        raise KubeError(429, f"this token holds {most} watches open already (ARCHIPELAGO_MAX_WATCHES_PER_TOKEN): "
+                             "close one, or list instead", headers={"Retry-After": "1"})
+    return slot
 
 
 def changes(session: Session, scope: Scope, cursor: EventCursor) -> list[tuple[str, dict[str, Any]]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 
 from api.app import create_app
-from api.kube.routes import WATCHES
+from api.kube.watch import WATCHES
 from tests.servers import serving
 
 WATCH = "/k8s/apis/jobset.x-k8s.io/v1alpha2/jobsets?watch=true&timeoutSeconds=600"
