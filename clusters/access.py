@@ -14,11 +14,11 @@ import yaml
 
 from clusters.kubeconfig import LoadedKubeconfig
 from clusters.member import HYPERNODE_GROUP, JOBSET_GROUP, MemberClient, MemberError, Resource
+from clusters.system import SYSTEM_NAMESPACE
 
 NAME = "archipelago-broker"
-DEFAULT_NAMESPACE = "archipelago-system"
+DEFAULT_NAMESPACE = SYSTEM_NAMESPACE
 TOKEN_SECRET = f"{NAME}-token"
-NAME_PREFIX = "archipelago-"
 FIELD_MANAGER = "archipelago-join"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "archipelago"}
 SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from cryptography.fernet import Fernet
 
 import broker
 from broker.cli.clusters import clusters_app
@@ -13,7 +12,6 @@ from broker.cli.jobs import jobs_app, queues_app, submit, tenants_app, tokens_ap
 from broker.cli.kubeconfig import kubeconfig
 from broker.cli.local import fail, one_line_errors
 from broker.cli.overrides import overrides_app
-from broker.process.settings import ConfigError, get_settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Archipelago: place JobSets across Kubernetes clusters.")
@@ -54,6 +52,7 @@ def serve(host: str = typer.Option(None, help="Address to listen on [default: AR
     from broker.process.metrics_server import serve_loop_metrics
     from broker.store.scheduling import engine_config
     from broker.services import beside_the_api, replica
+    from broker.process.settings import ConfigError, get_settings
 
     settings = get_settings()
     configure_logging(settings)
@@ -138,6 +137,7 @@ def agent(broker_url: str = typer.Option(..., "--broker", help="the broker's URL
 @one_line_errors
 def db_upgrade(revision: str = typer.Argument("head")) -> None:
     """Apply the migrations up to REVISION."""
+    from broker.process.settings import get_settings
     from broker.store.db import migrate
     from broker.store.db.runtime import open_database
 
@@ -150,6 +150,8 @@ def db_upgrade(revision: str = typer.Argument("head")) -> None:
 @secret_app.command("generate")
 def secret_generate() -> None:
     """Print a new value for ARCHIPELAGO_SECRET_KEY."""
+    from cryptography.fernet import Fernet
+
     typer.echo(Fernet.generate_key().decode())
 
 

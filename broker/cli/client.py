@@ -10,9 +10,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import httpx
-import yaml
-
 CONFIG_FILE = Path("~/.config/archipelago/config.yaml")
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 
@@ -29,6 +26,8 @@ def _config_file() -> dict[str, Any]:
     path = Path(os.environ.get("ARCHIPELAGO_CONFIG", CONFIG_FILE)).expanduser()
     if not path.exists():
         return {}
+    import yaml  # here and below, not at start: `--help` and `version` load none of it
+
     try:
         loaded = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -46,10 +45,14 @@ class ApiClient:
         token = (token or os.environ.get("ARCHIPELAGO_TOKEN") or config.get("token")
                  or os.environ.get("ARCHIPELAGO_ADMIN_TOKEN"))
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        import httpx
+
         self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         """Call the API; return the decoded JSON body, or raise ClientError with the problem's detail."""
+        import httpx
+
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Iterator, NoReturn, Optional
+from typing import TYPE_CHECKING, Iterator, NoReturn, Optional
 
 import typer
 
 from broker.cli.client import ApiClient, ClientError
 from broker.cli.output import (Output, OutputOption, ServerOption, TokenOption, calling, client, emit, key_values,
                                read_file, usage_error)
-from broker.process.settings import ConfigError, get_settings
-from broker.store.inventory import kubeconfig_policy
-from clusters import access
-from clusters.kubeconfig import KubeconfigError, LoadedKubeconfig, load_kubeconfig, server_identity
-from clusters.member import MemberClient, MemberError
+from clusters.system import NAME_PREFIX, SYSTEM_NAMESPACE
+
+if TYPE_CHECKING:  # the rest is imported where it is used: `--help` and the API commands stay quick
+    from clusters.kubeconfig import LoadedKubeconfig
+    from clusters.member import MemberClient
 
 clusters_app = typer.Typer(no_args_is_help=True, help="Member clusters: register, inspect, cordon, drain, remove.")
 
@@ -72,7 +72,7 @@ def add(name: str = typer.Argument(..., help="the cluster's name in the broker")
 
 AdminKubeconfigOption = typer.Option(..., "--kubeconfig", help="an admin kubeconfig of the member: used from this "
                                       "process only, never sent to the broker")
-NamespaceOption = typer.Option(access.DEFAULT_NAMESPACE, "--namespace",
+NamespaceOption = typer.Option(SYSTEM_NAMESPACE, "--namespace",
                                help="the namespace of the broker's ServiceAccount (named archipelago-...)")
 
 
@@ -85,8 +85,14 @@ def _fail(message: str) -> NoReturn:
 def _admin_member(kubeconfig: Path, context: str | None, namespace: str) -> Iterator[tuple[LoadedKubeconfig,
                                                                                             MemberClient]]:
     """The member as the admin kubeconfig reaches it; every member failure is one line."""
-    if not namespace.startswith(access.NAME_PREFIX):
-        usage_error(f"--namespace must start with {access.NAME_PREFIX!r}: unjoin deletes it, so it must be the "
+    from broker.process.settings import ConfigError, get_settings
+    from broker.store.inventory import kubeconfig_policy
+    from clusters import access
+    from clusters.kubeconfig import KubeconfigError, load_kubeconfig
+    from clusters.member import MemberClient, MemberError
+
+    if not namespace.startswith(NAME_PREFIX):
+        usage_error(f"--namespace must start with {NAME_PREFIX!r}: unjoin deletes it, so it must be the "
                     "broker's own")
     try:
         settings = get_settings()
@@ -112,6 +118,8 @@ def _registered(broker: ApiClient, name: str) -> dict | None:
 
 
 def _same_member(cluster: dict, member: MemberClient) -> None:
+    from clusters.kubeconfig import server_identity
+
     if cluster["mode"] == "pull":
         _fail(f"the name {cluster['name']} is taken by a pull member; choose another name")
     if server_identity(cluster["api_server"]) != server_identity(member.api_server):
@@ -137,6 +145,8 @@ def join(name: str = typer.Argument(..., help="the cluster's name in the broker"
         existing = _registered(broker, name)
         if existing is not None:
             _same_member(existing, member)
+        from clusters import access
+
         bearer = access.join(member, namespace)
         if existing is not None:
             typer.echo(f"cluster {name} was joined already; its objects on {member.api_server} are up to date")
@@ -159,6 +169,8 @@ def unjoin(name: str = typer.Argument(..., help="the cluster's name in the broke
         if existing is not None:
             _same_member(existing, member)
             calling(lambda: broker.delete(f"/api/v1/clusters/{name}", params={"force": str(force).lower()}))
+        from clusters import access
+
         access.unjoin(member, namespace)
         typer.echo(f"cluster {name} unjoined: removed from the broker, and the broker's ServiceAccount, ClusterRole "
                    f"and binding from {member.api_server}")

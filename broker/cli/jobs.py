@@ -60,8 +60,9 @@ def submit(files: list[Path] = typer.Argument(..., help="JobSet YAML or JSON fil
                         typer.echo(f"  would fail on {placement['cluster']}: {placement['override_error']}")
                 if any(p["overrides"] for p in answer["placements"]):
                     typer.echo("  (-o yaml shows the JobSet each member would receive)")
-                for victim in answer["preemptions"]:
-                    typer.echo(f"  preempting job {victim['job']} on {victim['cluster']}: {victim['reason']}")
+                for victim in answer["preemptions"]:  # another tenant's job: no id, its priority and size in words
+                    who = f"job {victim['job']}: " if victim["job"] else ""
+                    typer.echo(f"  preempting on {victim['cluster']}: {who}{victim['reason']}")
             else:
                 typer.echo(f"{path}: would wait: {answer['reason']}")
                 for cluster, reason in sorted(answer["waiting_reasons"].items()):

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-import yaml
 
 from broker.cli.client import ApiClient, ClientError
 from broker.cli.output import ServerOption
@@ -50,4 +49,6 @@ def kubeconfig(tenant: str = typer.Option(..., help="the tenant whose JobSets ku
         raise typer.Exit(1) from None
     document = kubeconfig_document(tenant_client.server, tenant, token, namespaces[0] if namespaces else None,
                                    certificate_authority.read_bytes() if certificate_authority else None)
+    import yaml
+
     typer.echo(yaml.safe_dump(document, sort_keys=False), nl=False)

@@ -7,11 +7,14 @@ import contextlib
 import functools
 from typing import Callable, Iterator
 
-import typer
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING
 
-from broker.process.settings import ConfigError, get_settings
+import typer
+
 from broker.store.errors import Conflict, Invalid, NotFound
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -24,6 +27,8 @@ def one_line_errors(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
+        from broker.process.settings import ConfigError  # here, not at start: `--help` and `version` stay quick
+
         try:
             return command(*args, **kwargs)
         except (ConfigError, NotFound, Conflict, Invalid) as exc:
@@ -35,6 +40,7 @@ def one_line_errors(command: Callable) -> Callable:
 @contextlib.contextmanager
 def database_session() -> Iterator[Session]:
     """For commands that act on the broker's database directly; errors are one line."""
+    from broker.process.settings import ConfigError, get_settings
     from broker.store.db.runtime import open_database
 
     try:

@@ -8,9 +8,6 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 import typer
-import yaml
-from rich.console import Console
-from rich.table import Table
 
 from broker.cli.client import ApiClient, ClientError
 
@@ -29,6 +26,10 @@ Column = tuple[str, Callable[[dict], Any]]
 
 
 def emit(data: Any, output: Output, columns: Sequence[Column] | None = None, title: str | None = None) -> None:
+    import yaml  # here, not at start: `--help` and `version` stay quick
+    from rich.console import Console
+    from rich.table import Table
+
     if output is Output.json:
         typer.echo(json.dumps(data, indent=2, default=str))
     elif output is Output.yaml or columns is None:  # a table needs columns; anything else reads as YAML

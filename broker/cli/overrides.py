@@ -9,7 +9,6 @@ import typer
 
 from broker.cli.output import (Output, OutputOption, ServerOption, TokenOption, calling, client, emit, read_file,
                                usage_error)
-from clusters.rules.documents import DocumentError, load_yaml_all
 
 overrides_app = typer.Typer(no_args_is_help=True, help="Cluster overrides: rules that rewrite JobSets on their way "
                                                        "to the clusters they target.")
@@ -39,6 +38,8 @@ def overrides_apply(files: list[Path] = typer.Argument(..., help="YAML or JSON f
                     output: Output = OutputOption, server: Optional[str] = ServerOption,
                     token: Optional[str] = TokenOption) -> None:
     """Create each rule, or replace the one of that name."""
+    from clusters.rules.documents import DocumentError, load_yaml_all  # YAML: only where it is read
+
     api = client(server, token)
     rules = []
     for path in files:

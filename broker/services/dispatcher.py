@@ -41,11 +41,9 @@ from broker.services.outcomes import RETRY_BASE, Outcome, crash_point, record_ou
 from broker.store import events
 from broker.store.db.models import PLACEMENT_ACTIVE_STATES, Cluster, utcnow
 from broker.store.db.runtime import Database, write_in_slices
-from broker.store.tenancy import tenant_namespace_labels
-from broker.store.outbox import (Changes, StartupPolicy, Unready, Work,
-                                 cancellations_or_fail_over_due, due_work, evict_all_unready, fail_over,
-                                 kept_placements, overdue_startups,
-                                 placement_owner, request_deletions, start_apply)
+from broker.store.outbox import (Changes, StartupPolicy, Unready, Work, cancellations_or_fail_over_due, due_work,
+                                 evict_all_unready, fail_over, kept_placements, overdue_startups, placement_owner,
+                                 request_deletions, start_apply, tenant_namespace_labels)
 from clusters import jobsets
 from clusters.kubeconfig import KubeconfigError
 from clusters.member import MemberClient, MemberError

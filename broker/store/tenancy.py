@@ -19,8 +19,8 @@ from broker.store.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES
                                     FAIR_SHARE_PREEMPTION_POLICIES, POD_SECURITY_LEVELS, Job, Placement, Queue, Tenant,
                                     Token, as_utc, utcnow)
 from broker.store.errors import Conflict, Invalid, NotFound
-from clusters.jobsets import namespace_labels
 from clusters.rules.labels import is_dns_label
+from clusters.system import SYSTEM_NAMESPACE
 from clusters.rules.quantity import add_into, to_milli
 
 def check_name(value: str, path: str = "name") -> str:
@@ -91,7 +91,7 @@ NAMESPACES_LOCK = 0x6E6D7370
 
 
 # Names no tenant may be given: the cluster's own namespaces and the broker's (its identity lives there).
-RESERVED_NAMESPACES = ("default", "archipelago-system")
+RESERVED_NAMESPACES = ("default", SYSTEM_NAMESPACE)
 RESERVED_PREFIXES = ("kube-", "openshift-")
 
 
@@ -199,14 +199,6 @@ def update_tenant(session: Session, name: str, changes: TenantChanges, reserved:
     if said:
         events.record(session, "tenant", name, "Updated", "; ".join(said), tenant_id=tenant.id)
     return tenant
-
-
-def tenant_namespace_labels(session: Session) -> dict[str, dict[str, str]]:
-    """Every tenant's namespace → the labels the broker keeps on it on the members (its tenant and Pod Security
-    level: clusters.jobsets.namespace_labels)."""
-    return {namespace: namespace_labels(name, level)
-            for name, namespaces, level in session.execute(select(Tenant.name, Tenant.namespaces, Tenant.pod_security))
-            for namespace in namespaces}
 
 
 def delete_tenant(session: Session, name: str) -> None:

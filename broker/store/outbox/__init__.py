@@ -19,7 +19,8 @@ startup evictions. The rest of the broker imports them from here.
 """
 
 from broker.store.outbox.apply import (due_work, fail_apply, finish_apply, finish_delete, kept_placements,
-                                       refuse_apply, request_deletions, retry_later, start_apply)
+                                       refuse_apply, request_deletions, retry_later, start_apply,
+                                       tenant_namespace_labels)
 from broker.store.outbox.follow import lock_reported, record_list, record_status, record_statuses
 from broker.store.outbox.locks import lock_job_rows, lock_jobs, placement_owner
 from broker.store.outbox.recovery import (StartupPolicy, Unready, cancellations_or_fail_over_due, evict_all_unready,
@@ -31,4 +32,4 @@ __all__ = ["KEPT_STATES", "VERDICT_STATES", "Changes", "StartupPolicy", "Unready
            "cancellations_or_fail_over_due", "due_work", "evict_all_unready", "evict_unready", "fail_apply",
            "fail_over", "finish_apply", "finish_delete", "kept_placements", "lock_job_rows", "lock_jobs",
            "lock_reported", "overdue_startups", "placement_owner", "record_list", "record_status", "record_statuses",
-           "refuse_apply", "request_deletions", "retry_later", "settle_job", "start_apply"]
+           "refuse_apply", "request_deletions", "retry_later", "settle_job", "start_apply", "tenant_namespace_labels"]

@@ -75,6 +75,14 @@ def _rendered(work: Work, placement: Placement, manifest: Any, rules: list, labe
         part=placement.part, assignments=placement.assignments))
 
 
+def tenant_namespace_labels(session: Session) -> dict[str, dict[str, str]]:
+    """Every tenant's namespace → the labels the broker keeps on it on the members (its tenant and Pod Security
+    level: clusters.jobsets.namespace_labels)."""
+    return {namespace: namespace_labels(name, level)
+            for name, namespaces, level in session.execute(select(Tenant.name, Tenant.namespaces, Tenant.pod_security))
+            for namespace in namespaces}
+
+
 def kept_placements(session: Session, placement_ids: Iterable[int]) -> set[int]:
     """Those of these placements whose member copy the broker still owns; a copy of any other is stale.
 
