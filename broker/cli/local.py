@@ -40,15 +40,26 @@ def one_line_errors(command: Callable) -> Callable:
 @contextlib.contextmanager
 def database_session() -> Iterator[Session]:
     """For commands that act on the broker's database directly; errors are one line."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from broker.process.settings import ConfigError, get_settings
+    from broker.store.db import migrate
     from broker.store.db.runtime import open_database
 
     try:
-        database = open_database(get_settings(), upgrade=False)
+        settings = get_settings()
+        path = settings.sqlite_path
+        if path is not None and not path.exists():  # opening it would make an empty one
+            raise ConfigError(f"there is no broker database at {path}: set ARCHIPELAGO_DATABASE_URL to the broker's "
+                              "(beside `make demo`: source demo-run/admin.env)")
+        database = open_database(settings, upgrade=False)
         try:
+            migrate.require_head(database.engine)
             with database.write() as session:
                 yield session
         finally:
             database.dispose()
     except (ConfigError, NotFound, Conflict, Invalid) as exc:
         fail(str(exc))
+    except SQLAlchemyError as exc:
+        fail(f"the broker's database: {str(exc).splitlines()[0]}")

@@ -117,7 +117,7 @@ class DemoState:
 
 def demo_settings(workdir: Path, admin_token: str, port: int) -> Settings:
     """Embedded defaults, with loops fast enough that a minute shows queues filling and draining."""
-    return Settings(database_url=f"sqlite:///{workdir / 'archipelago.db'}", admin_token=admin_token, port=port,
+    return Settings(database_url=f"sqlite:///{workdir.resolve() / 'archipelago.db'}", admin_token=admin_token, port=port,
                     scheduler_interval=1.0, dispatch_interval=0.5, status_poll_interval=2.0,
                     cluster_sync_interval=5.0, health_probe_interval=2.0, not_ready_grace=6.0,
                     failover_toleration=30.0, _env_file=None)
@@ -197,9 +197,12 @@ def _setup(api: httpx.Client, sim) -> dict[str, tuple[str, httpx.Client]]:
     return tenants
 
 
-def _write_env(workdir: Path, who: str, url: str, token: str) -> str:
-    """`<who>.env` in the workdir, for `source`, and the line it holds."""
+def _write_env(workdir: Path, who: str, url: str, token: str, settings: Settings | None = None) -> str:
+    """`<who>.env` in the workdir, for `source`, and the line it holds; the admin's also names the demo's database
+    and key, for the commands that act on it directly (`tokens create`)."""
     line = f"export ARCHIPELAGO_SERVER={url} ARCHIPELAGO_TOKEN={token}"
+    if settings is not None:  # its key is kept beside the SQLite file
+        line += f" ARCHIPELAGO_DATABASE_URL={settings.database_url}"
     path = workdir / f"{who}.env"
     path.write_text(line + "\n")
     path.chmod(0o600)
@@ -260,7 +263,7 @@ def run_demo(*, port: int = 8000, sim_port: int = 0, workdir: Path = Path("demo-
         tenants = {tenant: client for tenant, (_, client) in setup.items()}
         console.print(f"[bold]Dashboard[/bold] {url}/  (sign in with a token below)", soft_wrap=True)
         for who, token in (("admin", admin_token), *((tenant, token) for tenant, (token, _) in setup.items())):
-            line = _write_env(workdir, who, url, token)
+            line = _write_env(workdir, who, url, token, settings if who == "admin" else None)
             console.print(f"[bold]{who}[/bold]: {line}   (or: source {workdir}/{who}.env)", soft_wrap=True,
                           highlight=False)
         console.print(f"Simulated members at {sim.url}; their kubeconfigs and broker.log in {workdir}/",

@@ -48,6 +48,24 @@ def test_an_admin_sets_a_tenants_pod_security_level_and_adoptable_namespaces(ser
     assert "is reserved for the members' own use" in refused.output
 
 
+def test_a_command_on_the_database_refuses_one_that_is_missing_or_not_migrated_in_one_line(tmp_path, monkeypatch):
+    """`tokens create` beside the demo without its database named: one line, and no empty database left behind."""
+    missing = tmp_path / "archipelago.db"
+    monkeypatch.setenv("ARCHIPELAGO_DATABASE_URL", f"sqlite:///{missing}")
+    get_settings.cache_clear()
+    try:
+        refused = run("tokens", "create", "--tenant", "research")
+        assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1, refused.output
+        assert f"there is no broker database at {missing}" in refused.output
+        assert not missing.exists()
+        missing.touch()  # a file, but no schema in it
+        refused = run("tokens", "create", "--tenant", "research")
+        assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1, refused.output
+        assert "the database schema is at no revision" in refused.output
+    finally:
+        get_settings.cache_clear()
+
+
 def test_admin_sets_up_a_tenant_and_a_tenant_submits(server, tmp_path, settings, monkeypatch):
     assert run("tenants", "create", "research", "--namespace", "research", "--weight", "2").exit_code == 0
     weighed = run("tenants", "update", "research", "--weight", "3", "--fair-share-preemption",
