@@ -76,7 +76,7 @@ def _submitting_tenant(session, principal: Principal, own: Submitter | None, ten
     """The tenant a submission is for: an admin names it with ?tenant=, a tenant's token speaks for its own."""
     if principal.is_admin:
         if not tenant:
-            raise Invalid("tenant", "an admin submits on behalf of a tenant: add ?tenant=NAME")
+            raise Invalid("tenant", "an admin submits on behalf of a tenant: name it (?tenant=NAME; in the CLI, --tenant NAME)")
         return submitter_named(session, tenant)
     if tenant and tenant != principal.tenant_name:
         raise NotFound(f"tenant {tenant!r} does not exist")
@@ -116,7 +116,10 @@ def dry_run(request: Request, session: SessionDep, credentials: CredentialsDep, 
     principal, own = submitter_of(session, settings, credentials)
     manifests, batch = decode_jobsets(request.headers.get("content-type", ""), body)
     if batch:
-        raise Invalid("", "a dry run takes one JobSet")
+        kinds = [str(m.get("kind")) if isinstance(m, dict) else type(m).__name__ for m in manifests]
+        held = (f"none is a JobSet ({', '.join(sorted(set(kinds)))})" if "JobSet" not in kinds else
+                "submit them without a dry run, or ask for one at a time")
+        raise Invalid("", f"a dry run takes one JobSet; this body holds {len(manifests)} documents: {held}")
     owner = _submitting_tenant(session, principal, own, tenant)
     _, chosen, namespace, _ = job_service.validate_submission(owner, manifests[0], "", queue, settings,
                                                               request.app.state.capacity.get(session), engine_config(settings))

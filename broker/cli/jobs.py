@@ -8,8 +8,9 @@ from typing import Optional
 
 import typer
 
-from broker.cli.output import (Output, OutputOption, ServerOption, TokenOption, calling, client, emit, key_values,
-                               read_file)
+from broker.cli.client import ApiClient
+from broker.cli.output import (Output, OutputOption, ServerOption, TokenOption, calling, client, cut, emit, key_values,
+                               read_file, usage_error)
 
 jobs_app = typer.Typer(no_args_is_help=True, help="Follow and cancel jobs.")
 queues_app = typer.Typer(no_args_is_help=True, help="Queues: weights, quotas, borrowing, preemption.")
@@ -19,7 +20,7 @@ tokens_app = typer.Typer(no_args_is_help=True, help="API tokens (minted directly
 JOB_COLUMNS = [("ID", lambda j: j["id"]), ("NAME", lambda j: f"{j['namespace']}/{j['name']}"),
                ("TENANT", lambda j: j["tenant"]), ("QUEUE", lambda j: j["queue"]), ("STATE", lambda j: j["state"]),
                ("PRIORITY", lambda j: j["priority_class"]), ("CLUSTERS", lambda j: ",".join(j["clusters"])),
-               ("REASON", lambda j: (j["reason"] or "")[:60])]
+               ("REASON", cut(lambda j: j["reason"] or "", 60))]
 QUEUE_COLUMNS = [("NAME", lambda q: q["name"]), ("TENANT", lambda q: q["tenant"]), ("WEIGHT", lambda q: q["weight"]),
                  ("PRIORITY", lambda q: q["priority"]),
                  ("QUOTA", lambda q: ", ".join(f"{k}={v}" for k, v in q["nominal_quota"].items())),
@@ -29,6 +30,7 @@ QUEUE_COLUMNS = [("NAME", lambda q: q["name"]), ("TENANT", lambda q: q["tenant"]
 PLACEMENT_COLUMNS = [("PART", lambda p: p["part"] or "(whole)"), ("CLUSTER", lambda p: p["cluster"]),
                      ("HYPERNODE", lambda p: p["hypernode"] or "(several)"), ("TIER", lambda p: p["tier"]),
                      ("OVERRIDES", lambda p: ",".join(p["overrides"]))]
+FINISHED = ("Succeeded", "Failed", "Cancelled")
 EVENT_COLUMNS = [("TIME", lambda e: e["time"][:19]), ("TYPE", lambda e: e["type"]), ("REASON", lambda e: e["reason"]),
                  ("MESSAGE", lambda e: e["message"])]
 
@@ -84,15 +86,37 @@ def jobs_list(state: list[str] = typer.Option([], help="Queued, Admitted, Runnin
     emit(calling(lambda: client(server, token).get("/api/v1/jobs", params=params))["items"], output, JOB_COLUMNS)
 
 
+JobArgument = typer.Argument(..., metavar="JOB", help="the job's id, or its JobSet's NAMESPACE/NAME or NAME")
+
+
+def job_id(api: ApiClient, ref: str) -> int:
+    """The id of the job `ref` names: an id, or NAMESPACE/NAME or NAME (its live job, else its newest)."""
+    if ref.isdigit():
+        return int(ref)
+    namespace, _, name = ref.rpartition("/")
+    found = [j for j in calling(lambda: api.get("/api/v1/jobs", params={"name": name, "limit": 100}))["items"]
+             if not namespace or j["namespace"] == namespace]
+    if not found:
+        usage_error(f"no job named {ref} (name a job by its id, NAMESPACE/NAME or NAME)")
+    live = [j for j in found if j["state"] not in FINISHED]
+    if len(live) > 1:
+        named = ", ".join(f"{j['namespace']}/{j['name']}: {j['id']}" for j in live)
+        usage_error(f"{ref} names {len(live)} live jobs ({named}): name one by NAMESPACE/NAME or id")
+    return (live or found)[0]["id"]
+
+
 @jobs_app.command("get")
-def jobs_get(job_id: int, output: Output = OutputOption, server: Optional[str] = ServerOption,
+def jobs_get(ref: str = JobArgument, output: Output = OutputOption, server: Optional[str] = ServerOption,
              token: Optional[str] = TokenOption) -> None:
-    """A job: its placements, status and why it waits."""
-    job = calling(lambda: client(server, token).get(f"/api/v1/jobs/{job_id}"))
-    if output is not Output.table:
+    """A job: its placements, status, and why it waits, in full."""
+    api = client(server, token)
+    job = calling(lambda: api.get(f"/api/v1/jobs/{job_id(api, ref)}"))
+    if output not in (Output.table, Output.wide):
         emit(job, output)
         return
-    emit(job, output, JOB_COLUMNS)
+    emit(job, output, JOB_COLUMNS[:-1])
+    if job["reason"]:
+        typer.echo(f"reason: {job['reason']}")
     if job["placements"]:
         emit(job["placements"], output, [*PLACEMENT_COLUMNS, ("STATE", lambda p: p["state"]),
                                          ("GENERATION", lambda p: p["generation"])], title="placements")
@@ -101,18 +125,19 @@ def jobs_get(job_id: int, output: Output = OutputOption, server: Optional[str] =
 
 
 @jobs_app.command("cancel")
-def jobs_cancel(job_id: int, output: Output = OutputOption, server: Optional[str] = ServerOption,
+def jobs_cancel(ref: str = JobArgument, output: Output = OutputOption, server: Optional[str] = ServerOption,
                 token: Optional[str] = TokenOption) -> None:
     """Cancel a job: it is removed from every member."""
-    emit(calling(lambda: client(server, token).delete(f"/api/v1/jobs/{job_id}")), output, JOB_COLUMNS)
+    api = client(server, token)
+    emit(calling(lambda: api.delete(f"/api/v1/jobs/{job_id(api, ref)}")), output, JOB_COLUMNS)
 
 
 @jobs_app.command("events")
-def jobs_events(job_id: int, output: Output = OutputOption, server: Optional[str] = ServerOption,
+def jobs_events(ref: str = JobArgument, output: Output = OutputOption, server: Optional[str] = ServerOption,
                 token: Optional[str] = TokenOption) -> None:
     """A job's event timeline."""
-    events = calling(lambda: client(server, token).get("/api/v1/events", params={"kind": "job",
-                                                                                   "object": str(job_id)}))
+    api = client(server, token)
+    events = calling(lambda: api.get("/api/v1/events", params={"kind": "job", "object": str(job_id(api, ref))}))
     emit(events["items"], output, EVENT_COLUMNS)
 
 
@@ -184,8 +209,8 @@ def tenants_list(output: Output = OutputOption, server: Optional[str] = ServerOp
 TENANT_WEIGHT_HELP = "its share of the federation relative to the other tenants' (its queues share its part)"
 FAIR_SHARE_HELP = ("LessThanOrEqualToFinalShare: its jobs may preempt other tenants' work while it ends within its "
                    "fair share and they end at or above theirs; Never (the default) to stop")
-POD_SECURITY_HELP = ("the Pod Security Standard its pods are held to: privileged, baseline (the default) or restricted; "
-                     "only privileged may use host namespaces, hostPath volumes and control-plane nodes")
+POD_SECURITY_HELP = ("the Pod Security Standard its pods are held to: privileged, baseline (the default) or "
+                     "restricted; only privileged may use host namespaces, hostPath volumes and control-plane nodes")
 ADOPT_HELP = ("one of its namespaces the broker may use on a member although it did not create it there; "
               "repeatable")
 

@@ -14,11 +14,12 @@ from broker.cli.client import ApiClient, ClientError
 
 class Output(str, Enum):
     table = "table"
+    wide = "wide"  # the table, nothing cut short
     json = "json"
     yaml = "yaml"
 
 
-OutputOption = typer.Option(Output.table, "-o", "--output", help="table, json or yaml")
+OutputOption = typer.Option(Output.table, "-o", "--output", help="table, wide (nothing cut short), json or yaml")
 ServerOption = typer.Option(None, "--server", envvar="ARCHIPELAGO_SERVER", help="broker URL")
 TokenOption = typer.Option(None, "--token", envvar="ARCHIPELAGO_TOKEN", help="bearer token", show_default=False)
 
@@ -30,6 +31,9 @@ def emit(data: Any, output: Output, columns: Sequence[Column] | None = None, tit
     from rich.console import Console
     from rich.table import Table
 
+    if output is Output.wide:  # the table's columns, their cells whole (a cell cut short asks for `wide`)
+        columns = [(header, getattr(cell, "whole", cell)) for header, cell in columns or ()] or None
+        output = Output.table
     if output is Output.json:
         typer.echo(json.dumps(data, indent=2, default=str))
     elif output is Output.yaml or columns is None:  # a table needs columns; anything else reads as YAML
@@ -42,6 +46,16 @@ def emit(data: Any, output: Output, columns: Sequence[Column] | None = None, tit
         for row in rows:
             table.add_row(*("" if (value := cell(row)) is None else str(value) for _, cell in columns))
         Console().print(table)
+
+
+def cut(value: Callable[[dict], Any], most: int) -> Callable[[dict], Any]:
+    """A table cell of at most `most` characters ("…" where cut); `-o wide` shows it whole."""
+    def short(row: dict) -> Any:
+        text = value(row)
+        return text if not isinstance(text, str) or len(text) <= most else text[:most - 1] + "…"
+
+    short.whole = value
+    return short
 
 
 def calling(action: Callable[[], Any]) -> Any:

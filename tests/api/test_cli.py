@@ -104,6 +104,40 @@ def test_admin_sets_up_a_tenant_and_a_tenant_submits(server, tmp_path, settings,
     assert "Cancelled" in run("jobs", "cancel", str(job["id"]), env=tenant_env).output
 
 
+def test_a_job_is_named_by_id_or_namespace_name_and_its_reason_is_shown_whole(server, admin, db, tmp_path):
+    from broker.store.db.models import Job
+    from tests.api.conftest import make_tenant
+
+    token = make_tenant(admin, "research").headers["Authorization"].split()[1]
+    env = {"ARCHIPELAGO_TOKEN": token}
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(jobset("train")))
+    [job] = yaml.safe_load(run("submit", str(path), "-o", "yaml", env=env).output)
+    reason = "waits for its queue's quota: " + "needs 16 GPUs more than the queue research-default may borrow " * 3
+    with db.sessions() as session, session.begin():
+        session.get(Job, job["id"]).reason = reason
+    for ref in (str(job["id"]), "research/train", "train"):
+        assert json.loads(run("jobs", "get", ref, "-o", "json", env=env).output)["id"] == job["id"], ref
+    shown = run("jobs", "get", "research/train", env=env)
+    assert f"reason: {reason}" in shown.output
+    assert reason not in run("jobs", "list", env=env).output.replace("\n", "")  # cut short in the table
+    assert "…" in run("jobs", "list", env=env).output
+    assert "…" not in run("jobs", "list", "-o", "wide", env=env).output
+    unknown = run("jobs", "get", "research/nothing", env=env)
+    assert unknown.exit_code == 2 and "no job named research/nothing" in unknown.output
+
+
+def test_a_dry_run_of_a_file_without_a_jobset_and_an_admins_submission_without_a_tenant_say_what_to_do(server):
+    from pathlib import Path
+
+    hypernodes = Path(__file__).resolve().parents[3] / "shared" / "examples" / "hypernodes-eu-west.yaml"
+    dry = run("submit", str(hypernodes), "--dry-run")
+    assert dry.exit_code == 1 and "none is a JobSet (HyperNode)" in dry.output, dry.output
+    examples = hypernodes.parent / "jobset-mpi.yaml"
+    admin = run("submit", str(examples))
+    assert admin.exit_code == 1 and "--tenant NAME" in admin.output, admin.output
+
+
 def test_errors_are_one_line_with_a_nonzero_exit(server, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({**jobset("x"), "kind": "Job"}))
