@@ -76,7 +76,8 @@ def _submitting_tenant(session, principal: Principal, own: Submitter | None, ten
     """The tenant a submission is for: an admin names it with ?tenant=, a tenant's token speaks for its own."""
     if principal.is_admin:
         if not tenant:
-            raise Invalid("tenant", "an admin submits on behalf of a tenant: name it (?tenant=NAME; in the CLI, --tenant NAME)")
+            raise Invalid("tenant", "an admin submits on behalf of a tenant: name it (?tenant=NAME; in the CLI, "
+                                    "--tenant NAME)")
         return submitter_named(session, tenant)
     if tenant and tenant != principal.tenant_name:
         raise NotFound(f"tenant {tenant!r} does not exist")
