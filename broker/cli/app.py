@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 import broker
+from broker.cli import client
 from broker.cli.clusters import clusters_app
 from broker.cli.jobs import jobs_app, queues_app, submit, tenants_app, tokens_app
 from broker.cli.kubeconfig import kubeconfig
@@ -27,6 +28,14 @@ app.add_typer(clusters_app, name="clusters")
 app.add_typer(overrides_app, name="overrides")
 app.command()(submit)
 app.command()(kubeconfig)
+
+
+@app.callback()
+def everywhere(certificate_authority: Path = typer.Option(
+        None, "--certificate-authority", envvar="ARCHIPELAGO_CERTIFICATE_AUTHORITY", dir_okay=False,
+        help="the CA that signed an https:// broker's certificate, for every command's calls")) -> None:
+    """Archipelago: place JobSets across Kubernetes clusters."""
+    client.command_authority = certificate_authority  # set on every run of the command: what its ApiClients trust
 
 
 @app.command()

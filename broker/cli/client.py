@@ -1,7 +1,9 @@
 """The CLI's HTTP client for a running broker: server URL and token from flags, environment or a config file.
 
 Precedence: flag, then ARCHIPELAGO_SERVER / ARCHIPELAGO_TOKEN, then ~/.config/archipelago/config.yaml
-(`server:` and `token:`), then http://127.0.0.1:8000 with the admin token from ARCHIPELAGO_ADMIN_TOKEN.
+(`server:` and `token:`), then http://127.0.0.1:8000 with the admin token from ARCHIPELAGO_ADMIN_TOKEN. An HTTPS
+broker's certificate is checked against the CA of `--certificate-authority` (ARCHIPELAGO_CERTIFICATE_AUTHORITY, the
+config file's `certificate-authority:`), else against the system's.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 CONFIG_FILE = Path("~/.config/archipelago/config.yaml")
 DEFAULT_SERVER = "http://127.0.0.1:8000"
+command_authority: Path | None = None  # the command's --certificate-authority (broker.cli.app sets it on each run)
 
 
 class ClientError(Exception):
@@ -38,16 +41,25 @@ def _config_file() -> dict[str, Any]:
 
 
 class ApiClient:
-    def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 30.0,
+                 certificate_authority: str | Path | None = None) -> None:
         config = _config_file()
         self.server = (server or os.environ.get("ARCHIPELAGO_SERVER") or config.get("server")
                        or DEFAULT_SERVER).rstrip("/")
         token = (token or os.environ.get("ARCHIPELAGO_TOKEN") or config.get("token")
                  or os.environ.get("ARCHIPELAGO_ADMIN_TOKEN"))
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        authority = (certificate_authority or command_authority or os.environ.get("ARCHIPELAGO_CERTIFICATE_AUTHORITY")
+                     or config.get("certificate-authority"))
+        import ssl
+
         import httpx
 
-        self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout)
+        try:
+            verify = ssl.create_default_context(cafile=str(Path(authority).expanduser())) if authority else True
+        except (OSError, ssl.SSLError) as exc:
+            raise ClientError(f"the certificate authority {authority}: {exc}") from None
+        self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout, verify=verify)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         """Call the API; return the decoded JSON body, or raise ClientError with the problem's detail."""

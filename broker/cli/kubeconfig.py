@@ -36,13 +36,21 @@ def kubeconfig(tenant: str = typer.Option(..., help="the tenant whose JobSets ku
                                                         "POST /api/v1/tokens, as the admin ARCHIPELAGO_TOKEN or "
                                                         "ARCHIPELAGO_ADMIN_TOKEN names]"),
                certificate_authority: Optional[Path] = typer.Option(
-                   None, exists=True, dir_okay=False, help="the CA of the broker's TLS certificate, embedded")) -> None:
+                   None, exists=True, dir_okay=False, envvar="ARCHIPELAGO_CERTIFICATE_AUTHORITY",
+                   help="the CA of the broker's TLS certificate: embedded, and trusted for this command's calls"),
+               ) -> None:
     """Print a kubeconfig for a tenant: `kubectl get jobsets` then talks to the broker's /k8s front door."""
     try:
+        admin = ApiClient(server, certificate_authority=certificate_authority)
+        if not admin.server.startswith("https://"):
+            typer.echo(f"archipelago: kubectl sends a token over HTTPS only, and {admin.server} is not: serve the "
+                       "broker with TLS (ARCHIPELAGO_TLS_CERTFILE and ARCHIPELAGO_TLS_KEYFILE) and give its https:// "
+                       "address", err=True)
+            raise typer.Exit(2)
         if token is None:
-            token = ApiClient(server).post("/api/v1/tokens", json={"role": "tenant", "tenant": tenant,
-                                                                  "description": "kubeconfig"})["token"]
-        tenant_client = ApiClient(server, token)
+            token = admin.post("/api/v1/tokens", json={"role": "tenant", "tenant": tenant,
+                                                       "description": "kubeconfig"})["token"]
+        tenant_client = ApiClient(server, token, certificate_authority=certificate_authority)
         namespaces = tenant_client.get(f"/api/v1/tenants/{tenant}")["namespaces"]
     except ClientError as exc:
         typer.echo(f"archipelago: {exc}", err=True)

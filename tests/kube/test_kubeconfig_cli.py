@@ -12,7 +12,6 @@ from broker.cli.app import app as cli
 def test_the_kubeconfig_it_prints_is_enough_for_kubectl(front_door, monkeypatch):
     ca = front_door.home / "broker-ca.crt"
     ca.write_bytes(front_door.ca_pem)
-    monkeypatch.setenv("SSL_CERT_FILE", str(ca))  # the CLI's own HTTPS client trusts the test broker
     for name in ("ARCHIPELAGO_TOKEN", "ARCHIPELAGO_CONFIG"):
         monkeypatch.delenv(name, raising=False)
     printed = CliRunner().invoke(cli, ["kubeconfig", "--tenant", "team-a", "--server", front_door.url,
@@ -35,8 +34,10 @@ def test_the_kubeconfig_it_prints_is_enough_for_kubectl(front_door, monkeypatch)
     assert refused.returncode == 1 and "forbidden" in refused.stderr
 
     # a token the tenant has already goes in as it is, and none is minted
-    given = CliRunner().invoke(cli, ["kubeconfig", "--tenant", "team-a", "--server", front_door.url,
-                                     "--token", user["user"]["token"]], catch_exceptions=False)
+    given = CliRunner().invoke(cli, ["--certificate-authority", str(ca), "kubeconfig", "--tenant", "team-a",
+                                     "--server", front_door.url, "--token", user["user"]["token"]],
+                               catch_exceptions=False)
+    assert given.exit_code == 0, given.output
     assert yaml.safe_load(given.stdout)["users"] == [user]
     assert len(front_door.api.get("/api/v1/tokens").json()) == 1
 
@@ -44,8 +45,28 @@ def test_the_kubeconfig_it_prints_is_enough_for_kubectl(front_door, monkeypatch)
 def test_an_unknown_tenant_is_one_line(front_door, monkeypatch):
     ca = front_door.home / "broker-ca.crt"
     ca.write_bytes(front_door.ca_pem)
-    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    monkeypatch.setenv("ARCHIPELAGO_CERTIFICATE_AUTHORITY", str(ca))
     result = CliRunner().invoke(cli, ["kubeconfig", "--tenant", "nobody", "--server", front_door.url],
                                 env={"ARCHIPELAGO_ADMIN_TOKEN": "admin-test-token"})
     assert result.exit_code == 1
     assert result.stderr.strip().count("\n") == 0 and "tenant 'nobody' does not exist" in result.stderr
+
+
+def test_an_http_broker_gets_no_kubeconfig_kubectl_could_not_use(monkeypatch):
+    """kubectl would answer "You must be logged in to the server": the CLI says why first, and mints nothing."""
+    result = CliRunner().invoke(cli, ["kubeconfig", "--tenant", "team-a", "--server", "http://127.0.0.1:9"],
+                                env={"ARCHIPELAGO_ADMIN_TOKEN": "admin-test-token"})
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "kubectl sends a token over HTTPS only" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_every_command_trusts_the_certificate_authority_it_is_given(front_door, monkeypatch):
+    monkeypatch.delenv("ARCHIPELAGO_CERTIFICATE_AUTHORITY", raising=False)
+    ca = front_door.home / "broker-ca.crt"
+    ca.write_bytes(front_door.ca_pem)
+    env = {"ARCHIPELAGO_SERVER": front_door.url, "ARCHIPELAGO_TOKEN": "admin-test-token"}
+    untrusted = CliRunner().invoke(cli, ["tenants", "list", "-o", "json"], env=env)
+    assert untrusted.exit_code == 1 and "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
+    trusted = CliRunner().invoke(cli, ["--certificate-authority", str(ca), "tenants", "list", "-o", "json"], env=env)
+    assert trusted.exit_code == 0, trusted.output
+    assert "team-a" in trusted.stdout
