@@ -111,6 +111,46 @@ def _jobset_schema(crd: Path | None) -> dict[str, Any]:
     raise ValueError(f"{crd} has no {VERSION} version of {KIND}")
 
 
+_META = "io.k8s.apimachinery.pkg.apis.meta.v1."
+_STRING, _STRINGS = {"type": "string"}, {"type": "object", "additionalProperties": {"type": "string", "default": ""}}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"allOf": [{"$ref": f"#/components/schemas/{_META}{name}"}], "default": {}}
+
+
+# ObjectMeta as kube-apiserver publishes it beside every CRD's schema (whose `metadata` is a bare object): kubectl's
+# client-side apply walks it to diff `metadata.annotations` and `labels`, and warns ("unable to find api field
+# \"annotations\"") where it is missing. Only the fields and patch strategies kubectl reads.
+_META_SCHEMAS = {
+    f"{_META}ObjectMeta": {"type": "object", "properties": {
+        **{field: _STRING for field in ("name", "namespace", "generateName", "uid", "resourceVersion", "selfLink")},
+        "labels": _STRINGS, "annotations": _STRINGS,
+        "generation": {"type": "integer", "format": "int64"},
+        "deletionGracePeriodSeconds": {"type": "integer", "format": "int64"},
+        "creationTimestamp": {"type": "string", "format": "date-time"},
+        "deletionTimestamp": {"type": "string", "format": "date-time"},
+        "finalizers": {"type": "array", "items": {"type": "string", "default": ""}, "x-kubernetes-list-type": "set",
+                       "x-kubernetes-patch-strategy": "merge"},
+        "ownerReferences": {"type": "array", "items": _ref("OwnerReference"), "x-kubernetes-list-type": "map",
+                            "x-kubernetes-list-map-keys": ["uid"], "x-kubernetes-patch-merge-key": "uid",
+                            "x-kubernetes-patch-strategy": "merge"},
+        "managedFields": {"type": "array", "items": _ref("ManagedFieldsEntry")}}},
+    f"{_META}OwnerReference": {"type": "object", "required": ["apiVersion", "kind", "name", "uid"], "properties": {
+        **{field: _STRING for field in ("apiVersion", "kind", "name", "uid")},
+        "controller": {"type": "boolean"}, "blockOwnerDeletion": {"type": "boolean"}},
+        "x-kubernetes-map-type": "atomic"},
+    f"{_META}ManagedFieldsEntry": {"type": "object", "properties": {
+        **{field: _STRING for field in ("apiVersion", "fieldsType", "manager", "operation", "subresource")},
+        "time": {"type": "string", "format": "date-time"}, "fieldsV1": {"type": "object"}}},
+}
+
+
+def _with_object_meta(schema: dict[str, Any]) -> dict[str, Any]:
+    """The JobSet's schema with its `metadata` the ObjectMeta of the components, as an API server serves a CRD's."""
+    return {**schema, "properties": {**schema.get("properties", {}), "metadata": _ref("ObjectMeta")}}
+
+
 def _parameter(name: str, where: str, description: str, required: bool = False) -> dict[str, Any]:
     return {"name": name, "in": where, "description": description, "required": required or where == "path",
             "schema": {"type": "string"}}
@@ -145,7 +185,7 @@ def group_version_document(crd: Path | None) -> dict[str, Any]:
     listing = [_parameter(p, "query", p) for p in ("labelSelector", "fieldSelector", "limit", "continue",
                                                    "resourceVersion", "watch", "allowWatchBookmarks",
                                                    "timeoutSeconds")]
-    schema = {**_jobset_schema(crd), "x-kubernetes-group-version-kind": [GVK]}
+    schema = {**_with_object_meta(_jobset_schema(crd)), "x-kubernetes-group-version-kind": [GVK]}
     return {"openapi": "3.0.0", "info": {"title": "Archipelago JobSets", "version": broker.__version__},
             "paths": {
                 f"/{GROUP_VERSION_PATH}/{PLURAL}": {
@@ -162,7 +202,7 @@ def group_version_document(crd: Path | None) -> dict[str, Any]:
                     "delete": _operation("delete", "Cancel the JobSet on every member", named)},
                 f"{namespaced}/{{name}}/status": {
                     "get": _operation("get", "A JobSet's federated status", named)}},
-            "components": {"schemas": {_SCHEMA_NAME: schema}}}
+            "components": {"schemas": {_SCHEMA_NAME: schema, **_META_SCHEMAS}}}
 
 
 @functools.lru_cache(maxsize=4)

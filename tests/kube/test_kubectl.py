@@ -69,7 +69,7 @@ def test_kubectl_applies_the_examples_and_gets_them_with_state_and_clusters(fron
         namespace = yaml.safe_load(example_path(filename).read_text())["metadata"]["namespace"]
         configs.setdefault(namespace, front_door.kubeconfig(namespace))
         applied = front_door.kubectl(configs[namespace], "apply", "-f", str(example_path(filename)))
-        assert applied.stdout.strip().endswith("created")
+        assert applied.stdout.strip().endswith("created") and applied.stderr == ""
     jobs = {j["name"]: j for j in front_door.api.get("/api/v1/jobs").json()["items"]}
     assert len(jobs) == len(jobset_examples())
     states = lambda: {j["state"] for j in front_door.api.get("/api/v1/jobs").json()["items"]}  # noqa: E731
@@ -86,7 +86,7 @@ def test_kubectl_applies_the_examples_and_gets_them_with_state_and_clusters(fron
         for filename in jobset_examples():
             if yaml.safe_load(example_path(filename).read_text())["metadata"]["namespace"] == namespace:
                 again = front_door.kubectl(config, "apply", "-f", str(example_path(filename)))
-                assert again.stdout.strip().endswith("unchanged")
+                assert again.stdout.strip().endswith("unchanged") and again.stderr == "", again.stderr
     assert len(front_door.api.get("/api/v1/jobs").json()["items"]) == len(jobset_examples())
     described = " ".join(front_door.kubectl(configs["team-a"], "describe", "jobset", "eval-sweep").stdout.split())
     assert "archipelago.io/state: Running" in described and "Replicated Jobs Status:" in described
@@ -236,3 +236,14 @@ def test_discovery_and_explain_come_from_the_jobset_crd(front_door):
     assert "FIELD: replicas <integer>" in explained and "replicas is the number of jobs" in explained
     namespaces = front_door.kubectl(config, "get", "namespaces", "-o", "name").stdout.split()
     assert namespaces == ["namespace/team-a"]
+
+
+def test_the_commands_a_newcomer_runs_print_no_warning(front_door):
+    """apply, apply again, apply --server-side, get, describe, delete: what they say goes to stdout, stderr stays
+    empty (a second client-side apply warned 'unable to find api field "annotations"' without ObjectMeta)."""
+    config = front_door.kubeconfig("team-a")
+    path = _write(front_door, jobset("newcomer"))
+    for args in (("apply", "-f", path), ("apply", "-f", path), ("apply", "--server-side", "-f", path),
+                 ("get", "jobsets"), ("describe", "jobset", "newcomer"), ("delete", "-f", path)):
+        done = front_door.kubectl(config, *args)
+        assert done.stderr == "" and done.stdout, (args, done.stderr)
