@@ -49,7 +49,10 @@ def version() -> None:
 def serve(host: str = typer.Option(None, help="Address to listen on [default: ARCHIPELAGO_HOST or 127.0.0.1]"),
           port: int = typer.Option(None, help="Port [default: ARCHIPELAGO_PORT or 8000]"),
           workers: int = typer.Option(1, min=1, help="API worker processes (PostgreSQL only); the loop services "
-                                                     "run once, in this process, beside them")) -> None:
+                                                     "run once, in this process, beside them"),
+          tls_self_signed: bool = typer.Option(False, "--tls-self-signed",
+                                               help="serve HTTPS with a CA and certificate made (once) under the "
+                                                    "data directory; clients trust its archipelago-ca.crt")) -> None:
     """Serve the API and dashboard, and run the loop services while this replica holds the leader lease
     (migrates the embedded SQLite database first)."""
     import uvicorn
@@ -62,6 +65,7 @@ def serve(host: str = typer.Option(None, help="Address to listen on [default: AR
     from broker.store.scheduling import engine_config
     from broker.services import beside_the_api, replica
     from broker.process.settings import ConfigError, get_settings
+    from broker.process.tls import self_signed
 
     settings = get_settings()
     configure_logging(settings)
@@ -75,6 +79,12 @@ def serve(host: str = typer.Option(None, help="Address to listen on [default: AR
         migrate.require_head(database.engine)
     host, port = host or settings.host, port or settings.port
     tls = {"ssl_certfile": settings.tls_certfile, "ssl_keyfile": settings.tls_keyfile} if settings.tls_certfile else {}
+    if tls_self_signed:
+        if tls:
+            raise ConfigError("--tls-self-signed or ARCHIPELAGO_TLS_CERTFILE and _KEYFILE, not both")
+        made = self_signed(settings.data_dir / "tls", host)
+        tls = {"ssl_certfile": made.certfile, "ssl_keyfile": made.keyfile}
+        typer.echo(f"TLS: a self-signed certificate; clients trust its CA, {made.ca}", err=True)
     typer.echo(f"Archipelago {broker.__version__} on {'https' if tls else 'http'}://{host}:{port} "
                f"(database {database.engine.url.render_as_string(hide_password=True)}"
                f"{f', {workers} API workers' if workers > 1 else ''})", err=True)

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import random
 import shutil
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from rich.live import Live
 from rich.table import Table
 
 from broker.process.settings import Settings, new_token
+from broker.process.tls import SelfSigned, self_signed
 
 NVLINK_BLOCK = "topology.example.com/nvlink-block"  # the exclusive topology of ../shared/examples' multislice JobSet
 # A JobSet submitted by hand (the README's quick start) runs two simulated hours unless its
@@ -115,9 +117,10 @@ class DemoState:
     errors: list[str] = field(default_factory=list)
 
 
-def demo_settings(workdir: Path, admin_token: str, port: int) -> Settings:
-    """Embedded defaults, with loops fast enough that a minute shows queues filling and draining."""
-    return Settings(database_url=f"sqlite:///{workdir.resolve() / 'archipelago.db'}", admin_token=admin_token, port=port,
+def demo_settings(workdir: Path, admin_token: str, port: int, tls: SelfSigned | None = None) -> Settings:
+    """Embedded defaults, with loops fast enough that a minute shows queues filling and draining; HTTPS with `tls`."""
+    return Settings(database_url=f"sqlite:///{workdir.resolve() / 'archipelago.db'}", admin_token=admin_token,
+                    port=port, tls_certfile=tls and tls.certfile, tls_keyfile=tls and tls.keyfile,
                     scheduler_interval=1.0, dispatch_interval=0.5, status_poll_interval=2.0,
                     cluster_sync_interval=5.0, health_probe_interval=2.0, not_ready_grace=6.0,
                     failover_toleration=30.0, _env_file=None)
@@ -162,8 +165,9 @@ def _broker(settings: Settings) -> Iterator[str]:
     import uvicorn
 
     database = open_database(settings, upgrade=True)
+    tls = {"ssl_certfile": settings.tls_certfile, "ssl_keyfile": settings.tls_keyfile} if settings.tls_certfile else {}
     server = uvicorn.Server(uvicorn.Config(create_app(settings, database), host=settings.host, port=settings.port,
-                                           log_level="warning", access_log=False))
+                                           log_level="warning", access_log=False, **tls))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:
@@ -171,14 +175,14 @@ def _broker(settings: Settings) -> Iterator[str]:
             raise SystemExit(f"archipelago: the broker could not listen on {settings.host}:{settings.port}")
         time.sleep(0.05)
     try:
-        yield f"http://{settings.host}:{settings.port}"
+        yield f"{'https' if tls else 'http'}://{settings.host}:{settings.port}"
     finally:
         server.should_exit = True
         thread.join(30)
         database.dispose()
 
 
-def _setup(api: httpx.Client, sim) -> dict[str, tuple[str, httpx.Client]]:
+def _setup(api: httpx.Client, sim, trust: ssl.SSLContext) -> dict[str, tuple[str, httpx.Client]]:
     for cluster in SCENARIO["clusters"]:
         answer = api.post("/api/v1/clusters", json={"name": cluster["name"], "kubeconfig": sim.kubeconfig(
             cluster["name"]), "labels": cluster["labels"]})
@@ -193,14 +197,15 @@ def _setup(api: httpx.Client, sim) -> dict[str, tuple[str, httpx.Client]]:
         token = api.post("/api/v1/tokens", json={"role": "tenant", "tenant": tenant,
                                                  "description": "demo"}).json()["token"]
         tenants[tenant] = token, httpx.Client(base_url=api.base_url, headers={"Authorization": f"Bearer {token}"},
+                                              verify=trust,
                                               timeout=30)
     return tenants
 
 
-def _write_env(workdir: Path, who: str, url: str, token: str, settings: Settings | None = None) -> str:
-    """`<who>.env` in the workdir, for `source`, and the line it holds; the admin's also names the demo's database
-    and key, for the commands that act on it directly (`tokens create`)."""
-    line = f"export ARCHIPELAGO_SERVER={url} ARCHIPELAGO_TOKEN={token}"
+def _write_env(workdir: Path, who: str, url: str, token: str, ca: Path, settings: Settings | None = None) -> str:
+    """`<who>.env` in the workdir, for `source`, and the line it holds (the broker's CA for the CLI's HTTPS); the
+    admin's also names the demo's database, for the commands that act on it directly (`tokens create`)."""
+    line = f"export ARCHIPELAGO_SERVER={url} ARCHIPELAGO_TOKEN={token} ARCHIPELAGO_CERTIFICATE_AUTHORITY={ca}"
     if settings is not None:  # its key is kept beside the SQLite file
         line += f" ARCHIPELAGO_DATABASE_URL={settings.database_url}"
     path = workdir / f"{who}.env"
@@ -252,18 +257,22 @@ def run_demo(*, port: int = 8000, sim_port: int = 0, workdir: Path = Path("demo-
     console = Console()
     _fresh_workdir(workdir)
     admin_token = new_token()
-    settings = demo_settings(workdir, admin_token, port)
+    tls = self_signed(workdir.resolve() / "tls", "127.0.0.1")  # kubectl sends its token over HTTPS only
+    settings = demo_settings(workdir, admin_token, port, tls)
+    trust = ssl.create_default_context(cafile=str(tls.ca))
     state = DemoState()
     rng = random.Random(seed)
     with _logging_to(workdir / "broker.log"), running_simulator(SCENARIO, speed=speed, tls=True) as sim, \
             _broker(settings) as url, \
-            httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin_token}"}, timeout=30) as api:
+            httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin_token}"}, timeout=30,
+                         verify=trust) as api:
         sim.write_kubeconfigs(workdir)
-        setup = _setup(api, sim)
+        setup = _setup(api, sim, trust)
         tenants = {tenant: client for tenant, (_, client) in setup.items()}
-        console.print(f"[bold]Dashboard[/bold] {url}/  (sign in with a token below)", soft_wrap=True)
+        console.print(f"[bold]Dashboard[/bold] {url}/  (sign in with a token below; the browser asks to trust "
+                      f"{tls.ca}, the demo's own CA)", soft_wrap=True)
         for who, token in (("admin", admin_token), *((tenant, token) for tenant, (token, _) in setup.items())):
-            line = _write_env(workdir, who, url, token, settings if who == "admin" else None)
+            line = _write_env(workdir, who, url, token, tls.ca, settings if who == "admin" else None)
             console.print(f"[bold]{who}[/bold]: {line}   (or: source {workdir}/{who}.env)", soft_wrap=True,
                           highlight=False)
         console.print(f"Simulated members at {sim.url}; their kubeconfigs and broker.log in {workdir}/",

@@ -187,6 +187,13 @@ class Settings(BaseSettings):
         database = make_url(self.database_url).database
         return Path(database) if database and database != ":memory:" else None
 
+    @property
+    def data_dir(self) -> Path:
+        """Where the broker keeps its own files (a self-signed TLS certificate): beside an SQLite file, else
+        ./archipelago-data."""
+        path = self.sqlite_path
+        return path.resolve().parent if path is not None else Path("archipelago-data").resolve()
+
     def fernet_key(self) -> bytes:
         """The key that encrypts kubeconfigs at rest.
 
