@@ -43,9 +43,9 @@ def kubeconfig(tenant: str = typer.Option(..., help="the tenant whose JobSets ku
     try:
         admin = ApiClient(server, certificate_authority=certificate_authority)
         if not admin.server.startswith("https://"):
-            typer.echo(f"archipelago: kubectl sends a token over HTTPS only, and {admin.server} is not: serve the "
-                       "broker with TLS (`serve --tls-self-signed`, or ARCHIPELAGO_TLS_CERTFILE and _KEYFILE) and give its "
-                       "https:// address", err=True)
+            typer.echo(f"archipelago: kubectl sends a token over HTTPS only, and {admin.server} is not: serve "
+                       "the broker with TLS (`serve --tls-self-signed`, or ARCHIPELAGO_TLS_CERTFILE and _KEYFILE) "
+                       "and give its https:// address", err=True)
             raise typer.Exit(2)
         if token is None:
             token = admin.post("/api/v1/tokens", json={"role": "tenant", "tenant": tenant,
