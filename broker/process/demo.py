@@ -129,6 +129,9 @@ def demo_settings(workdir: Path, admin_token: str, port: int, tls: SelfSigned | 
 DEMO_MARKER = ".archipelago-demo"
 
 
+SUMMARY_EVERY = 10.0  # seconds between the summaries a pipe or a log gets
+
+
 def _fresh_workdir(workdir: Path) -> None:
     """Start from nothing, but only ever wipe a folder an earlier demo made."""
     if workdir.exists() and any(workdir.iterdir()):
@@ -241,6 +244,15 @@ def _status_table(api: httpx.Client, state: DemoState, url: str, admin_token: st
     return table
 
 
+def _summary(api: httpx.Client, state: DemoState, elapsed: float) -> str:
+    """One line for a log or a pipe: what the live table shows."""
+    counts = api.get("/metrics").text
+    jobs = " · ".join(f"{s} {_metric(counts, s)}" for s in ("Queued", "Running", "Succeeded", "Failed"))
+    clusters = ", ".join(f"{c['name']} {c['state']}" for c in api.get("/api/v1/clusters").json())
+    return (f"[{elapsed:4.0f} s] submitted {state.submitted} · {jobs} · clusters: {clusters} · outage of "
+            f"{FLAKY_CLUSTER}: {state.outage}")
+
+
 def _metric(text: str, state: str) -> int:
     for line in text.splitlines():
         if line.startswith(f'archipelago_jobs{{state="{state}"}}'):
@@ -250,11 +262,11 @@ def _metric(text: str, state: str) -> int:
 
 def run_demo(*, port: int = 8000, sim_port: int = 0, workdir: Path = Path("demo-run"), speed: float = 20.0,
              duration: float | None = None, seed: int = 7, outage_after: float = 60.0,
-             outage_for: float = 60.0) -> DemoState:
+             outage_for: float = 60.0, console: Console | None = None) -> DemoState:
     """Run until Ctrl-C (or `duration` seconds); everything started here is stopped before returning."""
     from clusters.sim.testing import running_simulator
 
-    console = Console()
+    console = console or Console()
     _fresh_workdir(workdir)
     admin_token = new_token()
     tls = self_signed(workdir.resolve() / "tls", "127.0.0.1")  # kubectl sends its token over HTTPS only
@@ -278,9 +290,15 @@ def run_demo(*, port: int = 8000, sim_port: int = 0, workdir: Path = Path("demo-
         console.print(f"Simulated members at {sim.url}; their kubeconfigs and broker.log in {workdir}/",
                       soft_wrap=True)
         started = time.monotonic()
-        next_submit = started
+        next_submit, next_summary = started, started + SUMMARY_EVERY
+        # a terminal gets the live table; a pipe or a log a line per phase and a summary every SUMMARY_EVERY s
+        live = Live(_status_table(api, state, url, admin_token), console=console, refresh_per_second=1) \
+            if console.is_terminal else contextlib.nullcontext()
+        say = (lambda line: None) if console.is_terminal else (lambda line: console.print(line, soft_wrap=True))
+        say(f"phase: {len(SCENARIO['clusters'])} members registered, 2 tenants; submitting a JobSet every "
+            f"0.5-2 s; {FLAKY_CLUSTER} becomes unreachable after {outage_after:g} s for {outage_for:g} s")
         try:
-            with Live(_status_table(api, state, url, admin_token), console=console, refresh_per_second=1) as live:
+            with live:
                 while duration is None or time.monotonic() - started < duration:
                     now = time.monotonic()
                     elapsed = now - started
@@ -295,11 +313,18 @@ def run_demo(*, port: int = 8000, sim_port: int = 0, workdir: Path = Path("demo-
                     if state.outage == "not yet" and elapsed >= outage_after:
                         sim.make_unreachable(FLAKY_CLUSTER)
                         state.outage = "now"
+                        say(f"phase: {FLAKY_CLUSTER} is unreachable: its work fails over once it is NotReady")
                     elif state.outage == "now" and elapsed >= outage_after + outage_for:
                         sim.heal(FLAKY_CLUSTER)
                         state.outage = "over"
-                    live.update(_status_table(api, state, url, admin_token))
+                        say(f"phase: {FLAKY_CLUSTER} is back")
+                    if console.is_terminal:
+                        live.update(_status_table(api, state, url, admin_token))
+                    elif now >= next_summary:
+                        say(_summary(api, state, elapsed))
+                        next_summary = now + SUMMARY_EVERY
                     time.sleep(0.25)
+            say(_summary(api, state, time.monotonic() - started))
         except KeyboardInterrupt:
             console.print("stopping…")
         finally:

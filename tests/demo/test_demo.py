@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import re
 import socket
+
+from rich.console import Console
 
 from sqlalchemy import create_engine, func, select
 
-from broker.process.demo import SCENARIO, run_demo
+from broker.process.demo import FLAKY_CLUSTER, SCENARIO, run_demo
 from broker.store.db.models import Cluster, Event, Job, Placement
 
 
@@ -17,9 +21,16 @@ def _free_port() -> int:
 
 
 def test_the_demo_moves_work_through_the_federation(tmp_path):
+    """Piped (no terminal), it says each phase on a line and sums up every 10 s, instead of a live table."""
+    printed = io.StringIO()
     state = run_demo(port=_free_port(), workdir=tmp_path / "demo", speed=60, duration=30, outage_after=6,
-                     outage_for=10)
+                     outage_for=10, console=Console(file=printed, force_terminal=False, width=200))
     assert state.errors == [] and state.submitted >= 10
+    lines = printed.getvalue().splitlines()
+    phases = [line for line in lines if line.startswith("phase: ")]
+    assert [p.split(":")[1].strip().split()[0] for p in phases] == ["3", FLAKY_CLUSTER, FLAKY_CLUSTER], phases
+    summaries = [line for line in lines if re.match(r"\[\s*\d+ s\] submitted \d+ · Queued \d+", line)]
+    assert len(summaries) >= 2 and f"submitted {state.submitted} " in summaries[-1], lines
     assert state.outage == "over"
     engine = create_engine(f"sqlite:///{tmp_path / 'demo' / 'archipelago.db'}")
     with engine.connect() as connection:
