@@ -44,6 +44,24 @@ const AP = (() => {
     return answer.json();
   }
 
+  // An admin's action on the page (cancel, cordon, drain): a button that asks first, then calls `run` and says how
+  // it went beside itself. The page's next refresh shows what changed.
+  function action(label, question, run, testid) {
+    const said = h("span", { class: "muted", role: "status", "data-testid": testid + "-said" });
+    const button = h("button", { type: "button", class: "action", "data-testid": testid, onclick: async () => {
+      if (!window.confirm(question)) return;
+      button.disabled = true;
+      try {
+        await run();
+        said.textContent = ` ${label}: done`;
+      } catch (exc) {
+        said.textContent = ` ${label}: ${exc.message}`;
+      }
+      button.disabled = false;
+    } }, label);
+    return h("span", { class: "actions" }, button, said);
+  }
+
   // Every page of a cursor listing (bounded: a dashboard never needs more than `max` rows).
   async function apiAll(path, params, max = 2000) {
     let items = [], cursor = null;
@@ -214,6 +232,6 @@ const AP = (() => {
     return true;
   }
 
-  return { TOKEN_KEY, api, apiAll, send, h, quantity, formatAmount, RESOURCES, bar, badge, loadClass, parseTime, age, time, clock,
+  return { TOKEN_KEY, api, apiAll, send, action, h, quantity, formatAmount, RESOURCES, bar, badge, loadClass, parseTime, age, time, clock,
            empty, render, table, live, start, me: null };
 })();

@@ -89,12 +89,27 @@
     return svg;
   }
 
+  // An admin cordons (no new placements), uncordons, or drains (its unstarted work placed elsewhere) the cluster.
+  function actions(cluster) {
+    if (!AP.me || AP.me.role !== "admin") return null;
+    const post = (verb) => () => AP.send("POST", `/clusters/${encodeURIComponent(cluster.name)}/${verb}`);
+    const cordoned = ["Cordoned", "Draining"].includes(cluster.state);
+    return [
+      cordoned ? AP.action("Uncordon", `Uncordon ${cluster.name}? New work may be placed on it again.`, post("uncordon"),
+                           "uncordon")
+               : AP.action("Cordon", `Cordon ${cluster.name}? No new work is placed on it; what runs there stays.`,
+                           post("cordon"), "cordon"),
+      cluster.state !== "Draining" ? AP.action("Drain", `Drain ${cluster.name}? Its work that has not started is ` +
+                                               "placed elsewhere, and nothing new goes there.", post("drain"), "drain")
+                                   : null];
+  }
+
   function show({ cluster, topology, placements }) {
     const labels = Object.entries(cluster.labels || {});
     render(document.getElementById("cluster-summary"),
       h("div", { class: "summary card" },
         h("dl", { class: "facts" },
-          h("dt", {}, "State"), h("dd", {}, badge(cluster.state)),
+          h("dt", {}, "State"), h("dd", { "data-testid": "cluster-state" }, badge(cluster.state), actions(cluster)),
           h("dt", {}, "Region"), h("dd", { "data-testid": "region" }, (cluster.labels || {}).region || "—"),
           h("dt", {}, "Labels"), h("dd", {}, labels.length ? h("ul", { class: "chips" }, labels.map(([k, v]) => h("li", {}, `${k}=${v}`))) : "—"),
           h("dt", {}, "Nodes"), h("dd", { "data-testid": "node-count" }, cluster.nodes),

@@ -4,6 +4,7 @@
   if (!(await AP.start())) return;
   const { h, api, badge, render, empty } = AP;
   const id = document.getElementById("job-title").dataset.jobId;
+  const FINISHED = ["Succeeded", "Failed", "Cancelled"];
 
   function keyValues(object, testid) {
     const entries = Object.entries(object || {});
@@ -33,7 +34,10 @@
     document.title = `Job ${job.id} ${job.name} · Archipelago`;
     render(document.getElementById("job-summary"), h("div", { class: "card summary" }, h("dl", { class: "facts" },
       h("dt", {}, "State"), h("dd", { "data-testid": "job-state" }, badge(job.state),
-        job.cancel_requested && job.state !== "Cancelled" ? h("span", { class: "muted" }, " cancel requested") : null),
+        job.cancel_requested && job.state !== "Cancelled" ? h("span", { class: "muted" }, " cancel requested") : null,
+        AP.me && AP.me.role === "admin" && !job.cancel_requested && !FINISHED.includes(job.state)
+          ? AP.action("Cancel", `Cancel job ${job.id} (${job.name})? It is removed from every member.`,
+              () => AP.send("DELETE", "/jobs/" + job.id), "cancel-job") : null),
       h("dt", {}, "ID"), h("dd", {}, job.id),
       h("dt", {}, "Tenant / queue"), h("dd", {}, `${job.tenant} / `, h("a", { href: "/jobs?queue=" + encodeURIComponent(job.queue) }, job.queue)),
       h("dt", {}, "Namespace"), h("dd", {}, job.namespace),

@@ -302,3 +302,45 @@ def test_a_tenant_does_not_see_the_override_rules(browser, federation):
     expect(tenant.get_by_test_id("clusters-table")).to_be_visible()
     expect(tenant.get_by_test_id("overrides")).to_be_hidden()
     context.close()
+
+
+def test_an_admin_cancels_a_job_from_its_page_after_confirming(page, federation):
+    job = federation.submit("research", jobset("to-cancel", queue="eval", replicas=1))
+    page.goto(federation.url + f"/jobs/{job['id']}")
+    cancel = page.get_by_test_id("cancel-job")
+    page.once("dialog", lambda dialog: dialog.dismiss())  # asked first: dismissed, nothing is sent
+    cancel.click()
+    assert federation.get(f"/jobs/{job['id']}")["cancel_requested"] is False
+    page.once("dialog", lambda dialog: dialog.accept())
+    with page.expect_response(lambda answer: answer.request.method == "DELETE") as answered:
+        cancel.click()
+    assert answered.value.status == 202
+    assert federation.get(f"/jobs/{job['id']}")["cancel_requested"] is True
+    expect(page.get_by_test_id("job-state")).to_contain_text(re.compile("Cancelled|cancel requested"))
+    expect(page.get_by_test_id("cancel-job")).to_have_count(0)  # nothing more to cancel
+
+
+def test_an_admin_cordons_and_uncordons_a_cluster_and_is_asked_before_a_drain(page, federation):
+    page.goto(federation.url + "/clusters/eu-west")
+    expect(page.get_by_test_id("cluster-state")).to_contain_text("Ready")
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    page.get_by_test_id("drain").click()
+    assert federation.get("/clusters/eu-west")["state"] == "Ready"
+    for action, state in (("cordon", "Cordoned"), ("uncordon", "Ready")):
+        page.once("dialog", lambda dialog: dialog.accept())
+        with page.expect_response(lambda answer: answer.request.method == "POST") as answered:
+            page.get_by_test_id(action).click()
+        assert answered.value.status == 200
+        assert federation.get("/clusters/eu-west")["state"] == state
+        expect(page.get_by_test_id("cluster-state")).to_contain_text(state)
+
+
+def test_a_tenant_gets_no_action_buttons(browser, federation):
+    context = browser.new_context(viewport=VIEWPORT)
+    context.add_init_script(f"sessionStorage.setItem('archipelago.token', {federation.tokens['research']!r})")
+    page = context.new_page()
+    own = federation.get("/jobs", who="research")["items"][0]
+    page.goto(federation.url + f"/jobs/{own['id']}")
+    expect(page.get_by_test_id("job-state")).to_be_visible()
+    expect(page.get_by_test_id("cancel-job")).to_have_count(0)
+    context.close()
