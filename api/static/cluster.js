@@ -140,7 +140,10 @@
       testid: "nodes-table", caption: "Nodes", rows: topology.nodes, rowKey: (n) => n.name, columns: [
         { key: "name", label: "Node", header: true },
         { key: "hypernode", label: "HyperNode", cell: (n) => n.hypernode || "—" },
-        { key: "ready", label: "Ready", cell: (n) => n.ready ? (n.unschedulable ? "cordoned" : "yes") : h("strong", { class: "error" }, "no") },
+        { key: "ready", label: "Ready", cell: (n) => cluster.state === "NotReady"  // last heard of, not now
+            ? h("span", { class: "muted", "data-testid": "node-unknown" },
+                `unknown since ${cluster.last_heartbeat ? AP.age(cluster.last_heartbeat) + " ago" : "registration"}`)
+            : n.ready ? (n.unschedulable ? "cordoned" : "yes") : h("strong", { class: "error" }, "no") },
         ...AP.RESOURCES.map(([r, label]) => ({ key: r, label, cell: (n) => n.allocatable_milli[r] ?
           bar(label, r, (n.used_milli[r] || 0) / 1000, n.allocatable_milli[r] / 1000, (n.free_milli[r] || 0) / 1000) : "—" })),
       ] }) : empty("No nodes reported yet."));

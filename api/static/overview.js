@@ -24,15 +24,16 @@
 
   async function load() {
     const [clusters, queues, placements, recent] = await Promise.all([
-      clustersOrNull(), api("/queues"), apiAll("/placements", { state: [...STARTING, "Running"] }), newEvents()]);
+      clustersOrNull(), api("/queues"), apiAll("/placements", { state: [...STARTING, "Running", "Deleting"] }),
+      newEvents()]);
     return { clusters, queues, placements, events: recent };
   }
 
   function perCluster(placements) {
     const counts = {};
     for (const p of placements) {
-      const c = counts[p.cluster] || (counts[p.cluster] = { starting: new Set(), running: new Set() });
-      (p.state === "Running" ? c.running : c.starting).add(p.job_id);
+      const c = counts[p.cluster] || (counts[p.cluster] = empty_counts());
+      (p.state === "Running" ? c.running : p.state === "Deleting" ? c.deleting : c.starting).add(p.job_id);
     }
     return counts;
   }
@@ -43,6 +44,10 @@
       return bar(label, resource, amounts.used_milli / 1000, amounts.allocatable_milli / 1000, amounts.free_milli / 1000);
     });
   }
+
+  const empty_counts = () => ({ starting: new Set(), running: new Set(), deleting: new Set() });
+  // A cluster the broker cannot reach: what it had is not known now, and none of it is free to place on.
+  const unreachable = (cluster) => cluster.state === "NotReady";
 
   function totalsOf(clusters) {
     const sum = {};
@@ -55,6 +60,16 @@
       }
     }
     return sum;
+  }
+
+  // What NotReady clusters held, apart from the federation's free capacity.
+  function unavailable(clusters) {
+    if (!clusters.length) return null;
+    const totals = totalsOf(clusters);
+    const amounts = AP.RESOURCES.filter(([r]) => totals[r]).map(([r, label]) =>
+      `${AP.formatAmount(totals[r].allocatable_milli / 1000, r)} ${label}`);
+    return h("p", { class: "muted", "data-testid": "unavailable-capacity" },
+      `Not counted: ${amounts.join(", ")} on ${clusters.map((c) => c.name).join(", ")} (NotReady)`);
   }
 
   function stat(label, value, testid, hint) {
@@ -75,7 +90,8 @@
     render(document.getElementById("totals"),
       h("div", { class: "stats" }, stats),
       clusters ? h("div", { class: "card totals-bars", "data-testid": "total-capacity" },
-        h("h3", {}, "Federation capacity"), capacityBars(totalsOf(clusters))) : null);
+        h("h3", {}, "Federation capacity"), capacityBars(totalsOf(clusters.filter((c) => !unreachable(c)))),
+        unavailable(clusters.filter(unreachable))) : null);
 
     const cards = document.getElementById("cluster-cards");
     if (!clusters) { render(cards, empty("Cluster capacity is shown to admins.")); }
@@ -83,7 +99,7 @@
     else {
       const counts = perCluster(placements);
       render(cards, clusters.map((c) => {
-        const count = counts[c.name] || { starting: new Set(), running: new Set() };
+        const count = counts[c.name] || empty_counts();
         const labels = Object.entries(c.labels || {}).filter(([k]) => k !== "region");
         return h("article", { class: "card cluster-card", "data-testid": "cluster-card", "data-cluster": c.name },
           h("header", {},
@@ -93,10 +109,16 @@
             " · ", `${c.nodes} nodes`),
           labels.length ? h("ul", { class: "chips", "aria-label": "labels" },
             labels.map(([k, v]) => h("li", {}, `${k}=${v}`))) : null,
-          capacityBars(c.capacity || {}),
+          unreachable(c) ? h("p", { class: "error small", "data-testid": "capacity-unknown" },
+            `capacity unknown since ${c.last_heartbeat ? AP.age(c.last_heartbeat) + " ago" : "it was registered"}: ` +
+            "none of it counts as free") : capacityBars(c.capacity || {}),
           h("p", { class: "counts" },
             h("span", { "data-testid": "cluster-starting" }, `${count.starting.size} starting`), " · ",
-            h("span", { "data-testid": "cluster-running" }, `${count.running.size} running`)),
+            h("span", { "data-testid": "cluster-running" }, `${count.running.size} running`), " · ",
+            h("span", { "data-testid": "cluster-deleting" }, `${count.deleting.size} being deleted`),
+            unreachable(c) && count.starting.size + count.running.size ? h("span", { class: "error",
+              "data-testid": "cluster-failing-over" }, ` · ${count.starting.size + count.running.size} failing over`)
+              : null),
           c.last_error ? h("p", { class: "error small" }, c.last_error) : null);
       }));
     }

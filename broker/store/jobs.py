@@ -21,8 +21,8 @@ from broker.engine.placement import Config
 from broker.process.settings import Settings
 from broker.store import events
 from broker.store.capacity import FederationCapacity
-from broker.store.db.models import (JOB_FINISHED_STATES, JOB_STATES, PLACEMENT_LIVE_STATES, Event, Job, Placement,
-                                    Queue, Tenant, utcnow)
+from broker.store.db.models import (JOB_FINISHED_STATES, JOB_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES,
+                                    Event, Job, Placement, Queue, Tenant, utcnow)
 from broker.store.errors import Conflict, Invalid, NotFound
 from broker.store.scheduling import engine_config
 from broker.store.tenancy import Principal, QueueChoice, Submitter
@@ -365,12 +365,13 @@ def request_removal(session: Session, principal: Principal, job_id: int) -> Job:
 
 
 def clusters_of(session: Session, job_ids: list[int]) -> dict[int, list[tuple[str, str | None]]]:
-    """The (cluster, HyperNode) pairs each job has live or finished placements on, for listings."""
+    """The (cluster, HyperNode) pairs each job is placed on, or ended on, for listings: not those of placements
+    being deleted (a job re-queued after a fail-over or an eviction is on no cluster while it waits)."""
     found: dict[int, list[tuple[str, str | None]]] = {}
     if not job_ids:
         return found
     rows = session.execute(select(Placement.job_id, Placement.cluster_name, Placement.hypernode)
-                           .where(Placement.job_id.in_(job_ids), Placement.state.in_(PLACEMENT_LIVE_STATES + (
+                           .where(Placement.job_id.in_(job_ids), Placement.state.in_(PLACEMENT_ACTIVE_STATES + (
                                "Succeeded", "Failed"))).order_by(Placement.id))
     for job_id, cluster, hypernode in rows:
         if (cluster, hypernode) not in found.setdefault(job_id, []):

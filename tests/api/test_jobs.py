@@ -387,3 +387,17 @@ def test_dry_run_says_where_a_job_would_go_and_writes_nothing(research, db, sett
     assert research.get("/api/v1/jobs").json()["items"] == []
     invalid = research.post("/api/v1/jobs:dry-run", json=with_change(jobset("x"), "kind", "Job"))
     assert invalid.status_code == 422
+
+
+def test_a_job_waiting_again_lists_no_cluster_its_old_placement_is_leaving(research, db):
+    """Re-queued after a fail-over, a job's old placement is being deleted: it runs nowhere, and says so."""
+    from broker.store.db.models import Placement
+
+    job = submit(research, jobset("moved")).json()["items"][0]
+    with db.sessions() as session, session.begin():
+        session.add(Placement(job_id=job["id"], cluster_name="eu-west", state="Deleting", resources={}))
+    assert research.get(f"/api/v1/jobs/{job['id']}").json()["clusters"] == []
+    assert research.get("/api/v1/jobs").json()["items"][0]["clusters"] == []
+    with db.sessions() as session, session.begin():
+        session.add(Placement(job_id=job["id"], cluster_name="us-east", state="Running", resources={}, generation=2))
+    assert research.get(f"/api/v1/jobs/{job['id']}").json()["clusters"] == ["us-east"]

@@ -344,3 +344,35 @@ def test_a_tenant_gets_no_action_buttons(browser, federation):
     expect(page.get_by_test_id("job-state")).to_be_visible()
     expect(page.get_by_test_id("cancel-job")).to_have_count(0)
     context.close()
+
+
+def test_a_cluster_the_broker_cannot_reach_shows_no_free_capacity_and_its_nodes_unknown(page, federation):
+    """During an outage: the NotReady cluster's capacity is set apart from the federation's free capacity, its card
+    says its capacity is unknown and how much of its work is failing over, its nodes' readiness unknown."""
+    from sqlalchemy import update
+
+    from broker.store.db.models import Cluster
+
+    def state(value: str) -> None:
+        with federation.db.sessions() as session, session.begin():
+            session.execute(update(Cluster).where(Cluster.name == "eu-west").values(state=value))
+
+    running_there = {p["job_id"] for p in federation.get("/placements", cluster="eu-west")["items"]
+                     if p["state"] in ("Decided", "Applying", "Starting", "Running")}
+    state("NotReady")
+    try:
+        page.goto(federation.url + "/")
+        card = page.locator('[data-cluster="eu-west"]')
+        expect(card.get_by_test_id("capacity-unknown")).to_contain_text("capacity unknown since")
+        expect(card.get_by_test_id("cluster-failing-over")).to_have_text(f" · {len(running_there)} failing over")
+        expect(page.get_by_test_id("unavailable-capacity")).to_contain_text("on eu-west (NotReady)")
+        others = [c for c in federation.get("/clusters") if c["name"] != "eu-west"]
+        free = sum(float(c["capacity"][GPU]["free"]) for c in others if GPU in c["capacity"])
+        gpus = page.get_by_test_id("total-capacity").locator(f'[data-resource="{GPU}"] [data-testid="capbar-text"]')
+        expect(gpus).to_contain_text(f"/ {free:g} free /")
+        shot(page, "outage")
+        page.goto(federation.url + "/clusters/eu-west")
+        expect(page.get_by_test_id("node-unknown").first).to_contain_text("unknown since")
+        expect(page.get_by_test_id("nodes-table").locator("tbody").get_by_text("yes", exact=True)).to_have_count(0)
+    finally:
+        state("Ready")
