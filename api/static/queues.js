@@ -27,6 +27,14 @@
         h("span", { "data-testid": "fair-share" }, pct(queue.fair_share)), " fair"));
   }
 
+  // The quotas a queue with work waiting has used up ("" if none): what waits there can run only on borrowed room.
+  function atQuota(queue) {
+    if (!queue.pending) return "";
+    return Object.entries(queue.nominal_quota)
+      .filter(([r, nominal]) => quantity(queue.usage[r] || "0") >= quantity(nominal))
+      .map(([r, nominal]) => `${nominal} ${NAMES[r] || r}`).join(", ");
+  }
+
   function quota(queue) {
     const order = (r) => { const i = AP.RESOURCES.findIndex(([known]) => known === r); return i < 0 ? 99 : i; };
     const resources = [...new Set([...Object.keys(queue.nominal_quota), ...Object.keys(queue.usage)])]
@@ -104,7 +112,10 @@
           { key: "weight", label: "Weight", numeric: true },
           { key: "share", label: "Dominant vs fair share", cell: shareBar },
           { key: "quota", label: "Quota use", cell: quota },
-          { key: "pending", label: "Pending", numeric: true, cell: (q) => h("span", { "data-testid": "pending" }, q.pending) },
+          { key: "pending", label: "Pending", numeric: true, cell: (q) => [h("span", { "data-testid": "pending" }, q.pending),
+              atQuota(q) ? h("span", { class: "badge at-quota", "data-testid": "at-quota",
+                title: `it uses all its quota of ${atQuota(q)}: what waits there runs only on borrowed room, or once ` +
+                       "its running jobs end" }, "at quota") : null] },
           { key: "running", label: "Admitted / running", numeric: true, cell: (q) => h("span", { "data-testid": "running" }, q.running) },
           { key: "oldest", label: "Oldest wait", cell: (q) => h("span", { "data-testid": "oldest-wait" }, AP.age(q.oldest_pending_at)) },
           { key: "chart", label: "Last hour", cell: (q) => chart(series[q.name], q) },

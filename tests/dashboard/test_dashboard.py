@@ -376,3 +376,17 @@ def test_a_cluster_the_broker_cannot_reach_shows_no_free_capacity_and_its_nodes_
         expect(page.get_by_test_id("nodes-table").locator("tbody").get_by_text("yes", exact=True)).to_have_count(0)
     finally:
         state("Ready")
+
+
+def test_a_queue_whose_quota_is_used_up_with_work_waiting_is_flagged(page, federation):
+    with federation.client() as admin:
+        assert admin.post("/queues", json={"name": "capped", "tenant": "vision", "nominal_quota": {GPU: "8"},
+                                           "borrowing_limit": {GPU: "0"}}).status_code == 201
+    for name in ("capped-a", "capped-b"):
+        federation.submit("vision", jobset(name, queue="capped", replicas=1))
+    federation.schedule()
+    capped = next(q for q in federation.get("/queues") if q["name"] == "capped")
+    assert (capped["usage"][GPU], capped["pending"]) == ("8", 1)
+    page.goto(federation.url + "/queues")
+    expect(page.locator('tr[data-row="capped"]').get_by_test_id("at-quota")).to_have_text("at quota")
+    expect(page.locator('tr[data-row="eval"]').get_by_test_id("at-quota")).to_have_count(0)
