@@ -217,6 +217,8 @@ class EventPage(BaseModel):
 
 
 class JobDetail(JobOut):
+    position: int | None = Field(None, description="its place among its queue's waiting jobs (1: next), by priority "
+                                                   "then submission; none unless Queued")
     manifest: dict[str, Any]
     demand: dict[str, str]
     waiting_reasons: dict[str, str]

@@ -189,10 +189,17 @@ def _since(value: datetime | None) -> datetime | None:
 
 def _job_detail(session, job: Job) -> schemas.JobDetail:
     summary = jobs_out(session, [job])[0]
-    return schemas.JobDetail(**summary.model_dump(), manifest=job.manifest, demand=humanised(job.demand),
+    return schemas.JobDetail(**summary.model_dump(), position=job_service.queue_position(session, job),
+                             manifest=job.manifest, demand=humanised(job.demand),
                              waiting_reasons=job.waiting_reasons or {}, status=job.status or {},
                              placements=[placement_out(p) for p in job.placements],
                              events=[event_out(e) for e in job_service.job_events(session, job.id)])
+
+
+@router.get("/jobs:counts", tags=["jobs"], response_model=dict[str, int], responses=problems(401),
+            summary="How many jobs are in each state (of one queue)")
+def count_jobs(session: SessionDep, principal: PrincipalDep, queue: str | None = None):
+    return job_service.count_by_state(session, principal, queue)
 
 
 @router.get("/jobs/{job_id}", tags=["jobs"], response_model=schemas.JobDetail, responses=problems(401, 404))

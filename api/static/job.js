@@ -38,6 +38,8 @@
         AP.me && AP.me.role === "admin" && !job.cancel_requested && !FINISHED.includes(job.state)
           ? AP.action("Cancel", `Cancel job ${job.id} (${job.name})? It is removed from every member.`,
               () => AP.send("DELETE", "/jobs/" + job.id), "cancel-job") : null),
+      job.position ? [h("dt", {}, "Position"), h("dd", { "data-testid": "job-position" },
+        `${job.position} in queue ${job.queue}`, h("span", { class: "muted" }, " (by priority, then submission)"))] : null,
       h("dt", {}, "ID"), h("dd", {}, job.id),
       h("dt", {}, "Tenant / queue"), h("dd", {}, `${job.tenant} / `, h("a", { href: "/jobs?queue=" + encodeURIComponent(job.queue) }, job.queue)),
       h("dt", {}, "Namespace"), h("dd", {}, job.namespace),

@@ -33,13 +33,25 @@
     history.replaceState(null, "", "/jobs" + (query.toString() ? "?" + query : ""));
   }
 
-  const load = () => apiAll("/jobs", filters());
-  function show(jobs) {
-    last = jobs;
+  const load = async () => {
+    const [jobs, counts] = await Promise.all([apiAll("/jobs", filters()), api("/jobs:counts", { queue: f.queue.value })]);
+    return { jobs, counts };
+  };
+
+  // How many jobs are in each state (of the queue chosen), each a link that filters the table by it.
+  function stateCounts(counts) {
+    return h("ul", { class: "chips state-counts", "data-testid": "state-counts", "aria-label": "Job counts" },
+      STATES.filter((state) => counts[state]).map((state) => h("li", { "data-state": state },
+        h("a", { href: "#", onclick: (event) => { event.preventDefault(); f.state.value = state; remember(); feed.refresh(); } },
+          `${state} ${counts[state]}`))));
+  }
+
+  function show({ jobs, counts }) {
+    last = { jobs, counts };
     const needle = f.name.value.trim().toLowerCase();
     const rows = needle ? jobs.filter((j) => j.name.toLowerCase().includes(needle)) : jobs;
     const container = document.getElementById("jobs");
-    render(container,
+    render(container, stateCounts(counts),
       h("p", { class: "muted", "data-testid": "job-count", "aria-live": "polite" }, `${rows.length} job${rows.length === 1 ? "" : "s"}`),
       rows.length ? AP.table({
         testid: "jobs-table", caption: "Jobs", rows, rowKey: (j) => j.id, sortable: true, state: sort,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import String, and_, bindparam, cast, exists, insert, literal, or_, select, update
+from sqlalchemy import String, and_, bindparam, cast, exists, func, insert, literal, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, defer
@@ -311,6 +311,27 @@ def list_jobs(session: Session, principal: Principal, filters: JobFilter, limit:
                     return page, cursor
         if len(chunk) < chunk_size:
             return page, None
+
+
+def queue_position(session: Session, job: Job) -> int | None:
+    """A queued job's place among its queue's waiting jobs (1: next), in the order the scheduler takes a queue's jobs:
+    higher priority first, then the earlier submission. None for a job that does not wait."""
+    if job.state != "Queued":
+        return None
+    ahead = or_(Job.priority > job.priority,
+                and_(Job.priority == job.priority, or_(Job.submitted_at < job.submitted_at,
+                                                       and_(Job.submitted_at == job.submitted_at, Job.id < job.id))))
+    return 1 + session.scalar(select(func.count()).select_from(Job).where(
+        Job.queue_id == job.queue_id, Job.state == "Queued", ahead))
+
+
+def count_by_state(session: Session, principal: Principal, queue: str | None = None) -> dict[str, int]:
+    """How many jobs the principal sees are in each state (of one queue, if named)."""
+    counted = select(Job.state, func.count()).where(_visible(principal)).group_by(Job.state)
+    if queue is not None:
+        counted = counted.join(Queue, Queue.id == Job.queue_id).where(Queue.name == queue)
+    found = dict(session.execute(counted).all())
+    return {state: found.get(state, 0) for state in JOB_STATES}
 
 
 def job_events(session: Session, job_id: int, limit: int = 200) -> list[Event]:

@@ -401,3 +401,20 @@ def test_a_job_waiting_again_lists_no_cluster_its_old_placement_is_leaving(resea
     with db.sessions() as session, session.begin():
         session.add(Placement(job_id=job["id"], cluster_name="us-east", state="Running", resources={}, generation=2))
     assert research.get(f"/api/v1/jobs/{job['id']}").json()["clusters"] == ["us-east"]
+
+
+def test_a_waiting_job_knows_its_place_in_its_queue_and_jobs_are_counted_by_state(research, vision, db):
+    """The scheduler takes a queue's jobs by priority, then submission: the position says how many go first."""
+    first = submit(research, jobset("first")).json()["items"][0]
+    second = submit(research, jobset("second")).json()["items"][0]
+    urgent = submit(research, jobset("urgent", priority_class="high")).json()["items"][0]
+    submit(vision, jobset("elsewhere"))
+    positions = {job["name"]: research.get(f"/api/v1/jobs/{job['id']}").json()["position"]
+                 for job in (first, second, urgent)}
+    assert positions == {"urgent": 1, "first": 2, "second": 3}
+    counts = research.get("/api/v1/jobs:counts").json()
+    assert (counts["Queued"], counts["Running"]) == (3, 0)  # its own jobs only
+    assert research.get("/api/v1/jobs:counts", params={"queue": "eval"}).json()["Queued"] == 0
+    research.delete(f"/api/v1/jobs/{urgent['id']}")
+    assert research.get(f"/api/v1/jobs/{urgent['id']}").json()["position"] is None
+    assert research.get(f"/api/v1/jobs/{second['id']}").json()["position"] == 2

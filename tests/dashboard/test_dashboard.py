@@ -390,3 +390,16 @@ def test_a_queue_whose_quota_is_used_up_with_work_waiting_is_flagged(page, feder
     page.goto(federation.url + "/queues")
     expect(page.locator('tr[data-row="capped"]').get_by_test_id("at-quota")).to_have_text("at quota")
     expect(page.locator('tr[data-row="eval"]').get_by_test_id("at-quota")).to_have_count(0)
+
+
+def test_jobs_are_counted_by_state_and_a_waiting_job_shows_its_place_in_its_queue(page, federation):
+    counts = federation.get("/jobs:counts")
+    page.goto(federation.url + "/jobs")
+    chips = page.get_by_test_id("state-counts")
+    for state, count in counts.items():
+        if count:
+            expect(chips.locator(f'[data-state="{state}"]')).to_have_text(f"{state} {count}")
+    waiting = federation.get("/jobs", state="Queued")["items"][-1]
+    position = federation.get(f"/jobs/{waiting['id']}")["position"]
+    page.goto(federation.url + f"/jobs/{waiting['id']}")
+    expect(page.get_by_test_id("job-position")).to_contain_text(f"{position} in queue {waiting['queue']}")
