@@ -103,11 +103,12 @@ const AP = (() => {
   }
   // As the API's own format_quantity: cores or millicores for cpu, binary units for memory, counts otherwise.
   const general = (x) => String(parseFloat(x.toPrecision(6)));
+  const readable = (x) => String(parseFloat(x.toPrecision(3)));  // "12.7Ti", not "12.6602Ti": a card's width
   function formatAmount(amount, resource) {
     if (resource === "cpu") return Number.isInteger(Math.round(amount * 1000) / 1000) ? String(Math.round(amount)) : Math.round(amount * 1000) + "m";
     if (resource === "memory" || resource === "ephemeral-storage") {
       for (const unit of ["Ti", "Gi", "Mi", "Ki"]) {
-        if (amount >= BINARY[unit]) return general(amount / BINARY[unit]) + unit;
+        if (amount >= BINARY[unit]) return readable(amount / BINARY[unit]) + unit;
       }
     }
     return general(amount);

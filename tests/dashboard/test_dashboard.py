@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 from playwright.sync_api import expect
@@ -18,8 +19,20 @@ def pct(share: float) -> str:
     return f"{share * 100:.1f}%"
 
 
+def readable(quantity: str) -> str:
+    """The API's quantity as the dashboard shows it: binary units to 3 significant digits, halves up (as JavaScript's
+    toPrecision), so that "7.625Ti" fits a card as "7.63Ti"."""
+    found = re.fullmatch(r"([0-9.]+)(Ki|Mi|Gi|Ti|Pi|Ei)", quantity)
+    if not found:
+        return quantity
+    value = Decimal(found.group(1))
+    digits = Decimal(1).scaleb(value.adjusted() - 2)
+    return f"{value.quantize(digits, rounding=ROUND_HALF_UP).normalize():f}{found.group(2)}"
+
+
 def bar_text(amounts: dict) -> str:
-    return f"{amounts['used']} used / {amounts['free']} free / {amounts['allocatable']} total"
+    used, free, total = (readable(amounts[key]) for key in ("used", "free", "allocatable"))
+    return f"{used} used / {free} free / {total} total"
 
 
 def test_sign_in_then_overview_matches_the_api(browser, federation):
