@@ -115,6 +115,8 @@ def jobs_get(ref: str = JobArgument, output: Output = OutputOption, server: Opti
         emit(job, output)
         return
     emit(job, output, JOB_COLUMNS[:-1])
+    if job["position"]:
+        typer.echo(f"position: {job['position']} in queue {job['queue']} (by priority, then submission)")
     if job["reason"]:
         typer.echo(f"reason: {job['reason']}")
     if job["placements"]:

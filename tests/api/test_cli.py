@@ -120,6 +120,7 @@ def test_a_job_is_named_by_id_or_namespace_name_and_its_reason_is_shown_whole(se
         assert json.loads(run("jobs", "get", ref, "-o", "json", env=env).output)["id"] == job["id"], ref
     shown = run("jobs", "get", "research/train", env=env)
     assert f"reason: {reason}" in shown.output
+    assert "position: 1 in queue research-default" in shown.output
     assert reason not in run("jobs", "list", env=env).output.replace("\n", "")  # cut short in the table
     assert "…" in run("jobs", "list", env=env).output
     assert "…" not in run("jobs", "list", "-o", "wide", env=env).output
