@@ -73,13 +73,14 @@ class TrustedBodies:
 
     async def _trusted(self, state: Any, agent: bool, authorization: bytes | None) -> bool:
         scheme, _, token = (authorization or b"").decode("latin-1").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
             return False
-        key = (agent, hashlib.sha256(token.strip().encode()).digest())
+        key = (agent, hashlib.sha256(token.encode()).digest())
         now = self.clock()
         if self._known.get(key, float("-inf")) > now:
             return True
-        known = await anyio.to_thread.run_sync(_lookup, state, agent, token.strip())
+        known = await anyio.to_thread.run_sync(_lookup, state, agent, token)
         if known:
             self._known[key] = now + KNOWN_FOR
             self._known.move_to_end(key)

@@ -14,13 +14,12 @@ import yaml
 
 from clusters.kubeconfig import LoadedKubeconfig
 from clusters.member import HYPERNODE_GROUP, JOBSET_GROUP, MemberClient, MemberError, Resource
-from clusters.system import SYSTEM_NAMESPACE
+from clusters.system import MANAGED_BY, SYSTEM_NAMESPACE
 
 NAME = "archipelago-broker"
 DEFAULT_NAMESPACE = SYSTEM_NAMESPACE
 TOKEN_SECRET = f"{NAME}-token"
 FIELD_MANAGER = "archipelago-join"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "archipelago"}
 SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"
 TOKEN_WAIT = 30.0
 

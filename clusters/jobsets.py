@@ -17,6 +17,7 @@ from clusters.member import (JOBSET_GROUP, JOBSET_VERSION, JOBSETS, NAMESPACES, 
                              WatchStream)
 from clusters.rules.labels import pin_to_nodes
 from clusters.rules.pod_security import namespace_labels as pod_security_labels
+from clusters.system import MANAGED_BY
 
 JOB_ID_LABEL = "archipelago.io/job-id"
 PLACEMENT_ID_LABEL = "archipelago.io/placement-id"
@@ -24,7 +25,6 @@ GENERATION_LABEL = "archipelago.io/generation"
 PART_LABEL = "archipelago.io/part"
 OWNER_ANNOTATION = "archipelago.io/owner"
 TENANT_LABEL = "archipelago.io/tenant"  # on a tenant's namespace on a member
-MANAGED_BY_LABEL, MANAGED_BY = "app.kubernetes.io/managed-by", "archipelago"  # the broker's mark on what it made
 FIELD_MANAGER = "archipelago"
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 # The broker admitted the JobSet already: a member's own Kueue must not queue it a second time.
@@ -149,7 +149,7 @@ class NotOurs(Exception):
 def namespace_labels(tenant: str, pod_security: str) -> dict[str, str]:
     """What the broker sets on a tenant's namespace: its mark, the tenant, and the tenant's Pod Security level, which
     the member's PodSecurity admission then enforces on every pod there."""
-    return {MANAGED_BY_LABEL: MANAGED_BY, TENANT_LABEL: tenant, **pod_security_labels(pod_security)}
+    return {**MANAGED_BY, TENANT_LABEL: tenant, **pod_security_labels(pod_security)}
 
 
 def ensure_namespace(client: MemberClient, namespace: str, labels: Mapping[str, str], *, adoptable: bool,
@@ -171,7 +171,7 @@ def ensure_namespace(client: MemberClient, namespace: str, labels: Mapping[str, 
                 raise
             found = client.read(NAMESPACES, namespace)
     current = found["metadata"].get("labels") or {}
-    if not (adoptable or current.get(MANAGED_BY_LABEL) == MANAGED_BY
+    if not (adoptable or MANAGED_BY.items() <= current.items()
             or client.list(JOBSETS, namespace, label_selector=JOB_ID_LABEL)[0]):
         raise NotOurs(namespace, cluster, labels[TENANT_LABEL])
     if any(current.get(key) != value for key, value in labels.items()):

@@ -31,3 +31,13 @@ def serving(app, *, startup_timeout: float = 30.0, **options) -> Iterator[str]:
         server.should_exit = True
         thread.join(startup_timeout)
         sock.close()
+
+
+def run_async(main):
+    """`asyncio.run(main())` in a thread of its own, its result or its exception: the main thread may be inside an
+    event loop already (Playwright's sync API leaves one running there)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, main()).result()

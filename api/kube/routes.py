@@ -27,7 +27,7 @@ from api.kube.apply import check_apply, unchanged
 from api.kube.errors import KubeError, forbidden, from_broker, not_found
 from api.kube.objects import STATUS_ANNOTATIONS, core_event, render, table, uid_of, watermark
 from api.kube.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from api.kube.watch import WATCHES, EventCursor, Scope, bookmark, changes, watch_slot
+from api.kube.watch import EventCursor, Scope, bookmark, changes, watch_slot
 from api.problems import Problem
 from api.routes.jobs import BodyDep, decode_jobsets
 from broker.store import jobs as job_service
@@ -306,14 +306,8 @@ def get_jobset(namespace: str, name: str, request: Request, session: SessionDep,
 # Watching ----------------------------------------------------------------------------------------
 
 def _watch(request: Request, caller: Caller, scope: Scope) -> StreamingResponse:
-    """The watch, in a slot of the caller's token (`watch_slot`), given back when the stream ends or is dropped."""
-    slot = watch_slot(request.headers.get("authorization", ""), request.app.state.settings.max_watches_per_token)
-    response = _watch_stream(request, caller, scope)
-    weakref.finalize(response.body_iterator, WATCHES.give_back, slot)
-    return response
-
-
-def _watch_stream(request: Request, caller: Caller, scope: Scope) -> StreamingResponse:
+    """The watch, in a slot of the caller's token (`watch_slot`): given back as its stream ends (its client gone, its
+    time up), or, for a stream that never started, once the response is dropped."""
     query = request.query_params
     since = query.get("resourceVersion") or ""
     from_start = since in ("", "0") or query.get("sendInitialEvents") in ("1", "true")
@@ -348,28 +342,34 @@ def _watch_stream(request: Request, caller: Caller, scope: Scope) -> StreamingRe
 
     async def stream():
         nonlocal floor
-        deadline = time.monotonic() + timeout
-        if floor is None:
-            floor, objects = await run_in_threadpool(initial)
-            if objects:
-                yield b"".join(line("ADDED", obj) for obj in objects)
-            if bookmarks and query.get("sendInitialEvents") in ("1", "true"):
-                mark = bookmark(floor)
-                mark["object"]["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
-                yield line("BOOKMARK", mark["object"])
-        cursor = EventCursor(floor)
-        next_bookmark = time.monotonic() + BOOKMARK_INTERVAL
-        while time.monotonic() < deadline and not await request.is_disconnected():
-            found = await run_in_threadpool(poll, cursor)
-            if found:
-                yield b"".join(line(event_type, obj) for event_type, obj in found)
-            if bookmarks and time.monotonic() >= next_bookmark:
-                yield line("BOOKMARK", bookmark(await run_in_threadpool(current_watermark))["object"])
-                next_bookmark = time.monotonic() + BOOKMARK_INTERVAL
-            if not found:
-                await asyncio.sleep(WATCH_POLL)
+        try:
+            deadline = time.monotonic() + timeout
+            if floor is None:
+                floor, objects = await run_in_threadpool(initial)
+                if objects:
+                    yield b"".join(line("ADDED", obj) for obj in objects)
+                if bookmarks and query.get("sendInitialEvents") in ("1", "true"):
+                    mark = bookmark(floor)
+                    mark["object"]["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
+                    yield line("BOOKMARK", mark["object"])
+            cursor = EventCursor(floor)
+            next_bookmark = time.monotonic() + BOOKMARK_INTERVAL
+            while time.monotonic() < deadline and not await request.is_disconnected():
+                found = await run_in_threadpool(poll, cursor)
+                if found:
+                    yield b"".join(line(event_type, obj) for event_type, obj in found)
+                if bookmarks and time.monotonic() >= next_bookmark:
+                    yield line("BOOKMARK", bookmark(await run_in_threadpool(current_watermark))["object"])
+                    next_bookmark = time.monotonic() + BOOKMARK_INTERVAL
+                if not found:
+                    await asyncio.sleep(WATCH_POLL)
+        finally:
+            give_back()
 
-    return StreamingResponse(stream(), media_type="application/json")
+    give_back = watch_slot(request.headers.get("authorization", ""), request.app.state.settings.max_watches_per_token)
+    response = StreamingResponse(stream(), media_type="application/json")
+    weakref.finalize(response.body_iterator, give_back)
+    return response
 
 
 # Writing -----------------------------------------------------------------------------------------

@@ -99,20 +99,25 @@ class WatchSlots:
         self._held: dict[bytes, int] = {}
         self._lock = threading.Lock()
 
-    def take(self, token: str, most: int) -> bytes | None:
-        """The slot's key, or None when the token holds `most` already."""
+    def take(self, token: str, most: int) -> Callable[[], None] | None:
+        """A slot: the function that gives it back (once, however often it is called); None when the token holds
+        `most` already."""
         key = hashlib.sha256(token.encode()).digest()
         with self._lock:
             if self._held.get(key, 0) >= most:
                 return None
             self._held[key] = self._held.get(key, 0) + 1
-            return key
+        given: list[bool] = []
 
-    def give_back(self, key: bytes) -> None:
-        with self._lock:
-            self._held[key] -= 1
-            if not self._held[key]:
-                del self._held[key]
+        def give_back() -> None:
+            with self._lock:
+                if not given:
+                    given.append(True)
+                    self._held[key] -= 1
+                    if not self._held[key]:
+                        del self._held[key]
+
+        return give_back
 
     def held(self, token: str) -> int:
         with self._lock:
@@ -122,14 +127,14 @@ class WatchSlots:
 WATCHES = WatchSlots()  # this process's watches, by token
 
 
-def watch_slot(token: str, most: int) -> bytes:
-    """A slot for one more watch of `token` (WATCHES.give_back it when the watch ends), or 429 when it holds `most`
+def watch_slot(token: str, most: int) -> Callable[[], None]:
+    """A slot for one more watch of `token` (call what it returns when the watch ends), or 429 when it holds `most`
     open already."""
-    slot = WATCHES.take(token, most)
-    if slot is None:
+    give_back = WATCHES.take(token, most)
+    if give_back is None:
         raise KubeError(429, f"this token holds {most} watches open already (ARCHIPELAGO_MAX_WATCHES_PER_TOKEN): "
                              "close one, or list instead", headers={"Retry-After": "1"})
-    return slot
+    return give_back
 
 
 def changes(session: Session, scope: Scope, cursor: EventCursor) -> list[tuple[str, dict[str, Any]]]:

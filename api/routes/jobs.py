@@ -134,7 +134,7 @@ def dry_run(request: Request, session: SessionDep, credentials: CredentialsDep, 
         raise Invalid(exc.path, exc.message) from None
     waiting = answer.waiting
     previews = [preview(rules, labels.get(p.cluster, {}), manifest, namespace=namespace, cluster=p.cluster,
-                        part=p.part or "") for p in answer.placements]
+                        part=p.part or "", pod_security=owner.pod_security) for p in answer.placements]
     return schemas.DryRunOut(
         fits=bool(answer.placements),
         placements=[schemas.DryRunPlacement(part=p.part or "", cluster=p.cluster, hypernode=p.hypernode, tier=p.tier,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Iterator, NoReturn, Optional
 import typer
 
 from broker.cli.client import ApiClient, ClientError
-from broker.cli.output import (Output, OutputOption, ServerOption, TokenOption, calling, client, emit, key_values,
+from broker.cli.output import (Output, OutputOption, ServerOption, TokenOption, calling, client, cut, emit, key_values,
                                read_file, usage_error)
 from clusters.system import NAME_PREFIX, SYSTEM_NAMESPACE
 
@@ -30,7 +30,7 @@ CLUSTER_COLUMNS = [
     ("NODES", lambda c: c["nodes"]), ("GPU FREE", lambda c: _capacity(c, "nvidia.com/gpu")),
     ("CPU FREE", lambda c: _capacity(c, "cpu")), ("TOPOLOGY", lambda c: c["hypernode_source"]),
     ("LABELS", lambda c: ",".join(f"{k}={v}" for k, v in c["labels"].items())),
-    ("ERROR", lambda c: (c["last_error"] or "")[:60]),
+    ("ERROR", cut(lambda c: c["last_error"] or "", 60)),
 ]
 
 

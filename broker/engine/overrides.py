@@ -119,8 +119,7 @@ def rules_for(rules: Iterable[OverrideRule], cluster: str, labels: Mapping[str, 
 
 
 def apply_overrides(rules: Iterable[OverrideRule], cluster: str, labels: Mapping[str, str],
-                    jobset: Mapping[str, Any],
-                    pod_security: str = "privileged") -> tuple[dict[str, Any], tuple[str, ...]]:
+                    jobset: Mapping[str, Any], pod_security: str) -> tuple[dict[str, Any], tuple[str, ...]]:
     """The JobSet this cluster receives, and the names of the rules that applied, in order; OverrideError
     for the first rule that would make it invalid, change its demand, or make its pods break the tenant's Pod
     Security level (nothing is applied then): a rule cannot make a copy privileged."""

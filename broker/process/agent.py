@@ -50,6 +50,7 @@ class Agent:
     def __init__(self, broker: ApiClient, member: MemberClient) -> None:
         self.broker, self.member = broker, member
         self._reported: str | None = None  # the digest of the inventory the broker last took
+        self._labelled: dict[str, dict] = {}  # namespace → the labels this agent last made sure it carries
 
     def run_once(self) -> dict:
         """One heartbeat, the inventory if it changed, the work assigned, the copies' status; what the broker
@@ -88,11 +89,15 @@ class Agent:
         that exist and are not the broker's, with why they are refused."""
         refused = {}
         for namespace in namespaces:
+            name = namespace["name"]
+            if self._labelled.get(name) == namespace["labels"]:
+                continue  # made sure of already: no request each pass
             try:
-                jobsets.ensure_namespace(self.member, namespace["name"], namespace["labels"],
+                jobsets.ensure_namespace(self.member, name, namespace["labels"],
                                          adoptable=namespace["adoptable"], cluster="this member")
+                self._labelled[name] = namespace["labels"]
             except jobsets.NotOurs as exc:
-                refused[namespace["name"]] = str(exc)
+                refused[name] = str(exc)
         return refused
 
     def report_status(self) -> int:
@@ -120,6 +125,8 @@ class Agent:
             return {**outcome, "kind": "done", "jobset": jobsets.apply(self.member, item["jobset"]),
                     "adopted": adopted}
         except MemberError as exc:  # permanent: this member will not take it, another may
+            if exc.reason == "NotFound":
+                self._labelled.pop(item["namespace"], None)  # the namespace may be gone: made again next pass
             return {**outcome, "kind": "refuse" if jobsets.is_permanent(exc) else "retry", "error": str(exc)}
 
     def _delete(self, item: dict) -> dict:

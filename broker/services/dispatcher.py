@@ -251,9 +251,7 @@ class DispatcherService(LoopService):
                                          adoptable=work.adoptable or key in self._namespaces)
                 self._namespaces[key] = work.namespace_labels
             return {obj["metadata"]["name"]: obj for obj in jobsets.list_in(client, work.namespace)}
-        except jobsets.NotOurs as exc:
-            return exc
-        except MemberError as exc:
+        except (jobsets.NotOurs, MemberError) as exc:
             return exc
         except (KubeconfigError, ValueError) as exc:  # a kubeconfig the broker can no longer use
             return f"cannot connect: {exc}"

@@ -47,10 +47,12 @@ class Preview:
 
 
 def preview(rules: list[OverrideRule], labels: Mapping[str, str], manifest: Mapping[str, Any], *, namespace: str,
-            cluster: str, part: str) -> Preview:
-    """A dry run's view of the copy a cluster would be sent (before the broker's labels and node pins)."""
+            cluster: str, part: str, pod_security: str) -> Preview:
+    """A dry run's view of the copy a cluster would be sent (before the broker's labels and node pins), held to the
+    tenant's Pod Security level as the dispatcher holds it."""
     try:
-        jobset, applied = apply_overrides(rules, cluster, labels, member_copy(manifest, namespace=namespace, part=part))
+        jobset, applied = apply_overrides(rules, cluster, labels, member_copy(manifest, namespace=namespace, part=part),
+                                          pod_security)
     except OverrideError as exc:
         return Preview(tuple(r.name for r in rules_for(rules, cluster, labels)), None, str(exc))
     return Preview(applied, jobset, None)

@@ -21,7 +21,8 @@ CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kube
 
 _BASELINE_CAPABILITIES = frozenset({"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
                                     "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"})
-_SAFE_SYSCTLS = frozenset({"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
+_SAFE_SYSCTLS = frozenset({"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
+                           "net.ipv4.ip_unprivileged_port_start",
                            "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
                            "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
                            "net.ipv4.tcp_keepalive_probes", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"})
@@ -97,7 +98,8 @@ def _allow_privilege_escalation(metadata: Mapping, spec: Mapping) -> Finding | N
 def _app_armor(metadata: Mapping, spec: Mapping) -> Finding | None:
     bad = []
     for key, value in sorted(_dict(metadata.get("annotations")).items()):
-        if key.startswith(_APPARMOR_ANNOTATION) and value != "runtime/default" and not str(value).startswith("localhost/"):
+        if key.startswith(_APPARMOR_ANNOTATION) and value != "runtime/default" \
+                and not str(value).startswith("localhost/"):
             bad.append(f'{key}="{value}"')
     if _dict(_dict(spec.get("securityContext")).get("appArmorProfile")).get("type") == "Unconfined":
         bad.append('pod must not set securityContext.appArmorProfile.type to "Unconfined"')
@@ -123,7 +125,8 @@ def _capabilities_baseline(metadata: Mapping, spec: Mapping) -> Finding | None:
     names, capabilities = _added_capabilities(spec, _BASELINE_CAPABILITIES)
     if names:
         return ("non-default capabilities",
-                f"{_containers_named(names)} must not include {_quoted(capabilities)} in securityContext.capabilities.add")
+                f"{_containers_named(names)} must not include {_quoted(capabilities)} in "
+                "securityContext.capabilities.add")
     return None
 
 
@@ -305,7 +308,8 @@ def _sysctls(metadata: Mapping, spec: Mapping) -> Finding | None:
 
 def _host_process(metadata: Mapping, spec: Mapping) -> Finding | None:
     pod = _dict(_dict(spec.get("securityContext")).get("windowsOptions")).get("hostProcess") is True
-    names = [name for name, c in _containers(spec) if _dict(_security(c).get("windowsOptions")).get("hostProcess") is True]
+    names = [name for name, c in _containers(spec)
+             if _dict(_security(c).get("windowsOptions")).get("hostProcess") is True]
     if pod or names:
         return "hostProcess", f"{_who(pod, names)} must not set securityContext.windowsOptions.hostProcess=true"
     return None

@@ -4,14 +4,19 @@
 from __future__ import annotations
 
 import socket
+from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import pytest
 from fastapi.testclient import TestClient
 
+from sqlalchemy import select
+
 from api.app import create_app
+from api.trust import KNOWN_FOR, TrustedBodies
+from broker.store.db.models import Token
 from tests.api.conftest import make_tenant
-from tests.servers import serving
+from tests.servers import run_async, serving
 
 BODY_ROUTES = [("post", "/api/v1/tenants"), ("patch", "/api/v1/tenants/research"), ("post", "/api/v1/queues"),
                ("post", "/api/v1/tokens"), ("post", "/api/v1/clusters"), ("post", "/api/v1/overrides"),
@@ -38,7 +43,8 @@ def test_a_body_from_a_stranger_is_a_401_whatever_it_holds(anonymous, method, pa
 
 def test_a_tenants_token_is_a_stranger_to_the_agent_routes(admin):
     with make_tenant(admin, "research") as research:
-        answer = research.post("/api/v1/agent/outcomes", content=MALFORMED, headers={"Content-Type": "application/json"})
+        answer = research.post("/api/v1/agent/outcomes", content=MALFORMED,
+                               headers={"Content-Type": "application/json"})
         assert answer.status_code == 401
         assert research.post("/api/v1/queues", content=MALFORMED,
                              headers={"Content-Type": "application/json"}).status_code == 422  # trusted: then read
@@ -51,12 +57,34 @@ def test_the_kubernetes_front_door_refuses_a_stranger_with_a_status(anonymous):
     assert (answer.json()["kind"], answer.json()["reason"]) == ("Status", "Unauthorized")
 
 
-def test_a_revoked_token_is_a_stranger_once_the_gate_forgets_it(admin, app):
+def test_a_revoked_token_is_refused_by_the_route_while_the_gate_still_remembers_it(admin, app):
     minted = admin.post("/api/v1/tokens", json={"role": "admin"}).json()
     with TestClient(app, headers={"Authorization": f"Bearer {minted['token']}"}) as holder:
         assert holder.post("/api/v1/tenants", json={"name": "ops"}).status_code == 201
         assert admin.delete(f"/api/v1/tokens/{minted['id']}").status_code in (200, 204)
         assert holder.post("/api/v1/tenants", json={"name": "ops-2"}).status_code == 401  # the route's own check
+
+
+def test_the_gate_remembers_a_known_token_for_a_few_seconds_then_asks_again(db, settings):
+    """One lookup per token while it is remembered; once KNOWN_FOR has passed a revoked token is a stranger to the
+    gate too. Agent tokens are known on the agent routes only."""
+    from broker.store import tenancy
+
+    with db.write() as session:
+        tenancy.create_tenant(session, "research")
+        token = tenancy.create_token(session, "tenant", "research")[1]
+    lookups, now = [], [0.0]
+    state = SimpleNamespace(settings=settings, db=SimpleNamespace(read=lambda: lookups.append(1) or db.read()))
+    gate = TrustedBodies(app=None, clock=lambda: now[0])
+    trusted = lambda agent=False: run_async(lambda: gate._trusted(state, agent, f"Bearer {token}".encode()))  # noqa: E731
+    assert trusted() and trusted() and len(lookups) == 1
+    assert not trusted(agent=True)  # a tenant's token is no agent's
+    with db.write() as session:
+        tenancy.revoke_token(session, session.scalar(select(Token.id)))
+    now[0] = KNOWN_FOR - 0.1
+    assert trusted()  # still remembered: the route refuses it (above)
+    now[0] = KNOWN_FOR + 0.1
+    assert not trusted()
 
 
 @pytest.mark.parametrize("path", ["/api/v1/tenants", "/api/v1/jobs"])

@@ -8,6 +8,7 @@ import pytest
 
 from broker.engine.jobset import parse_jobset
 from broker.engine.overrides import OverrideError, RuleError, apply_overrides, parse_rule, split_image
+from broker.store.cluster_overrides import preview
 
 
 def jobset(*containers: dict, parts: int = 1) -> dict:
@@ -78,7 +79,7 @@ APPLIED = [
 def test_rules_rewrite_the_member_copy(case, rules, containers, read, expected):
     manifest = jobset(*(containers or ()))
     before = copy.deepcopy(manifest)
-    result, applied = apply_overrides([parse_rule(r) for r in rules], *EU, manifest)
+    result, applied = apply_overrides([parse_rule(r) for r in rules], *EU, manifest, "baseline")
     assert read(result) == expected
     assert applied == tuple(sorted((r["name"] for r in rules),
                                    key=lambda n: ([r.get("order", 0) for r in rules if r["name"] == n][0], n)))
@@ -98,7 +99,7 @@ NOT_APPLIED = [
 def test_rules_that_target_other_clusters_leave_the_copy_alone(case, raw, cluster, labels):
     manifest = jobset()
     raw = {k: v for k, v in raw.items() if v is not None}
-    assert apply_overrides([parse_rule(raw)], cluster, labels, manifest) == (manifest, ())
+    assert apply_overrides([parse_rule(raw)], cluster, labels, manifest, "baseline") == (manifest, ())
 
 
 # (case, rules, containers, words in the refusal): the placement fails, naming the rule
@@ -123,7 +124,7 @@ REFUSED = [
 @pytest.mark.parametrize("case, rules, containers, words", REFUSED, ids=[c[0] for c in REFUSED])
 def test_a_rule_that_would_make_an_invalid_jobset_is_refused_by_name(case, rules, containers, words):
     with pytest.raises(OverrideError) as raised:
-        apply_overrides([parse_rule(r) for r in rules], *EU, jobset(*(containers or ())))
+        apply_overrides([parse_rule(r) for r in rules], *EU, jobset(*(containers or ())), "baseline")
     for word in words:
         assert word in str(raised.value)
 
@@ -140,6 +141,9 @@ def test_a_rule_cannot_make_a_copy_break_its_tenants_pod_security_level():
     assert 'violates PodSecurity "baseline:latest": host namespaces (hostPID=true)' in str(raised.value)
     copy_, applied = apply_overrides([parse_rule(rule("debug", jsonPatch=HOST_PID))], *EU, jobset(), "privileged")
     assert applied == ("debug",) and pod(copy_)["spec"]["hostPID"] is True
+    seen = preview([parse_rule(rule("debug", jsonPatch=HOST_PID))], EU[1], jobset(), namespace="team-a",
+                   cluster=EU[0], part="", pod_security="baseline")  # a tenant's dry run says so too
+    assert seen.manifest is None and "host namespaces (hostPID=true)" in seen.error
 
 
 # (case, rule as written, the field the error names)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clusters.jobsets import MANAGED_BY, MANAGED_BY_LABEL
+from clusters.system import MANAGED_BY
 from clusters.sim.resources import JOBSETS, NAMESPACES
 
 
@@ -13,6 +13,6 @@ def put_jobset(federation, cluster: str, body: dict) -> None:
     member = federation.sim.cluster(cluster)
     with member.lock:
         if not member.list(NAMESPACES, None, None, f"metadata.name={namespace}")[0]:
-            member.create(NAMESPACES, "", {"metadata": {"name": namespace, "labels": {
-                MANAGED_BY_LABEL: MANAGED_BY}}}, "archipelago")
+            member.create(NAMESPACES, "", {"metadata": {"name": namespace, "labels": dict(MANAGED_BY)}},
+                          "archipelago")
         member.create(JOBSETS, namespace, body, "kubectl")

@@ -106,6 +106,13 @@ def test_a_joined_member_runs_a_jobset_on_a_least_privilege_identity(broker, adm
             done = federation.until_state(job, "Succeeded", seconds=30)
             assert [p["cluster"] for p in done["placements"]] == ["eu-west"]
             assert [c["metadata"]["namespace"] for c in federation.copies(job)] == ["team-a"]
+            # the least-privilege identity relabels the namespace it made when the tenant's level changes (RBAC: patch)
+            assert api.patch("/api/v1/tenants/team-a", json={"pod_security": "restricted"}).status_code == 200
+            federation.dispatcher.run_once()
+            member = sim.cluster("eu-west")
+            with member.lock:
+                labels = member.get(NAMESPACES, "", "team-a")["metadata"]["labels"]
+            assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
         finally:
             federation.close()
 
