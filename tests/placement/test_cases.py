@@ -341,7 +341,7 @@ def test_a_job_of_a_queue_that_does_not_exist_waits_and_says_so():
     lost = job("nope")
     result = schedule(s, [lost])
     assert result.order == (lost.id,)
-    assert result.waiting == {lost.id: Waiting(lost.id, "queue nope does not exist")}
+    assert result.waiting == {lost.id: Waiting(lost.id, "queue nope does not exist", cause="no queue")}
 
 
 def test_the_parts_of_a_split_job_keep_its_hard_tier_bound():

@@ -124,3 +124,30 @@ def test_what_a_queue_lent_it_cannot_use_until_it_is_given_back():
     assert result.waiting[own.id].message == ("tenant t's other queues borrowed 4 GPUs of queue q2's quota of "
                                               "8 GPUs; this job needs 8 GPUs and waits for it to be given back")
     assert s.tenant_usage["t"]["nvidia.com/gpu"] == 12_000
+
+
+
+SPLIT = {"archipelago.io/placement": "split"}
+
+
+@pytest.mark.parametrize("parts, annotations, headline, cause", [
+    # two pods of 8 GPUs: the nodes have 4 free each: no cluster could take it, quota or not
+    ((("workers", 1, 2, 8),), None, "no cluster can take it now, and queue q is at its quota of 16 GPUs", "capacity"),
+    # two of 4 GPUs: eu takes them; only the quota holds it
+    ((("workers", 1, 2, 4),), None, "queue q is at its quota of 16 GPUs", "quota"),
+    # split: not whole (three pods of 4), but each part alone: only the quota
+    ((("a", 1, 1, 4), ("b", 1, 2, 4)), SPLIT, "queue q is at its quota of 16 GPUs", "quota"),
+    # split: part b fits nowhere, whatever the quota
+    ((("a", 1, 1, 4), ("b", 1, 1, 8)), SPLIT,
+     "no cluster can take it now (ReplicatedJob b), and queue q is at its quota of 16 GPUs", "capacity (ReplicatedJob b)"),
+], ids=["whole, no room", "whole, room", "split, each part has room", "split, a part has none"])
+def test_a_job_its_quota_holds_back_says_first_when_no_cluster_could_take_it(parts, annotations, headline, cause):
+    """q (16 GPUs) uses 12, 4 on each node: eu's two and us's one keep 4 GPUs free each. The headline is what would
+    still hold the job back with quota (its queue's usage rises and falls around its quota; no room stays no room)."""
+    eu, us = cluster("eu", fabric("eu-", leaves=1, nodes_per_leaf=2)), cluster("us", fabric("us-", leaves=1,
+                                                                                          nodes_per_leaf=1))
+    used = [running(f"r-{n.name}", c.name, [n.name], gpus_per_node=4) for c in (eu, us) for n in c.nodes]
+    pending = job("q", parts=parts, annotations=annotations)
+    waiting = schedule(snapshot([eu, us], [queue("q", quota=16)], running=used), [pending]).waiting[pending.id]
+    assert waiting.message.startswith(headline) and waiting.cause == cause
+    assert bool(waiting.clusters) == (cause != "quota")

@@ -70,11 +70,15 @@ class Preemption:
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
-    """Why a job stays queued: a summary, and one reason per cluster that was considered."""
+    """Why a job stays queued: a summary, and one reason per cluster that was considered.
+
+    `cause` is what the summary says, amounts aside ("quota", "capacity", …): while it stays, the job waits for the
+    same thing, however its queue's usage and the clusters' free room rise and fall, and that is no news to it."""
 
     job_id: str
     message: str
     clusters: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    cause: str = ""
 
     def lines(self) -> list[str]:
         return [self.message] + [f"{name}: {reason}" for name, reason in sorted(self.clusters.items())]

@@ -169,7 +169,8 @@ def changed_reasons(inventory: Inventory, result: CycleResult) -> list[Waiting]:
 
 
 def write_reasons(session: Session, inventory: Inventory, changed: Sequence[Waiting]) -> None:
-    """Store these jobs' reasons (those still Queued), with a Waiting event for each whose summary changed.
+    """Store these jobs' reasons (those still Queued), with a Waiting event for each whose cause changed
+    (`PendingRecord.news`).
     After the decisions' commit, in slices of `REASONS_PER_TRANSACTION`: a reason is what one cycle saw, and the
     next one writes it again if it was lost. Rows ids ascending, the order every batch locks jobs in: in the cycle's
     order of decisions, a slice and a batch that lock two of them could each hold what the other waits for."""
@@ -186,7 +187,7 @@ def write_reasons(session: Session, inventory: Inventory, changed: Sequence[Wait
                     .values(reason=bindparam("new_reason"), waiting_reasons=bindparam("new_reasons", type_=JsonText)),
                     rows)
     events = [_event(w.job_id, "Waiting", w.message, inventory.records[w.job_id].tenant_id, now)
-              for w in changed if w.message != inventory.records[w.job_id].reason]
+              for w in changed if inventory.records[w.job_id].news(w)]
     if events:
         session.execute(insert(Event.__table__), events)
 

@@ -130,7 +130,7 @@ class PendingJobs:
             row = self.rows.get(waiting.job_id)
             if row is not None:
                 record = PendingRecord(tenant_id=row.record.tenant_id, reason=waiting.message,
-                                       reasons_digest=reasons_digest(waiting.clusters, digests))
+                                       reasons_digest=reasons_digest(waiting.clusters, digests), cause=waiting.cause)
                 self.rows[waiting.job_id] = _PendingRow(job=row.job, unplaceable=row.unplaceable, record=record,
                                                         requeue_at=row.requeue_at, avoid=row.avoid,
                                                         refused=row.refused)
@@ -312,7 +312,8 @@ def _pending_row(row: Any, record: PendingRecord, avoid: Mapping[str, str] | Non
         try:
             spec = parse_jobset(manifest)
         except JobSetError as exc:
-            return _PendingRow(None, Waiting(job_id, f"its manifest cannot be placed: {exc}"), record, requeue_at, None)
+            return _PendingRow(None, Waiting(job_id, f"its manifest cannot be placed: {exc}",
+                                                  cause="manifest"), record, requeue_at, None)
         shape = sys.intern(shape_of(spec))  # one string per shape, however many jobs have it
         shared = parts.setdefault(shape, spec.parts)
         if shared is not spec.parts:

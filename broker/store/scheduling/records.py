@@ -42,11 +42,18 @@ def engine_config(settings: Settings) -> Config:
 @dataclass(frozen=True, slots=True)
 class PendingRecord:
     """What the commit needs to know of a pending job beyond the engine's view of it: its stored reasons, the
-    per-cluster ones as a digest (kept for every pending job, they would weigh kilobytes each)."""
+    per-cluster ones as a digest (kept for every pending job, they would weigh kilobytes each), and the cause of the
+    reason this scheduler wrote (`Waiting.cause`; None for a row read from the database: a reason someone else
+    wrote, a requeue's or another leader's, is compared by its words)."""
 
     tenant_id: int
     reason: str | None
     reasons_digest: int
+    cause: str | None = field(default=None, compare=False)  # not stored: what a full read makes is equal
+
+    def news(self, waiting: Waiting) -> bool:
+        """Is the new reason news (a `Waiting` event), not the same cause in other amounts?"""
+        return waiting.cause != self.cause if self.cause is not None else waiting.message != self.reason
 
 
 def reasons_digest(reasons: Mapping[str, str], memo: dict[int, int] | None = None) -> int:

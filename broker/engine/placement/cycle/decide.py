@@ -57,12 +57,12 @@ class Deciding:
         """Place the job whole (or every part of it), or leave it waiting with reasons; updates the snapshot."""
         outcome = Outcome()
         if job.queue not in self.snapshot.queues:
-            outcome.waiting = Waiting(job.id, f"queue {job.queue} does not exist")
+            outcome.waiting = Waiting(job.id, f"queue {job.queue} does not exist", cause="no queue")
             return outcome
         verdict = self._quota(job)
         if not verdict.admissible:
             if not self._preempt(job, outcome, verdict):  # only its own queue's work can make it fit its quota
-                outcome.waiting = Waiting(job.id, verdict.message)
+                outcome.waiting = self._over_quota(job, verdict.message, outcome.verdicts if explain else None)
             return outcome
         reasons: dict[str, str] = {}
         verdicts = outcome.verdicts if explain else None
@@ -97,8 +97,30 @@ class Deciding:
             summary += (f"; {hold.where()} {'is' if len(hold.nodes) == 1 else 'are'} held for it because it has "
                         f"waited over {duration(self.config.starvation_after_s)}; it waits there for running work "
                         f"of up to {hold.waiting_for} to end")
-        outcome.waiting = Waiting(job.id, summary, self._shared(reasons))
+        outcome.waiting = Waiting(job.id, summary, self._shared(reasons), f"{'hold' if hold else 'capacity'}{part}")
         return outcome
+
+    def _over_quota(self, job: PendingJob, quota: str, verdicts: dict[str, ClusterVerdict] | None) -> Waiting:
+        """Why a job its quota holds back waits. The quota, unless no cluster could take it even with quota
+        (`_fits_somewhere`): then that, with the quota after it. A queue's usage rises and
+        falls around its quota as its smaller jobs take what a big one cannot; were the first check that fails the
+        headline, it would flip between the two with each of them, though neither changed for the big job."""
+        requests = [self._whole(job)]
+        if job.spec.placement == "split":
+            requests += self._split(job)
+        reasons: dict[str, str] = {}
+        for request in requests:
+            reasons.clear()
+            if self._fits_somewhere(request, reasons, verdicts):
+                if request.part is None:
+                    return Waiting(job.id, quota, cause="quota")
+                continue  # this part could go somewhere: another may not
+            if request.part is None and len(requests) > 1:
+                continue  # not whole: its parts may still go to different clusters
+            part = "" if request.part is None else f" (ReplicatedJob {request.part})"
+            return Waiting(job.id, f"no cluster can take it now{part}, and {quota}", self._shared(reasons),
+                           f"capacity{part}")
+        return Waiting(job.id, quota, cause="quota")
 
     def _shared(self, reasons: dict[str, str]) -> Mapping[str, str]:
         """One mapping for equal reasons, in the clusters' order: jobs of one shape wait for the same reasons, and a
@@ -130,6 +152,13 @@ class Deciding:
         Estimates are optimistic, so when binding lands somewhere worse than estimated the
         cluster is re-scored and goes back in line behind any better estimate.
         """
+        kept, known, kind = self._in_line(request, reasons, verdicts)
+        return self._bind(request, list(kept.line), known, kind, reasons, verdicts)  # the line is a heap already
+
+    def _in_line(self, request: Request, reasons: dict[str, str],
+                 verdicts: dict[str, ClusterVerdict] | None) -> tuple[Line, dict, dict]:
+        """The clusters in line for the request (`_line`), why the others are not (into `reasons` and `verdicts`),
+        and the estimates and lines kept for its kind of request."""
         cap = self.config.max_candidates_per_tier
         job = request.job
         # what the changing filters, the estimate and the scores say of a cluster follows from the request's shape and
@@ -146,19 +175,19 @@ class Deciding:
         reasons.update(out)
         if verdicts is not None:
             verdicts.update((name, ClusterVerdict(name, None, reason)) for name, reason in out)
-        line = list(kept.line)  # a heap already
+        return kept, known, kind
+
+    def _bind(self, request: Request, line: list, known: dict, kind: dict[tuple, Line], reasons: dict[str, str],
+              verdicts: dict[str, ClusterVerdict] | None) -> Placement | None:
+        """Bind the gang of the best cluster in line to its nodes; what a cluster's bind found is kept in `known`."""
+        cap = self.config.max_candidates_per_tier
         bound: dict[str, Fit] = {}
         while line:
             negative, name, bound_already = heapq.heappop(line)
             cluster = self.snapshot.clusters[name]
             fit = bound.get(name) or cluster.search(request.parts, request.demand, request.bound, cap, bind=True)
             if fit is None:
-                reasons[name] = self._no_fit(request, cluster)
-                known[name] = (cluster.version, reasons[name], None)  # binds no better until the cluster changes
-                for other in kind.values():  # where it stands in every line of the shape is what `known` says now
-                    other.versions[self.position[name]] = -1
-                if verdicts is not None:
-                    verdicts[name] = ClusterVerdict(name, None, reasons[name])
+                self._unfit(request, cluster, known, kind, reasons, verdicts)
                 continue
             score = self._score(request, Candidate(cluster, fit.hypernode))
             if not bound_already and line and -score > line[0][0]:
@@ -173,6 +202,30 @@ class Deciding:
             self._apply(placement, request.job)
             return placement
         return None
+
+    def _unfit(self, request: Request, cluster: ClusterIndex, known: dict, kind: dict[tuple, Line],
+               reasons: dict[str, str], verdicts: dict[str, ClusterVerdict] | None) -> None:
+        """The request's gang found no nodes on the cluster its estimate put in line: why, kept until it changes."""
+        name = cluster.name
+        reasons[name] = self._no_fit(request, cluster)
+        known[name] = (cluster.version, reasons[name], None)  # binds no better until the cluster changes
+        for other in kind.values():  # where it stands in every line of the shape is what `known` says now
+            other.versions[self.position[name]] = -1
+        if verdicts is not None:
+            verdicts[name] = ClusterVerdict(name, None, reasons[name])
+
+    def _fits_somewhere(self, request: Request, reasons: dict[str, str],
+                        verdicts: dict[str, ClusterVerdict] | None) -> bool:
+        """Would the request's gang bind to nodes on a cluster in line? Nothing is placed (as `_bind` finds it)."""
+        cap = self.config.max_candidates_per_tier
+        kept, known, kind = self._in_line(request, reasons, verdicts)
+        line = list(kept.line)
+        while line:
+            cluster = self.snapshot.clusters[heapq.heappop(line)[1]]
+            if cluster.search(request.parts, request.demand, request.bound, cap, bind=True) is not None:
+                return True
+            self._unfit(request, cluster, known, kind, reasons, verdicts)
+        return False
 
     def _line(self, kind: dict[tuple, Line], fixed_key: tuple, request: Request, known: dict,
               fixed: tuple[str | None, ...], cap: int) -> Line:
