@@ -6,26 +6,46 @@
   const id = document.getElementById("job-title").dataset.jobId;
   const FINISHED = ["Succeeded", "Failed", "Cancelled"];
 
-  function keyValues(object, testid) {
-    const entries = Object.entries(object || {});
-    if (!entries.length) return empty("No status reported yet.");
-    return h("dl", { class: "facts", "data-testid": testid }, entries.map(([k, v]) => [
-      h("dt", {}, k), h("dd", {}, typeof v === "object" && v !== null ? statusValue(v) : String(v))]));
+  const COUNTS = ["ready", "active", "succeeded", "failed", "suspended"];
+
+  // A JobSet's status as people read it: its ReplicatedJobs' Jobs counted by state, its conditions, its restarts.
+  // A condition's time is the broker's, when it first saw it (the member's own clock may be skewed; a simulated one
+  // runs fast): the member's time is in its tooltip.
+  function statusView(status, testid) {
+    if (!status || !Object.keys(status).length) return empty("No status reported yet.");
+    const rjobs = status.replicatedJobsStatus
+      || Object.entries(status.replicatedJobs || {}).map(([name, counts]) => ({ name, ...counts }));
+    const expected = status.expected || {};
+    const conditions = status.conditions || [];
+    const restarts = String(status.restarts ?? 0) + (status.restartsCountTowardsMax != null
+      && status.restartsCountTowardsMax !== status.restarts ? ` (${status.restartsCountTowardsMax} toward maxRestarts)` : "");
+    const facts = [["Restarts", restarts], ["Terminal state", status.terminalState], ["Drift", status.drift],
+                   ["Member's copy", status.uid ? `uid ${status.uid}, generation ${status.generation ?? "—"}` : null]];
+    return h("div", { "data-testid": testid },
+      h("dl", { class: "facts" }, facts.filter(([, v]) => v).map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+      rjobs.length ? AP.table({ testid: "replicated-jobs", caption: "Jobs of each ReplicatedJob", rows: rjobs,
+        rowKey: (r) => r.name, columns: [
+          { key: "name", label: "ReplicatedJob", header: true },
+          ...(Object.keys(expected).length ? [{ key: "replicas", label: "Replicas", numeric: true,
+                                                cell: (r) => expected[r.name] ? expected[r.name].replicas : "—" }] : []),
+          ...COUNTS.map((k) => ({ key: k, label: k[0].toUpperCase() + k.slice(1), numeric: true, cell: (r) => r[k] ?? 0 }))] })
+        : null,
+      conditions.length ? AP.table({ testid: "conditions", caption: "Conditions", rows: conditions, columns: [
+          { key: "type", label: "Condition", header: true },
+          { key: "status", label: "Status" },
+          { key: "reason", label: "Reason", cell: (c) => c.reason || "" },
+          { key: "message", label: "Message", cell: (c) => c.message || "" },
+          ...(conditions.some((c) => c.cluster) ? [{ key: "where", label: "Where",
+              cell: (c) => c.part ? `${c.part} on ${c.cluster}` : c.cluster || "" }] : []),
+          { key: "observedTime", label: "Since", cell: since }] })
+        : h("p", { class: "muted" }, "No conditions yet."));
   }
 
-  // A list of uniform objects (e.g. replicatedJobsStatus) reads best as a table, and so does a map of them
-  // (a member's counts per ReplicatedJob); anything else as JSON.
-  function statusValue(value) {
-    const isObject = (v) => v && typeof v === "object" && !Array.isArray(v);
-    if (isObject(value) && Object.keys(value).length && Object.values(value).every(isObject)) {
-      value = Object.entries(value).map(([name, fields]) => ({ name, ...fields }));
-    }
-    if (Array.isArray(value) && value.length && value.every(isObject)) {
-      const keys = [...new Set(value.flatMap(Object.keys))];
-      return AP.table({ rows: value, columns: keys.map((k) => ({ key: k, label: k,
-        cell: (row) => typeof row[k] === "object" && row[k] !== null ? JSON.stringify(row[k]) : String(row[k] ?? "") })) });
-    }
-    return h("code", {}, JSON.stringify(value));
+  function since(condition) {
+    const member = condition.lastTransitionTime ? `${condition.lastTransitionTime} by the member's clock` : "";
+    if (!condition.observedTime) return h("span", { title: member }, condition.lastTransitionTime ? AP.time(condition.lastTransitionTime) : "—");
+    return h("time", { datetime: condition.observedTime, title: member },
+      AP.clock(condition.observedTime), h("span", { class: "muted" }, ` (${AP.age(condition.observedTime)} ago)`));
   }
 
   function show(job) {
@@ -78,9 +98,9 @@
       ] }) : empty(job.state === "Queued" ? "Not placed yet." : "No placement."));
 
     render(document.getElementById("job-status"),
-      h("h3", {}, "Aggregated"), keyValues(job.status, "aggregated-status"),
-      job.placements.map((p) => [h("h3", {}, `On ${p.cluster}${p.part ? " (" + p.part + ")" : ""}`),
-                                 keyValues(p.status, "member-status")]));
+      h("h3", {}, "Aggregated"), statusView(job.status, "aggregated-status"),
+      job.placements.map((p) => [h("h3", {}, `On ${p.cluster}${p.part ? " (" + p.part + ")" : ""}, placement ${p.id}`),
+                                 statusView(p.status, "member-status")]));
 
     render(document.getElementById("job-events"), job.events.length ? h("ol", { class: "timeline", "data-testid": "timeline" },
       job.events.map((e) => h("li", { class: "evtype-" + e.type.toLowerCase() },

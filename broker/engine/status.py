@@ -1,8 +1,8 @@
 """Status rules, pure: a member's JobSet status → a placement's status; placements → the job's.
 
 - `member_status`: what the broker keeps of a member JobSet (per ReplicatedJob counts, conditions with their
-  reasons, restarts and those that count toward maxRestarts, terminal state, and the object's uid, generation and
-  resourceVersion).
+  reasons and when the broker first saw each, restarts and those that count toward maxRestarts, terminal state, and
+  the object's uid, generation and resourceVersion).
 - `placement_state`: Starting (on the member, its pods not all ready), Running (every ReplicatedJob's Jobs
   ready or done, Kueue's PodsReady), Succeeded or Failed.
 - `aggregate`: `whole` — the one placement's status is the job's; `split` — counts summed over the
@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Collection, Iterable, Mapping
 
 from broker.engine.jobset import MAX_RESTARTS_ANNOTATION
@@ -26,16 +27,18 @@ _TERMINAL = {"Completed": "Succeeded", "Failed": "Failed"}
 _IGNORING_MAX = ("RestartJobSetAndIgnoreMaxRestarts", "RestartJobAndIgnoreMaxRestarts")
 
 
-def member_status(jobset: Mapping[str, Any]) -> dict[str, Any]:
-    """The placement's status from the member's JobSet object."""
+def member_status(jobset: Mapping[str, Any], seen: Mapping[str, Any] | None = None, now: datetime | None = None
+                  ) -> dict[str, Any]:
+    """The placement's status from the member's JobSet object; `seen`, what was kept of it before, and `now`, the
+    broker's time, date each condition as the broker first saw it (`observedTime`, see `_observed`)."""
     metadata, status = jobset.get("metadata") or {}, jobset.get("status") or {}
     counts = {r["name"]: {k: int(r.get(k) or 0) for k in COUNTS} for r in status.get("replicatedJobsStatus") or ()}
     expected = {r["name"]: {"replicas": int(r.get("replicas", 1)),
                             "dependsOn": [{"name": d["name"], "status": d.get("status", "Ready")}
                                           for d in r.get("dependsOn") or ()]}
                 for r in (jobset.get("spec") or {}).get("replicatedJobs") or ()}
-    conditions = [{k: c[k] for k in ("type", "status", "reason", "message", "lastTransitionTime") if k in c}
-                  for c in status.get("conditions") or ()]
+    conditions = _observed([{k: c[k] for k in ("type", "status", "reason", "message", "lastTransitionTime") if k in c}
+                            for c in status.get("conditions") or ()], (seen or {}).get("conditions") or (), now)
     terminal = status.get("terminalState")
     if not terminal:
         terminal = next((c["type"] for c in conditions if c.get("type") in _TERMINAL and c.get("status") == "True"),
@@ -46,6 +49,20 @@ def member_status(jobset: Mapping[str, Any]) -> dict[str, Any]:
             "restartsCountTowardsMax": None if counted is None else int(counted),
             "terminalState": terminal, "uid": metadata.get("uid"), "generation": metadata.get("generation"),
             "resourceVersion": metadata.get("resourceVersion")}
+
+
+def _observed(conditions: list[dict[str, Any]], before: Iterable[Mapping[str, Any]], now: datetime | None
+              ) -> list[dict[str, Any]]:
+    """Each condition with `observedTime`: when the broker first saw it so (its type, status and member's time), by
+    the broker's clock. A member's `lastTransitionTime` is its own clock's — skewed on one, running fast on a
+    simulated one — and a dashboard that shows times beside the broker's own events needs one clock."""
+    kept = {(c.get("type"), c.get("status"), c.get("lastTransitionTime")): c.get("observedTime") for c in before}
+    stamp = now and now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for condition in conditions:
+        observed = kept.get((condition.get("type"), condition.get("status"), condition.get("lastTransitionTime")))
+        if observed or stamp:
+            condition["observedTime"] = observed or stamp
+    return conditions
 
 
 def counted_restarts(status: Mapping[str, Any]) -> int:

@@ -239,6 +239,16 @@ def test_follow_a_job_from_queued_to_succeeded_live(page, federation):
     expect(timeline).to_have_count(len(final["events"]))
     expect(timeline.last).to_contain_text("Succeeded")
     expect(page.get_by_test_id("aggregated-status")).to_contain_text("Completed")
+    # the status reads as tables: the Jobs of each ReplicatedJob by state, the conditions with the broker's time
+    [rjob] = final["status"]["replicatedJobsStatus"]
+    row = page.get_by_test_id("aggregated-status").get_by_test_id("replicated-jobs").locator(f'[data-row="{rjob["name"]}"]')
+    expect(row.locator('[data-col="succeeded"]')).to_have_text(str(rjob["succeeded"]))
+    completed = next(c for c in final["status"]["conditions"] if c["type"] == "Completed")
+    assert completed["observedTime"] != completed["lastTransitionTime"], "the simulated member's clock runs fast"
+    assert final["submitted_at"][:19] <= completed["observedTime"][:19] <= final["finished_at"][:19] + "Z", completed
+    cell = page.get_by_test_id("aggregated-status").get_by_test_id("conditions").locator('tr:has(th:text-is("Completed"))')
+    expect(cell.locator("time")).to_have_attribute("datetime", completed["observedTime"])
+    expect(cell.locator("time")).to_have_attribute("title", re.compile(re.escape(completed["lastTransitionTime"])))
     assert page.evaluate("window.__not_reloaded") is True, "the page reloaded instead of updating live"
     shot(page, "job-succeeded")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pytest
 
 from broker.engine.status import Policy, PartView, aggregate, member_status, not_ready, part_failure, placement_state
@@ -37,6 +39,23 @@ def test_member_status_reads_counts_conditions_and_terminal_state():
     assert (status["terminalState"], status["restarts"], status["uid"]) == ("Completed", 1, "u1")
     assert placement_state(status) == "Succeeded"
 
+
+
+def test_each_condition_is_dated_by_the_broker_when_it_first_sees_it():
+    """The member's clock may be skewed (a simulated one runs fast): the broker's own time of each condition is
+    kept while the condition stays as it was, and a new one (or one that changed) gets the time it was seen."""
+    def jobset(*conditions):
+        return {"metadata": {"uid": "u"}, "status": {"conditions": [
+            {"type": t, "status": s, "lastTransitionTime": at} for t, s, at in conditions]}}
+    first, later = datetime(2026, 12, 7, 4, 0, tzinfo=timezone.utc), datetime(2026, 12, 7, 4, 5, tzinfo=timezone.utc)
+    seen = member_status(jobset(("StartupPolicyInProgress", "True", "2026-12-07T09:00:00Z")), None, first)
+    again = member_status(jobset(("StartupPolicyInProgress", "False", "2026-12-07T09:30:00Z"),
+                                 ("Completed", "True", "2026-12-07T11:00:00Z")), seen, later)
+    assert [c["observedTime"] for c in seen["conditions"]] == ["2026-12-07T04:00:00Z"]
+    assert [c["observedTime"] for c in again["conditions"]] == ["2026-12-07T04:05:00Z", "2026-12-07T04:05:00Z"]
+    kept = member_status(jobset(("Completed", "True", "2026-12-07T11:00:00Z")), again, later + (later - first))
+    assert [c["observedTime"] for c in kept["conditions"]] == ["2026-12-07T04:05:00Z"]
+    assert "observedTime" not in member_status(jobset(("Completed", "True", "x")))["conditions"][0]
 
 STARTUP = [
     # (case, the member's ReplicatedJobs as (name, replicas, dependsOn), counts by name, state)

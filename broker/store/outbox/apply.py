@@ -132,8 +132,8 @@ def finish_apply(session: Session, work: Work, jobset: dict[str, Any], now: date
         return Changes(orphans=[replace(work, member_uid=jobset["metadata"]["uid"])])
     if job is None or placement.state != "Applying":
         return Changes()  # cancelled or failed over meanwhile: its Deleting step removes the copy
-    status = member_status(jobset)
     seen = placement.status or {}
+    status = member_status(jobset, seen, now)
     if seen.get("uid") == status["uid"] and newer(seen, status):
         status = dict(seen)  # the status watch saw the copy further along than the apply's answer
     status["appliedGeneration"] = jobset["metadata"].get("generation")

@@ -71,7 +71,7 @@ def record_status(session: Session, cluster_id: int, jobset: dict[str, Any], now
         return Changes()  # not a copy the broker placed here: the member's sweep deletes it
     job = lock_job(session, row.job_id)
     placement = lock_placement(session, placement_id)
-    status = member_status(jobset)
+    status = member_status(jobset, placement.status, now)
     if placement.state == "Applying" and not deleted:
         if newer(status, placement.status):  # seen before the dispatcher records the apply: kept for it
             placement.status = status
