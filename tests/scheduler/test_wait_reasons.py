@@ -39,7 +39,8 @@ def test_a_big_job_waits_for_room_while_small_ones_fill_its_quota_and_leave(db, 
     """Eight 8-GPU nodes, each with 3 GPUs free (others' pods): 24 free in all, but not 8 on one node. Queue q (16
     GPUs of quota) holds two 8-GPU pods at its head: no cluster can take it. Its 2-GPU jobs behind run and end, one
     after the other, so its quota is used up and free again by turns. Its headline stays 'no cluster can take it
-    now', with one event; when the room comes back and only its quota holds it, that is news."""
+    now', with one event; when the room comes back and only its quota holds it, that is news, once: the room gone
+    again is what it was told already."""
     with setup() as session:
         add_cluster(session, "eu-west", leaves=1, nodes_per_leaf=8)
         others_use(session, 5)
@@ -67,6 +68,11 @@ def test_a_big_job_waits_for_room_while_small_ones_fill_its_quota_and_leave(db, 
     scheduler.run_once()
     reason, events = headline(db, big.id)
     assert reason.startswith("queue q is at its quota of 16 GPUs") and events == 2
+    with setup() as session:
+        others_use(session, 5, cpus=9)
+    scheduler.run_once()
+    reason, events = headline(db, big.id)
+    assert reason.startswith("no cluster can take it now, and queue q") and events == 2
 
 
 def test_the_same_cause_in_other_amounts_is_no_news(db, setup, scheduler):

@@ -124,13 +124,15 @@ class PendingJobs:
         # collector's full collections walked, pausing the API in the same process (bench/leader_api.py)
         # (built field by field: `dataclasses.replace` twice a row took 0.5 s of a new leader's first cycle)
         digests: dict[int, int] = {}
+        causes: dict[tuple, frozenset[str]] = {}
         for count, waiting in enumerate(outcome.changed):
             if not count % JOBS_BETWEEN_PAUSES:
                 self.pause()
             row = self.rows.get(waiting.job_id)
             if row is not None:
                 record = PendingRecord(tenant_id=row.record.tenant_id, reason=waiting.message,
-                                       reasons_digest=reasons_digest(waiting.clusters, digests), cause=waiting.cause)
+                                       reasons_digest=reasons_digest(waiting.clusters, digests),
+                                       causes=row.record.told(waiting, causes))
                 self.rows[waiting.job_id] = _PendingRow(job=row.job, unplaceable=row.unplaceable, record=record,
                                                         requeue_at=row.requeue_at, avoid=row.avoid,
                                                         refused=row.refused)

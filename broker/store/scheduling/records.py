@@ -42,18 +42,29 @@ def engine_config(settings: Settings) -> Config:
 @dataclass(frozen=True, slots=True)
 class PendingRecord:
     """What the commit needs to know of a pending job beyond the engine's view of it: its stored reasons, the
-    per-cluster ones as a digest (kept for every pending job, they would weigh kilobytes each), and the cause of the
-    reason this scheduler wrote (`Waiting.cause`; None for a row read from the database: a reason someone else
-    wrote, a requeue's or another leader's, is compared by its words)."""
+    per-cluster ones as a digest (kept for every pending job, they would weigh kilobytes each), and the causes
+    (`Waiting.cause`) of the reasons this scheduler wrote since it read the row (None just after: a reason someone
+    else wrote, a requeue's or another leader's, is compared by its words)."""
 
     tenant_id: int
     reason: str | None
     reasons_digest: int
-    cause: str | None = field(default=None, compare=False)  # not stored: what a full read makes is equal
+    causes: frozenset[str] | None = field(default=None, compare=False)  # not stored: a full read makes it equal
 
     def news(self, waiting: Waiting) -> bool:
-        """Is the new reason news (a `Waiting` event), not the same cause in other amounts?"""
-        return waiting.cause != self.cause if self.cause is not None else waiting.message != self.reason
+        """Is the new reason news (a `Waiting` event)? Not the same cause in other amounts, nor one the job was
+        told already while it waits: a big job its queue's quota and the clusters' room both hold back is told each
+        once, not again each time its queue's smaller jobs take or give back the quota, or the room comes and goes."""
+        return waiting.cause not in self.causes if self.causes is not None else waiting.message != self.reason
+
+    def told(self, waiting: Waiting, memo: dict[tuple, frozenset[str]]) -> frozenset[str]:
+        """The causes the job was told once it has this reason: one set per causes before and cause (`memo`), for
+        the many jobs of a cycle told alike."""
+        key = (self.causes, waiting.cause)
+        told = memo.get(key)
+        if told is None:
+            told = memo[key] = frozenset((*(self.causes or ()), waiting.cause))
+        return told
 
 
 def reasons_digest(reasons: Mapping[str, str], memo: dict[int, int] | None = None) -> int:
