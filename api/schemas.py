@@ -90,6 +90,9 @@ class QueueSettings(Strict):
         None, description="a job within the queue's nominal quota may preempt what the tenant's other queues "
                           "borrowed: LowerPriority, their lower-priority work; Any, any of it")
     default: bool | None = Field(None, description="the queue for the tenant's JobSets that name none")
+    default_runtime: str | None = Field(None, max_length=32, description="how long its jobs are expected to run when "
+                                        "nothing else says (their declaration, what finished jobs like them took, "
+                                        "their Jobs' deadlines): a duration, e.g. 2h or 90m")
 
 
 class QueueIn(QueueSettings):
@@ -107,6 +110,7 @@ class QueueOut(BaseModel):
     preemption_policy: str
     reclaim_within_cohort: str
     default: bool
+    default_runtime: float | None = Field(None, description="seconds (see QueueSettings)")
     usage: dict[str, str]
     lent: dict[str, str] = Field(description="what the tenant's other queues use of its unused nominal quota "
                                              "(what they borrow, in proportion to each lender's unused quota)")
@@ -162,6 +166,9 @@ class JobOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     cancel_requested: bool
+    expected_start: datetime | None = Field(None, description="a waiting job's expected start (the forecast); null: "
+                                                               "not forecast, or not within its horizon")
+    expected: str | None = Field(None, description="the forecast in words: when, where, after what")
 
 
 class JobPage(BaseModel):
@@ -219,6 +226,9 @@ class EventPage(BaseModel):
 class JobDetail(JobOut):
     position: int | None = Field(None, description="its place among its queue's waiting jobs (1: next), by priority "
                                                    "then submission; none unless Queued")
+    forecast: dict[str, Any] | None = Field(None, description="the forecast loop's last word on a waiting job: start, "
+                                                              "cluster, hypernode, after (job ids), later_than or "
+                                                              "never, runtime (s) and runtime_source, at")
     manifest: dict[str, Any]
     demand: dict[str, str]
     waiting_reasons: dict[str, str]

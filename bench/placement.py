@@ -126,9 +126,9 @@ def workload(n: int, seed: int) -> list[PendingJob]:
             for i, (tenant, queue, body, priority) in enumerate(submissions(n, seed))]
 
 
-def snapshot(clusters: int, hypernodes: int, nodes_per_leaf: int = 8, now: float = FRESH) -> Snapshot:
+def snapshot(clusters: int, hypernodes: int, nodes_per_leaf: int = 8, now: float = FRESH, running=()) -> Snapshot:
     tenants, qs = queues()
-    return Snapshot(inventory(clusters, hypernodes, nodes_per_leaf), qs, tenants, (), now)
+    return Snapshot(inventory(clusters, hypernodes, nodes_per_leaf), qs, tenants, running, now)
 
 
 # -- the scheduler's cycle on an SQLite inventory of the project's models ---------------------------------

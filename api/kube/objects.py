@@ -23,7 +23,7 @@ BROKER_MANAGER = "archipelago"  # the field manager of every field a JobSet was 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 # The broker's fields of a job, shown as annotations of its JobSet (and dropped from what a client sends back).
 STATUS_ANNOTATIONS = tuple(BROKER_PREFIX + key for key in ("job-id", "queue", "state", "clusters", "hypernodes",
-                                                           "reason"))
+                                                           "reason", "expected-start"))
 # How long a transaction may hold an event id before it commits; older gaps in the ids are rollbacks.
 COMMIT_SLACK = timedelta(seconds=30)
 _UID_NAMESPACE = uuid.UUID("6f1d8a52-5b1e-4d8e-9d55-1f3c0e3b7a10")
@@ -31,6 +31,7 @@ TABLE_COLUMNS = [("Name", "string", "name", "the JobSet's name"), ("Queue", "str
                  ("State", "string", "", "Queued, Admitted, Dispatching, Starting, Running, Succeeded, Failed"),
                  ("Clusters", "string", "", "the members it runs on"),
                  ("HyperNodes", "string", "", "the HyperNodes it was placed in"),
+                 ("Expected Start", "string", "", "a waiting job's forecast start (UTC), or never"),
                  ("Age", "string", "", "since it was submitted")]
 
 
@@ -87,11 +88,18 @@ def jobset(job: Job, summary: dict[str, Any], resource_version: int) -> dict[str
     if job.cancel_requested_at is not None:
         metadata["deletionTimestamp"] = rfc3339(job.cancel_requested_at)
     broker_fields = [str(job.id), summary["queue"], job.state, ",".join(summary["clusters"]),
-                     ",".join(summary["hypernodes"]), job.reason or ""]
+                     ",".join(summary["hypernodes"]), job.reason or "", _expected_start(summary)]
     metadata["annotations"] = {**(metadata.get("annotations") or {}),
                                **{key: value for key, value in zip(STATUS_ANNOTATIONS, broker_fields) if value}}
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": manifest.get("spec") or {},
             "status": _status(job, summary)}
+
+
+def _expected_start(summary: dict[str, Any]) -> str:
+    """`archipelago jobs list`'s ESTIMATED START for kubectl: the forecast start, "never", or nothing."""
+    if summary.get("expected_start"):
+        return rfc3339(summary["expected_start"])
+    return "never" if (summary.get("expected") or "").startswith("never") else ""
 
 
 def _status(job: Job, summary: dict[str, Any]) -> dict[str, Any]:
@@ -118,7 +126,8 @@ def table(objects: list[dict[str, Any]], list_meta: dict[str, Any]) -> dict[str,
     for obj in objects:
         metadata, annotations = obj["metadata"], obj["metadata"].get("annotations") or {}
         created = datetime.strptime(metadata["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ")
-        cells = [metadata["name"]] + [annotations.get(key, "") for key in STATUS_ANNOTATIONS[1:5]]
+        cells = [metadata["name"]] + [annotations.get(key, "") for key in (*STATUS_ANNOTATIONS[1:5],
+                                                                            STATUS_ANNOTATIONS[6])]
         partial = {k: v for k, v in metadata.items() if k != "managedFields"}
         rows.append({"cells": cells + [_age(now - as_utc(created))],
                      "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": partial}})

@@ -190,6 +190,7 @@ def _since(value: datetime | None) -> datetime | None:
 def _job_detail(session, job: Job) -> schemas.JobDetail:
     summary = jobs_out(session, [job])[0]
     return schemas.JobDetail(**summary.model_dump(), position=job_service.queue_position(session, job),
+                             forecast=job.forecast if job.state == "Queued" else None,
                              manifest=job.manifest, demand=humanised(job.demand),
                              waiting_reasons=job.waiting_reasons or {}, status=job.status or {},
                              placements=[placement_out(p) for p in job.placements],

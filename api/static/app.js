@@ -139,7 +139,9 @@ const AP = (() => {
   const parseTime = (iso) => Date.parse(/(Z|[+-]\d\d:?\d\d)$/.test(iso) ? iso : iso + "Z");
   function age(iso, until) {
     if (!iso) return "—";
-    const seconds = Math.max(0, ((until ? parseTime(until) : Date.now()) - parseTime(iso)) / 1000);
+    return duration(Math.max(0, ((until ? parseTime(until) : Date.now()) - parseTime(iso)) / 1000));
+  }
+  function duration(seconds) {
     if (seconds < 60) return `${Math.floor(seconds)}s`;
     if (seconds < 3600) return `${Math.floor(seconds / 60)}m ${Math.floor(seconds % 60)}s`;
     if (seconds < 86400) return `${Math.floor(seconds / 3600)}h ${Math.floor((seconds % 3600) / 60)}m`;
@@ -233,6 +235,6 @@ const AP = (() => {
     return true;
   }
 
-  return { TOKEN_KEY, api, apiAll, send, action, h, quantity, formatAmount, RESOURCES, bar, badge, loadClass, parseTime, age, time, clock,
+  return { TOKEN_KEY, api, apiAll, send, action, h, quantity, formatAmount, RESOURCES, bar, badge, loadClass, parseTime, age, duration, time, clock,
            empty, render, table, live, start, me: null };
 })();

@@ -20,7 +20,19 @@ tokens_app = typer.Typer(no_args_is_help=True, help="API tokens (minted directly
 JOB_COLUMNS = [("ID", lambda j: j["id"]), ("NAME", lambda j: f"{j['namespace']}/{j['name']}"),
                ("TENANT", lambda j: j["tenant"]), ("QUEUE", lambda j: j["queue"]), ("STATE", lambda j: j["state"]),
                ("PRIORITY", lambda j: j["priority_class"]), ("CLUSTERS", lambda j: ",".join(j["clusters"])),
-               ("REASON", cut(lambda j: j["reason"] or "", 60))]
+               ("ESTIMATED START", lambda j: estimated_start(j)), ("REASON", cut(lambda j: j["reason"] or "", 60))]
+def estimated_start(job: dict) -> str:
+    """squeue --start's column: a waiting job's expected start (UTC, to the minute), "never", or "> T"."""
+    if job.get("expected_start"):
+        return job["expected_start"][:16].replace("T", " ") + "Z"
+    expected = job.get("expected") or ""
+    if expected.startswith("never"):
+        return "never"
+    if expected.startswith("not before "):
+        return "> " + expected.removeprefix("not before ")[:16].replace("T", " ") + "Z"
+    return ""
+
+
 QUEUE_COLUMNS = [("NAME", lambda q: q["name"]), ("TENANT", lambda q: q["tenant"]), ("WEIGHT", lambda q: q["weight"]),
                  ("PRIORITY", lambda q: q["priority"]),
                  ("QUOTA", lambda q: ", ".join(f"{k}={v}" for k, v in q["nominal_quota"].items())),
@@ -119,6 +131,9 @@ def jobs_get(ref: str = JobArgument, output: Output = OutputOption, server: Opti
         typer.echo(f"position: {job['position']} in queue {job['queue']} (by priority, then submission)")
     if job["reason"]:
         typer.echo(f"reason: {job['reason']}")
+    if job.get("expected"):
+        typer.echo(f"expected start: {estimated_start(job)}: {job['expected']}" if job.get("expected_start")
+                   else f"expected start: {job['expected']}")
     if job["placements"]:
         emit(job["placements"], output, [*PLACEMENT_COLUMNS, ("STATE", lambda p: p["state"]),
                                          ("GENERATION", lambda p: p["generation"])], title="placements")
@@ -150,14 +165,16 @@ PreemptionOption = typer.Option(None, "--preemption", help="within the queue: Ne
 ReclaimOption = typer.Option(None, "--reclaim", help="what the tenant's other queues borrowed, for a job within "
                                                      "the queue's nominal quota: Never, LowerPriority or Any")
 DefaultQueueOption = typer.Option(None, "--default/--no-default", help="the tenant's queue for unlabelled JobSets")
+RuntimeOption = typer.Option(None, "--default-runtime", help="how long its jobs are expected to run when nothing "
+                                                              "else says (e.g. 2h): the forecast's last resort")
 
 
-def _queue_fields(weight, priority, quota, borrow, preemption, reclaim, default) -> dict:
+def _queue_fields(weight, priority, quota, borrow, preemption, reclaim, default, runtime) -> dict:
     fields = {"weight": weight, "priority": priority,
               "nominal_quota": key_values(quota, "--quota", RESOURCE_AMOUNT) or None,
               "borrowing_limit": key_values(borrow, "--borrowing-limit", RESOURCE_AMOUNT) or None,
               "preemption_policy": preemption, "reclaim_within_cohort": reclaim,
-              "default": default}
+              "default": default, "default_runtime": runtime}
     return {k: v for k, v in fields.items() if v is not None}
 
 
@@ -174,12 +191,12 @@ def queues_create(name: str, tenant: str = typer.Option(..., help="the tenant th
                   weight: Optional[float] = None, priority: Optional[int] = None,
                   quota: list[str] = QuotaOption, borrowing_limit: list[str] = BorrowingOption,
                   preemption: Optional[str] = PreemptionOption, reclaim: Optional[str] = ReclaimOption,
-                  default: Optional[bool] = DefaultQueueOption,
+                  default: Optional[bool] = DefaultQueueOption, default_runtime: Optional[str] = RuntimeOption,
                   output: Output = OutputOption, server: Optional[str] = ServerOption,
                   token: Optional[str] = TokenOption) -> None:
     """Create a queue."""
     body = {"name": name, "tenant": tenant, **_queue_fields(weight, priority, quota, borrowing_limit, preemption,
-                                                             reclaim, default)}
+                                                             reclaim, default, default_runtime)}
     emit(calling(lambda: client(server, token).post("/api/v1/queues", json=body)), output, QUEUE_COLUMNS)
 
 
@@ -187,11 +204,11 @@ def queues_create(name: str, tenant: str = typer.Option(..., help="the tenant th
 def queues_update(name: str, weight: Optional[float] = None, priority: Optional[int] = None,
                   quota: list[str] = QuotaOption, borrowing_limit: list[str] = BorrowingOption,
                   preemption: Optional[str] = PreemptionOption, reclaim: Optional[str] = ReclaimOption,
-                  default: Optional[bool] = DefaultQueueOption,
+                  default: Optional[bool] = DefaultQueueOption, default_runtime: Optional[str] = RuntimeOption,
                   output: Output = OutputOption, server: Optional[str] = ServerOption,
                   token: Optional[str] = TokenOption) -> None:
     """Change a queue's settings."""
-    body = _queue_fields(weight, priority, quota, borrowing_limit, preemption, reclaim, default)
+    body = _queue_fields(weight, priority, quota, borrowing_limit, preemption, reclaim, default, default_runtime)
     emit(calling(lambda: client(server, token).patch(f"/api/v1/queues/{name}", json=body)), output, QUEUE_COLUMNS)
 
 

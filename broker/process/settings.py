@@ -92,6 +92,17 @@ class Settings(BaseSettings):
     retention_days: float = Field(30.0, ge=0)
     retention_interval: float = Field(600.0, gt=0)
 
+    # When will it start: the forecast loop plays the fleet forward every forecast_interval seconds, for the first
+    # forecast_window waiting jobs (each queue's head first), no further than forecast_horizon seconds nor longer
+    # than forecast_budget seconds of its own time (it shares the scheduler's cores); a job whose
+    # runtime nothing else tells (its declaration, what finished jobs like it took, its Jobs' deadlines, its
+    # queue's default) is expected to run forecast_default_runtime seconds.
+    forecast_interval: float = Field(30.0, gt=0)
+    forecast_window: int = Field(2000, ge=1)
+    forecast_horizon: float = Field(7 * 86400.0, gt=0)
+    forecast_budget: float = Field(2.0, gt=0)
+    forecast_default_runtime: float = Field(3600.0, gt=0)
+
     # Member health and recovery.
     not_ready_grace: float = Field(20.0, ge=0)
     failover_toleration: float = Field(300.0, ge=0)

@@ -11,6 +11,7 @@ import sys
 
 from broker.process.settings import Settings
 from broker.services.dispatcher import DispatcherService
+from broker.services.forecast import ForecastService
 from broker.services.inventory import (ClusterHealthService, InventorySyncService, first_sync, flush,
                                        reported_mirror)
 from broker.services.lanes import MemberLeases, member_lanes
@@ -58,14 +59,17 @@ def build_services(database: Database, settings: Settings) -> list[LoopService]:
     members = MemberClients(settings, guard=database.ensure_leading)
     return [InventorySyncService(database, settings, members), ClusterHealthService(database, settings, members),
             SchedulerService(database, settings), DispatcherService(database, settings, members),
-            StatusService(database, settings, members), RetentionService(database, settings)]
+            StatusService(database, settings, members), RetentionService(database, settings),
+            ForecastService(database, settings)]
 
 
 def leader_services(database: Database, settings: Settings) -> list[LoopService]:
-    """What one replica at a time runs when the member work is shared: placement, health, fail-over, retention."""
+    """What one replica at a time runs when the member work is shared: placement, health, fail-over, retention,
+    the forecast."""
     members = MemberClients(settings, guard=database.ensure_leading)
     return [ClusterHealthService(database, settings, members), SchedulerService(database, settings),
-            DispatcherService(database, settings, members, lane=frozenset()), RetentionService(database, settings)]
+            DispatcherService(database, settings, members, lane=frozenset()), RetentionService(database, settings),
+            ForecastService(database, settings)]
 
 
 def lane_services(database: Database, settings: Settings, lane: frozenset[int]) -> list[LoopService]:

@@ -17,6 +17,7 @@ from broker.engine.jobset import (CLUSTER_SELECTOR_ANNOTATION, HIGHEST_TIER_ANNO
                                   ON_PREEMPTION_ANNOTATION, PLACEMENT_ANNOTATION, PRIORITY_CLASS_LABEL, QUEUE_LABEL,
                                   STARTUP_TIMEOUT_ANNOTATION, TOPOLOGY_MODE_ANNOTATION, JobSetError, JobSpec,
                                   on_control_planes, parse_jobset, placement_record)
+from broker.engine.forecast import EXPECTED_RUNTIME_ANNOTATION, deadline, declared_runtime
 from broker.engine.placement import Config
 from broker.process.settings import Settings
 from broker.store import events
@@ -32,7 +33,7 @@ from clusters.rules.pod_security import template_refusal
 BROKER_PREFIX = "archipelago.io/"
 TENANT_ANNOTATIONS = frozenset({PLACEMENT_ANNOTATION, CLUSTER_SELECTOR_ANNOTATION, TOPOLOGY_MODE_ANNOTATION,
                                 HIGHEST_TIER_ANNOTATION, MAX_RESTARTS_ANNOTATION, STARTUP_TIMEOUT_ANNOTATION,
-                                ON_PREEMPTION_ANNOTATION})
+                                ON_PREEMPTION_ANNOTATION, EXPECTED_RUNTIME_ANNOTATION})
 MAX_PAGE = 500
 
 
@@ -81,6 +82,10 @@ def validate_submission(tenant: Submitter, manifest: Any, where: str, queue_over
                                                      f"parts, this one has {len(spec.parts)} (setting "
                                                      "ARCHIPELAGO_MAX_SPLIT_PARTS); merge parts or submit several jobs")
     _reserved_keys_check(manifest, where)
+    try:
+        declared_runtime(manifest)
+    except ValueError as exc:
+        raise Invalid(f"{where}metadata.annotations[{EXPECTED_RUNTIME_ANNOTATION!r}]", str(exc)) from None
     namespace = spec.namespace or (tenant.namespaces[0] if tenant.namespaces else None)
     if namespace is None or namespace not in tenant.namespaces:
         raise Invalid(f"{where}metadata.namespace",
@@ -164,7 +169,8 @@ def store_jobs(session: Session, tenant: Submitter, accepted: list, settings: Se
     rows = [{"tenant_id": tenant.id, "queue_id": queue.id, "name": spec.name, "namespace": namespace,
              "manifest": manifest, "priority_class": spec.priority_class or settings.default_priority_class,
              "priority": priority, "placement_mode": spec.placement, "placement_spec": placement_record(spec),
-             "demand": dict(spec.requests), "state": "Queued",
+             "demand": dict(spec.requests), "state": "Queued", "declared_runtime": declared_runtime(manifest),
+             "runtime_bound": deadline(manifest),
              "waiting_reasons": {}, "status": {}, "restart_count": 0, "evictions": 0, "avoid": {}, "submitted_at": now}
             for _, spec, queue, namespace, priority, manifest in accepted]
     queues = [queue.name for _, _, queue, _, _, _ in accepted]
@@ -187,7 +193,7 @@ def _queued_job_statement():
     # every column a row sets: SQLAlchemy's own defaults are not filled in for an INSERT in a CTE beside another
     columns = ("tenant_id", "queue_id", "name", "namespace", "manifest", "priority_class", "priority",
                "placement_mode", "placement_spec", "demand", "state", "waiting_reasons", "status", "restart_count",
-               "evictions", "avoid", "submitted_at")
+               "evictions", "avoid", "submitted_at", "declared_runtime", "runtime_bound")
     job = (insert(Job.__table__).values({name: bindparam(name) for name in columns})
            .returning(Job.id, Job.tenant_id, Job.queue_id, Job.namespace, Job.name, Job.submitted_at).cte("job"))
     queued = insert(Event.__table__).from_select(

@@ -19,6 +19,7 @@ from broker.store.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES
                                     FAIR_SHARE_PREEMPTION_POLICIES, POD_SECURITY_LEVELS, Job, Placement, Queue, Tenant,
                                     Token, as_utc, utcnow)
 from broker.store.errors import Conflict, Invalid, NotFound
+from clusters.rules.durations import parse_duration
 from clusters.rules.labels import is_dns_label
 from clusters.system import SYSTEM_NAMESPACE
 from clusters.rules.quantity import add_into, to_milli
@@ -221,6 +222,7 @@ class QueueChanges:
     preemption_policy: str | None = None
     reclaim_within_cohort: str | None = None
     default: bool | None = None
+    default_runtime: str | None = None  # a duration
     clear_borrowing_limit: bool = False  # back to no limit (None above means "unchanged")
 
 
@@ -259,6 +261,14 @@ def _apply_queue_changes(session: Session, queue: Queue, changes: QueueChanges) 
         if changes.reclaim_within_cohort not in RECLAIM_POLICIES:
             raise Invalid("reclaim_within_cohort", f"must be one of {', '.join(RECLAIM_POLICIES)}")
         queue.reclaim_within_cohort = changes.reclaim_within_cohort
+    if changes.default_runtime is not None:
+        try:
+            seconds = parse_duration(changes.default_runtime)
+        except ValueError as exc:
+            raise Invalid("default_runtime", str(exc)) from None
+        if not 0 < seconds < float("inf"):
+            raise Invalid("default_runtime", "must be a positive duration, e.g. 2h")
+        queue.default_runtime = seconds
     if changes.default:
         session.execute(select(Tenant.id).where(Tenant.id == queue.tenant_id).with_for_update(key_share=True))
         for other in session.scalars(select(Queue).where(Queue.tenant_id == queue.tenant_id, Queue.id != queue.id,

@@ -7,8 +7,8 @@ import fnmatch
 from typing import Iterable
 
 from clusters.sim.clock import rfc3339
-from clusters.sim.objects import (DURATION, FAIL, FAIL_ATTEMPTS, JOBSET_NAME, RESTART_ATTEMPT, RJOB_NAME, TERMINAL,
-                                  parse_duration)
+from clusters.rules.durations import parse_duration
+from clusters.sim.objects import DURATION, FAIL, FAIL_ATTEMPTS, JOBSET_NAME, RESTART_ATTEMPT, RJOB_NAME, TERMINAL
 from clusters.sim.resources import JOBSETS, PODS
 
 

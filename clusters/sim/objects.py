@@ -4,7 +4,6 @@ and annotations, the simulator's own knobs, and small readings of nodes, Jobs an
 from __future__ import annotations
 
 import random
-import re
 
 from clusters.rules.quantity import to_milli
 
@@ -27,23 +26,6 @@ FAIL_ATTEMPTS = "sim.archipelago.io/fail-attempts"
 
 TERMINAL = ("Succeeded", "Failed")
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-
-
-def parse_duration(text: str | int | float) -> float:
-    """Seconds in "90", "90s", "1h30m", "500ms"."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    text = text.strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    parts = _DURATION.findall(text)
-    if not parts or "".join(a + b for a, b in parts) != text:
-        raise ValueError(f"not a duration: {text!r}")
-    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    return sum(float(a) * scale[b] for a, b in parts)
 
 
 def node_allocatable(node: dict) -> dict[str, int]:

@@ -105,7 +105,7 @@ def load(source: dict | str | Path) -> list[ClusterSpec]:
 
 
 def build_cluster(entry: dict[str, Any]) -> ClusterSpec:
-    from clusters.sim.objects import parse_duration
+    from clusters.rules.durations import parse_duration
 
     name = str(entry.get("name", ""))
     if not _LABEL.match(name):

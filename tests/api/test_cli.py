@@ -226,3 +226,25 @@ def test_override_rules_from_files_and_what_the_dry_run_says_of_them(server, adm
     refused = run("overrides", "apply", str(bad))
     assert refused.exit_code == 1 and len(refused.output.strip().splitlines()) == 1
     assert "selector" in refused.output
+
+
+def test_jobs_list_has_an_estimated_start_column_as_squeue_start(server, admin, db, settings, tmp_path):
+    from broker.services.forecast import ForecastService
+    from broker.store.db.models import Job
+    from tests.api.conftest import make_tenant
+
+    env = {"ARCHIPELAGO_TOKEN": make_tenant(admin, "research").headers["Authorization"].split()[1]}
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(jobset("train")))
+    [job] = yaml.safe_load(run("submit", str(path), "-o", "yaml", env=env).output)
+    ForecastService(db, settings).run_once()  # no member at all: nothing it waits for will ever end
+    [listed] = json.loads(run("jobs", "list", "-o", "json", env=env).output)
+    assert listed["expected_start"] is None and listed["expected"].startswith("never, as the fleet is now")
+    table = run("jobs", "list", env=env).output
+    assert "ESTIMATED START" in table and "│ never" in table, table
+    with db.sessions() as session, session.begin():
+        session.get(Job, job["id"]).forecast = {"start": "2026-12-07T14:20:31Z", "cluster": "eu-west",
+                                                "hypernode": None, "after": []}
+    assert "2026-12-07 14:20Z" in run("jobs", "list", env=env).output
+    shown = run("jobs", "get", "research/train", env=env).output
+    assert "expected start: 2026-12-07 14:20Z: at the next cycle, on eu-west" in shown, shown

@@ -81,6 +81,11 @@ def test_queue_settings_round_trip(admin):
     assert (queue["pending"], queue["running"], queue["usage"], queue["lent"]) == (0, 0, {}, {})
     patched = admin.patch("/api/v1/queues/training", json={"weight": 1.5}).json()
     assert patched["weight"] == 1.5 and patched["nominal_quota"] == queue["nominal_quota"]
+    assert queue["default_runtime"] is None
+    assert admin.patch("/api/v1/queues/training", json={"default_runtime": "2h30m"}).json()["default_runtime"] == 9000
+    wrong = admin.patch("/api/v1/queues/training", json={"default_runtime": "a while"})
+    assert wrong.status_code == 422 and wrong.json()["errors"][0]["field"] == "default_runtime"
+    assert "write it as 90s, 45m, 2h30m or 1d" in wrong.json()["errors"][0]["message"]
 
 
 def test_queue_errors_name_the_field(admin):

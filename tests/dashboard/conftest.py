@@ -21,6 +21,7 @@ from cryptography.fernet import Fernet
 from api.app import create_app
 from broker.process.settings import Settings
 from broker.services.dispatcher import DispatcherService
+from broker.services.forecast import ForecastService
 from broker.services.inventory import ClusterHealthService, InventorySyncService
 from broker.services.members import MemberClients
 from broker.services.scheduler import SchedulerService
@@ -76,6 +77,7 @@ class Federation:
     dispatcher: DispatcherService
     status: StatusService
     inventory: InventorySyncService
+    forecast: ForecastService
     tokens: dict[str, str] = field(default_factory=dict)
 
     def client(self, who: str = "admin") -> httpx.Client:
@@ -133,7 +135,8 @@ def federation(migrated_sqlite_template, tmp_path_factory) -> Iterator[Federatio
     try:
         with running_simulator(SCENARIO, speed=0, tls=True) as sim, \
                 serving(create_app(settings, database, run_loops=False)) as url:
-            fed = Federation(url, sim, database, SchedulerService(database, settings), *loops)
+            fed = Federation(url, sim, database, SchedulerService(database, settings), *loops,
+                             ForecastService(database, settings))
             with fed.client() as admin:
                 for name in sim.cluster_names:
                     spec = next(c for c in SCENARIO["clusters"] if c["name"] == name)

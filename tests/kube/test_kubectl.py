@@ -4,6 +4,7 @@ end, delete (= cancel on every member), server-side apply, and tenants kept apar
 from __future__ import annotations
 
 import queue
+import re
 import subprocess
 import threading
 import time
@@ -52,9 +53,10 @@ class Lines:
 def _columns(output: str) -> dict[str, dict[str, str]]:
     """`kubectl get` output as {name: {column: value}} (empty cells are blank)."""
     header, *rows = output.splitlines()
-    starts = [header.index(name) for name in header.split()]
+    names = re.findall(r"\S+(?: \S+)*", header)  # a column's name may hold one space: EXPECTED START
+    starts = [header.index(name) for name in names]
     cells = lambda line: [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]  # noqa: E731
-    return {cells(row)[0]: dict(zip(header.split(), cells(row))) for row in rows}
+    return {cells(row)[0]: dict(zip(names, cells(row))) for row in rows}
 
 
 def _write(door, manifest: dict) -> str:
@@ -247,3 +249,24 @@ def test_the_commands_a_newcomer_runs_print_no_warning(front_door):
                  ("get", "jobsets"), ("describe", "jobset", "newcomer"), ("delete", "-f", path)):
         done = front_door.kubectl(config, *args)
         assert done.stderr == "" and done.stdout, (args, done.stderr)
+
+
+def test_kubectl_get_shows_a_waiting_jobs_expected_start(front_door, settings):
+    """Gangs of 16 GPUs until one waits; the forecast loop runs: kubectl's EXPECTED START is its forecast start."""
+    from broker.services.forecast import ForecastService
+
+    config = front_door.kubeconfig("team-a")
+    waiting = None
+    for i in range(40):
+        job_id = front_door.submit(jobset(f"gang-{i}", parts=(("workers", 1, 2, 8),)))
+        front_door.step()
+        if front_door.state(job_id) == "Queued":
+            waiting = front_door.job(job_id)
+            break
+    assert waiting is not None, "the federation never filled up"
+    ForecastService(front_door.db, settings).run_once()
+    expected = front_door.job(waiting["id"])
+    assert expected["expected_start"], expected["forecast"]
+    table = _columns(front_door.kubectl(config, "get", "jobsets").stdout)
+    start = expected["expected_start"].replace("+00:00", "Z")
+    assert table[waiting["name"]]["EXPECTED START"] == (start if start.endswith("Z") else start + "Z")

@@ -288,6 +288,7 @@ class Queue(Base):
     preemption_policy: Mapped[str] = mapped_column(String(16), default="Never")
     reclaim_within_cohort: Mapped[str] = mapped_column(String(16), default="Never")
     is_default: Mapped[bool] = mapped_column(Boolean, default=False)
+    default_runtime: Mapped[float | None] = mapped_column(Float)  # seconds: a job's runtime when nothing else says
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
     tenant: Mapped[Tenant] = relationship(back_populates="queues")
@@ -359,6 +360,11 @@ class Job(Base):
     # the members whose admission refused its copy, with their words (cluster name -> message): never placed there
     # again, and once every member it could go to refused it, it fails
     refused: Mapped[dict[str, str]] = mapped_column(Json, default=dict, server_default="{}")
+    # when will it start (broker.store.forecast): what the tenant declared of its runtime (seconds), the bound its
+    # Jobs' activeDeadlineSeconds set, and the forecast loop's last word on a waiting job
+    declared_runtime: Mapped[float | None] = mapped_column(Float)
+    runtime_bound: Mapped[float | None] = mapped_column(Float)
+    forecast: Mapped[dict[str, Any] | None] = mapped_column(Json)
     cancel_requested_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     submitted_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     admitted_at: Mapped[datetime | None] = mapped_column(UtcDateTime())

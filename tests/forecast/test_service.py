@@ -1,0 +1,61 @@
+"""The forecast loop end to end over the database (SQLite and PostgreSQL): what it reads of running and waiting
+jobs, what it stores with each waiting job, and the words the API gives it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from api.views import jobs_out
+from broker.services.forecast import ForecastService
+from broker.store.db.models import Job, Placement
+from tests.scheduler.conftest import add_cluster, add_queue, submit
+
+
+def iso(moment) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_waiting_gang_starts_when_the_work_on_its_nodes_is_expected_to_end(db, setup, scheduler, settings):
+    """One leaf of four nodes; job first (declared 2 h) takes them all; second, the same gang, waits for it: its
+    expected start is first's start plus 2 h, on that leaf, after first; its own runtime is the broker's default."""
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1)
+        queue = add_queue(session)
+        first = submit(session, queue, "first", pods=4)
+        first.declared_runtime = 7200.0
+    scheduler.run_once()
+    with setup() as session:
+        second = submit(session, session.get(type(queue), queue.id), "second", pods=4)
+    scheduler.run_once()
+    outcome = ForecastService(db, settings).run_once()
+    assert outcome.forecast == 1
+    with db.sessions() as session:
+        [placement] = session.query(Placement).filter(Placement.job_id == first.id).all()
+        forecast = session.get(Job, second.id).forecast
+        started = placement.started_at or placement.created_at
+        assert forecast["start"] == iso(started + timedelta(hours=2))
+        assert (forecast["cluster"], forecast["hypernode"], forecast["after"]) == ("eu-west", "leaf-0", [str(first.id)])
+        assert (forecast["runtime"], forecast["runtime_source"]) == (settings.forecast_default_runtime, "default")
+        [summary] = jobs_out(session, [session.get(Job, second.id)])
+    assert summary.expected == f"after job {first.id} ends, on eu-west, HyperNode leaf-0"
+    assert iso(summary.expected_start) == forecast["start"]
+
+
+def test_a_job_no_longer_waiting_loses_its_forecast_and_one_no_cluster_takes_never_starts(db, setup, scheduler,
+                                                                                          settings):
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1)
+        queue = add_queue(session)
+        too_big = submit(session, queue, "too-big", gpus=16)
+    forecasts = ForecastService(db, settings)
+    forecasts.run_once()
+    with db.sessions() as session:
+        assert session.get(Job, too_big.id).forecast["never"] is True
+        [summary] = jobs_out(session, [session.get(Job, too_big.id)])
+    assert summary.expected.startswith("never, as the fleet is now") and summary.expected_start is None
+    with setup() as session:
+        session.get(Job, too_big.id).state = "Cancelled"
+    assert forecasts.run_once().forecast == 0
+    with db.sessions() as session:
+        [summary] = jobs_out(session, [session.get(Job, too_big.id)])
+    assert summary.expected is None  # a job that no longer waits shows no forecast
