@@ -33,6 +33,7 @@ EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 STARTUP_TIMEOUT_ANNOTATION = "archipelago.io/startup-timeout"
 # What becomes of the job when the scheduler preempts it: back in its queue (default), or failed.
 ON_PREEMPTION_ANNOTATION = "archipelago.io/on-preemption"
+EXPECTED_RUNTIME_ANNOTATION = "archipelago.io/expected-runtime"  # a duration: broker.engine.forecast.runtime
 ON_PREEMPTION = ("requeue", "fail")
 _DURATION = re.compile(r"([1-9]\d{0,6})(s|m|h)?")
 

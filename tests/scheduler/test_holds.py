@@ -52,3 +52,35 @@ def test_starving_jobs_hold_a_hypernode_each_and_small_jobs_run_beside_them(db, 
         [placement] = placements_of(session, big[0].id)
         assert (placement.cluster_name, placement.hypernode) == ("eu-west", "leaf-0")
         assert "leaf-1 on eu-west are held for it" in session.get(Job, big[1].id).reason
+
+
+def test_a_job_that_declares_it_ends_before_the_reservation_backfills_on_held_nodes(db, setup, scheduler):
+    """One leaf of four nodes; job r (declared to run a day) on one of them. A four-node job waiting for an hour holds
+    the leaf from r's expected end; a job declaring 10 min runs on a held node meanwhile, one declaring two days waits,
+    as does one that declares nothing (EASY backfill: only what would end before the reservation starts)."""
+    day = 86400.0
+    now = datetime.now(timezone.utc)
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1)
+        r = submit(session, add_queue(session, "running"), "r")
+        r.declared_runtime = day
+    assert scheduler.run_once().admitted == [r.id]
+    with setup() as session:
+        big = submit(session, add_queue(session, "big"), "big", pods=4)
+        big.submitted_at = now - timedelta(hours=1)
+        small = add_queue(session, "small")
+        short, long, unsaid = (submit(session, small, name) for name in ("short", "long", "unsaid"))
+        short.declared_runtime, long.declared_runtime = 600.0, 2 * day
+        for job in (short, long, unsaid):
+            job.submitted_at = now
+    outcome = scheduler.run_once()
+    assert outcome.admitted == [short.id]
+    with db.sessions() as session:
+        [placement] = placements_of(session, short.id)
+        assert placement.cluster_name == "eu-west"
+        reasons = {name: session.get(Job, job.id).waiting_reasons["eu-west"] for name, job in
+                   (("long", long), ("unsaid", unsaid))}
+        assert session.get(Job, big.id).reason.startswith("no cluster can take it now; the 4 nodes")
+    for reason in reasons.values():
+        assert "held for a job that has waited too long from about" in reason
+        assert "(a job whose archipelago.io/expected-runtime ends by then may use them)" in reason

@@ -80,12 +80,14 @@ def forecast(snapshot: Snapshot, pending: Iterable[PendingJob], running: Iterabl
         for job_id, placements in started.items():
             first = placements[0]
             result[job_id] = Expected(job_id, snapshot.now, first.cluster, first.hypernode, _after(first.cluster, ended))
+            end = snapshot.now + runtimes.get(job_id, limits.horizon_s)
             parts = [p.as_running(tenant=jobs[job_id].tenant, queue=jobs[job_id].queue,
                                   priority=jobs[job_id].priority, started_at=snapshot.now,
                                   exclusive_topology=next((s.exclusive_topology for s in jobs[job_id].spec.parts
-                                                           if s.exclusive_topology), None))
+                                                           if s.exclusive_topology), None),
+                                  expected_end=end if jobs[job_id].runtime is not None else None)
                      for p in placements]
-            heapq.heappush(events, (snapshot.now + runtimes.get(job_id, limits.horizon_s), len(groups)))
+            heapq.heappush(events, (end, len(groups)))
             groups.append(parts)
         waiting = [job for job in waiting if job.id not in started]
         if not waiting or not events or events[0][0] > now + limits.horizon_s or out_of_time():

@@ -15,9 +15,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from broker.engine.jobset import EXPECTED_RUNTIME_ANNOTATION
 from clusters.rules.durations import parse_duration
 
-EXPECTED_RUNTIME_ANNOTATION = "archipelago.io/expected-runtime"
 LEARNED_FROM = 3  # finished jobs before their runtimes are a statistic
 LEARNED_WINDOW = 20  # the most recent runtimes read
 LEARNED_QUANTILE = 0.9

@@ -48,12 +48,12 @@ class Placement:
                              if replicated_job is None or a.replicated_job == replicated_job}))
 
     def as_running(self, *, tenant: str, queue: str, priority: int, started_at: float,
-                   exclusive_topology: str | None = None) -> RunningPlacement:
+                   exclusive_topology: str | None = None, expected_end: float | None = None) -> RunningPlacement:
         """The record the next cycle's snapshot needs for this placement."""
         return RunningPlacement(job_id=self.job_id, part=self.part, cluster=self.cluster, hypernode=self.hypernode,
                                 node_usage=self.node_usage, node_pods=MappingProxyType(self.node_pods),
                                 tenant=tenant, queue=queue, priority=priority, started_at=started_at,
-                                exclusive_topology=exclusive_topology)
+                                exclusive_topology=exclusive_topology, expected_end=expected_end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +99,9 @@ class Hold:
     nodes: tuple[str, ...]  # sorted
     free: Resources
     waiting_for: str  # the running work on them, at most what must end first: "32 GPUs"
+    # when that work is expected to end: the reservation's start (EASY backfill's shadow time); None: unknown (some of
+    # it says nothing of its end, or pods the broker did not place are there) — then nothing backfills there
+    start: float | None = None
 
     def where(self) -> str:
         """"the 8 nodes a-n0..a-n7 of HyperNode leaf-3 on eu-west" """

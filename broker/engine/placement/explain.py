@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from functools import lru_cache
 
 from broker.engine.placement.model import GPU, Resources
@@ -39,6 +40,11 @@ def pods_phrase(count: int, pod: Resources, scarce: str | None = None) -> str:
     named = [resource for resource in (GPU, scarce) if resource in pod] or [r for r in ("cpu",) if r in pod]
     shape = " and ".join(amount(resource, pod[resource]) for resource in dict.fromkeys(named)) or "no requests"
     return f"{count} pod{'' if count == 1 else 's'} of {shape}"
+
+
+def moment(seconds: float) -> str:
+    """"2026-12-07 14:20Z": a time on the snapshot's clock (seconds since the epoch), to the minute, in UTC."""
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%MZ")
 
 
 def duration(seconds: float) -> str:

@@ -121,6 +121,8 @@ class RunningPlacement:
     # False once the broker gave the placement up (its copy is being deleted): its nodes stay held
     # until the member confirms, but it no longer counts toward its queue's quota, nor can it be preempted.
     charged: bool = True
+    # when its job is expected to end (same clock), by what it declared or its Jobs' deadlines; None: unknown
+    expected_end: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +140,9 @@ class PendingJob:
     refused: Mapping[str, str] = field(default_factory=_empty)
     # `shape_of(spec)`, when the caller computed it: jobs of one shape fit or not alike (a cycle's memo)
     shape: str | None = None
+    # how long it is expected to run (seconds), by what it declared or its Jobs' deadlines: None, unknown. A job that
+    # says may use nodes held for a starving one when it is expected to end before their reservation starts
+    runtime: float | None = None
     # its place in its queue: 1. priority (higher first), 2. submission time, 3. id — made once, not every cycle
     # (100,000 keys a cycle were a fifth of a scheduler's time holding the GIL)
     queue_order: tuple[int, float, str] = field(init=False, repr=False, compare=False)

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence
 
-from broker.engine.jobset import PartSpec
+from broker.engine.jobset import EXPECTED_RUNTIME_ANNOTATION, PartSpec
 from broker.engine.placement.decisions import Hold
-from broker.engine.placement.explain import amount, shortfall
+from broker.engine.placement.explain import amount, moment, shortfall
 from broker.engine.placement.model import PendingJob, Resources
 from broker.engine.placement.snapshot import ClusterIndex, HyperNodeState, primary_resource
 from clusters.rules.pod_security import is_control_plane
@@ -192,6 +192,9 @@ def _held_for(holds: Sequence[Hold]) -> str:
     """"the 8 nodes … of HyperNode leaf-0 on eu, held for a job that has waited too long", and how many more (the
     job not named: it may be another tenant's)."""
     first = f"{holds[0].where()}, held for a job that has waited too long"
+    if holds[0].start is not None:
+        first += (f" from about {moment(holds[0].start)} (a job whose {EXPECTED_RUNTIME_ANNOTATION} ends by then may use "
+                  f"{'it' if len(holds[0].nodes) == 1 else 'them'})")
     others = len(holds) - 1
     return first if not others else f"{first}, and nodes held for {others} other job{'s' if others > 1 else ''}"
 

@@ -171,7 +171,8 @@ class KeptClusters:
 _LIVE_PLACEMENT = (select(PlacementRow.id, PlacementRow.job_id, PlacementRow.part, PlacementRow.cluster_name,
                           PlacementRow.hypernode, PlacementRow.node_usage, PlacementRow.assignments,
                           PlacementRow.exclusive_topology, PlacementRow.created_at,
-                          Job.priority, Job.tenant_id, QueueRow.name.label("queue"), TenantRow.name.label("tenant"))
+                          Job.priority, Job.tenant_id, QueueRow.name.label("queue"), TenantRow.name.label("tenant"),
+                          Job.declared_runtime, Job.runtime_bound)
                    .join(Job, Job.id == PlacementRow.job_id).join(QueueRow, QueueRow.id == Job.queue_id)
                    .join(TenantRow, TenantRow.id == Job.tenant_id))
 
@@ -180,11 +181,14 @@ def _running(row: Any, change: Any, pods_of: Mapping[str, Mapping[str, Mapping[s
     pods: dict[str, int] = {}
     for a in row.assignments:
         pods[a["node"]] = pods.get(a["node"], 0) + a["pods"]
+    started = as_utc(change.started_at or row.created_at).timestamp()
+    runtime = row.declared_runtime or row.runtime_bound  # what backfill trusts: what the job says, not a guess
     return RunningPlacement(
         job_id=str(row.job_id), part=row.part or None, cluster=row.cluster_name, hypernode=row.hypernode,
         node_usage=_held(row.node_usage, pods_of.get(str(row.id), {})), node_pods=pods, tenant=row.tenant,
-        queue=row.queue, priority=row.priority, started_at=as_utc(change.started_at or row.created_at).timestamp(),
-        exclusive_topology=row.exclusive_topology, charged=change.state != "Deleting")
+        queue=row.queue, priority=row.priority, started_at=started,
+        exclusive_topology=row.exclusive_topology, charged=change.state != "Deleting",
+        expected_end=None if runtime is None else started + runtime)
 
 
 def _held(reserved: Mapping[str, Mapping[str, int]], pods: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:

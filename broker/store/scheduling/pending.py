@@ -146,7 +146,7 @@ class PendingJobs:
         Returns the jobs whose earlier placements to read: those just read and those placed before (None: all)."""
         columns = select(Job.id, Job.tenant_id, Job.priority, Job.submitted_at, Job.reason,
                          json_text(Job.waiting_reasons), QueueRow.name, TenantRow.name, json_text(Job.avoid),
-                         Job.requeue_at, json_text(Job.refused)) \
+                         Job.requeue_at, json_text(Job.refused), Job.declared_runtime, Job.runtime_bound) \
             .join(QueueRow, QueueRow.id == Job.queue_id).join(TenantRow, TenantRow.id == Job.tenant_id)
         kept = self.rows
         full = self.fence != fence or self.reads_all(now)
@@ -320,7 +320,8 @@ def _pending_row(row: Any, record: PendingRecord, avoid: Mapping[str, str] | Non
         shared = parts.setdefault(shape, spec.parts)
         if shared is not spec.parts:
             spec = replace(spec, parts=shared)
-    job = PendingJob(job_id, row[7], row[6], row.priority, as_utc(row.submitted_at).timestamp(), spec, shape=shape)
+    job = PendingJob(job_id, row[7], row[6], row.priority, as_utc(row.submitted_at).timestamp(), spec, shape=shape,
+                     runtime=row.declared_runtime or row.runtime_bound)  # backfill trusts what the job says
     return _PendingRow(job, None, record, requeue_at, avoid or None, refused or None)
 
 

@@ -43,7 +43,8 @@ class Deciding:
         changed anything and could be placed nowhere: then it waits for the same reasons (a new leader's first cycle
         over a saturated federation decides each kind of job once, not each job). Not for a job that may take a
         hold, nor one with clusters to avoid or prefer (they read more than its shape)."""
-        if job.shape is None or job.avoided or job.refused or job.previous_clusters or self._may_hold(job):
+        if (job.shape is None or job.avoided or job.refused or job.previous_clusters or self._may_hold(job)
+                or job.runtime is not None and self.holds):  # it may backfill: its runtime counts, not its shape
             return self.decide(job)
         key = (job.shape, job.queue, job.priority)
         if key in self.unplaced:
@@ -54,7 +55,15 @@ class Deciding:
         return outcome
 
     def decide(self, job: PendingJob, explain: bool = False) -> Outcome:
-        """Place the job whole (or every part of it), or leave it waiting with reasons; updates the snapshot."""
+        """Place the job whole (or every part of it), or leave it waiting with reasons; updates the snapshot. Held
+        nodes it is expected to leave before their reservation starts are open to it (`_backfill_open`)."""
+        opened = self._backfill_open(job)
+        try:
+            return self._decide(job, explain)
+        finally:
+            self._backfill_close(opened)
+
+    def _decide(self, job: PendingJob, explain: bool) -> Outcome:
         outcome = Outcome()
         if job.queue not in self.snapshot.queues:
             outcome.waiting = Waiting(job.id, f"queue {job.queue} does not exist", cause="no queue")

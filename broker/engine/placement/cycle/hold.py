@@ -66,9 +66,10 @@ class Holding:
         for amounts in taken.values():
             add_into(free, amounts)
         self._lock(cluster, taken, +1)
-        self.taken.append((cluster, taken))
+        self.taken[job.id] = (cluster, taken)
         hold = Hold(job.id, cluster.name, state.name if state else None, state.tier if state else None,
-                    tuple(sorted(cluster.nodes[i].name for i in positions)), MappingProxyType(free), waiting_for)
+                    tuple(sorted(cluster.nodes[i].name for i in positions)), MappingProxyType(free), waiting_for,
+                    self._expected_free(cluster, positions))
         self.holds[job.id] = hold
         self.held.setdefault(cluster.name, HeldNodes()).add(hold)
         blocked = {h.name for i in positions for h in cluster.node_hypernodes[i]}
@@ -76,9 +77,53 @@ class Holding:
                                    if h.name not in blocked]
         return hold
 
+    def _expected_free(self, cluster: ClusterIndex, positions: list[int]) -> float | None:
+        """When the running work on these nodes is expected to end (`Hold.start`): the last expected end of the
+        placements there. None when one does not say, when pods the broker did not place are there, or pods of copies
+        being deleted (not in `Snapshot.running`), or no work at all: nothing known to wait for."""
+        if any(any(cluster.nodes[i].used.values()) for i in positions):
+            return None
+        names = {cluster.nodes[i].name for i in positions}
+        counted: dict[str, int] = {}
+        ends = []
+        for placements in self.snapshot.running.values():
+            for placement in placements:
+                if placement.cluster != cluster.name or names.isdisjoint(placement.node_pods):
+                    continue
+                if placement.expected_end is None:
+                    return None
+                ends.append(placement.expected_end)
+                for name, pods in placement.node_pods.items():
+                    counted[name] = counted.get(name, 0) + pods
+        if not ends or any(cluster.broker_pods[i] != counted.get(cluster.nodes[i].name, 0) for i in positions):
+            return None
+        return max(ends)
+
+    def _backfill_open(self, job: PendingJob) -> list[str]:
+        """EASY backfill: unlock the holds of others that the job is expected to end before — their start known and
+        no earlier than now plus its runtime — so that it may use their nodes (`_backfill_close` locks them again).
+        A job that says nothing of its runtime backfills nowhere."""
+        if job.runtime is None or not self.holds:
+            return []
+        end = self.snapshot.now + job.runtime
+        opened = [holder for holder, hold in self.holds.items()
+                  if holder != job.id and hold.start is not None and end <= hold.start]
+        for holder in opened:
+            cluster, taken = self.taken[holder]
+            self._lock(cluster, taken, -1)
+        return opened
+
+    def _backfill_close(self, opened: list[str]) -> None:
+        """Lock the opened holds again over what is free on their nodes now (the backfilled job took its part)."""
+        for holder in opened:
+            cluster, taken = self.taken[holder]
+            again = {i: dict(cluster.free[i]) for i in taken}
+            self._lock(cluster, again, +1)
+            self.taken[holder] = (cluster, again)
+
     def release_holds(self) -> None:
         """Give the held nodes back to the snapshot: holds live for one cycle's decisions."""
-        for cluster, taken in self.taken:
+        for cluster, taken in self.taken.values():
             self._lock(cluster, taken, -1)
         self.taken.clear()
         self.held.clear()

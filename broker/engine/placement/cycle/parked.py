@@ -35,8 +35,8 @@ class Parking:
         none of what it asks), and on each cluster where capacity came back it fails the filters or the search on
         HyperNode totals — whole, and each part of a split job — even with all the work there it may preempt gone.
         (Its queue's new work is no reason: it took what was free, and preempting it gives back no more than that.)"""
-        if job.id not in self.parked.jobs or self._may_hold(job):
-            return False
+        if job.id not in self.parked.jobs or self._may_hold(job) or job.runtime is not None and self.parked.held:
+            return False  # (one with a runtime may backfill on nodes held last cycle, as their reservations near)
         if job.shape is None or job.avoided or job.refused:
             return self._stays_inadmissible(job) and not self._concerned(job)
         return self._kind_stays(job)

@@ -45,7 +45,7 @@ class _Cycle(QueueOrder, Parking, Deciding, Preempting, Holding):
         self.holds: dict[str, Hold] = {}  # job id -> the nodes held for it
         self.held: dict[str, HeldNodes] = {}  # cluster -> its holds
         self.open: dict[str, list[HyperNodeState]] = {}  # cluster -> its HyperNodes without a held node
-        self.taken: list[tuple[ClusterIndex, dict[int, dict[str, int]]]] = []  # what holds took, per node
+        self.taken: dict[str, tuple[ClusterIndex, dict[int, dict[str, int]]]] = {}  # holder -> what its hold took
         self.evicted: set[str] = set()
         self.reason_maps: dict[tuple, Mapping[str, str]] = {}  # `_shared`
         self.released: set[str] = set()  # `_released`, as of `released_at` holds
