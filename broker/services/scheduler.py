@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 from typing import Callable, Iterator
 
@@ -28,6 +30,7 @@ from broker.process.settings import Settings
 from broker.services.loop import LoopService
 from broker.store.db.models import utcnow
 from broker.store.db.runtime import Database
+from broker.store.forecast import untrusted_tenants
 from broker.store.scheduling import (CommitOutcome, Inventory, KeptClusters, PendingJobs, commit_cycle, engine_config,
                                      has_pending, read_inventory)
 
@@ -39,6 +42,7 @@ LONG_LIVED_ROWS = 10_000
 # Every this many freezes, the collector also looks through what the earlier ones froze: an hour at the default
 # resync interval.
 FULL_COLLECTION_EVERY = 12
+TRUST_REREAD_S = 60.0  # how often the tenants whose declared runtimes ran over are read again
 
 
 def freeze_long_lived(collect: bool) -> None:
@@ -85,12 +89,17 @@ class SchedulerService(LoopService):
         self.pending = PendingJobs(settings.scheduler_resync_interval, self.pause)
         self.clusters = KeptClusters(settings.scheduler_resync_interval)
         self.freezes = 0  # `freeze_long_lived` calls since its last collection
+        self.trust_read_at = -math.inf  # when the tenants whose declarations ran over were read (`untrusted_tenants`)
 
     def read(self) -> Inventory:
         """This cycle's snapshot, with the pending rows kept since the last one brought up to date."""
         full_reads = self.pending.full_reads
+        now = self.now()
         with self.database.read() as session:
-            inventory = read_inventory(session, now=self.now().timestamp(), pending=self.pending, kept=self.clusters,
+            if now.timestamp() - self.trust_read_at >= TRUST_REREAD_S:
+                self.config = replace(self.config, untrusted_tenants=untrusted_tenants(session, now))
+                self.trust_read_at = now.timestamp()
+            inventory = read_inventory(session, now=now.timestamp(), pending=self.pending, kept=self.clusters,
                                        pause=self.pause)
         if self.pending.full_reads != full_reads and len(self.pending.rows) >= LONG_LIVED_ROWS:
             self.freezes = (self.freezes + 1) % FULL_COLLECTION_EVERY

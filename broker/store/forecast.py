@@ -12,7 +12,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from broker.engine.forecast import Expected, Runtime, expected_runtime, learned, trusted
-from broker.store.db.models import Job, JsonText, Queue
+from broker.store.db.models import Job, JsonText, Queue, Tenant
 from broker.store.db.runtime import Database, write_in_slices
 
 LEARN_FROM_DAYS = 30  # finished jobs older than this teach nothing: the work and the fleet have changed since
@@ -43,6 +43,15 @@ def learn(session: Session, now: datetime) -> Learned:
         if declared is not None:
             declarations.setdefault(tenant_id, []).append((declared, actual))
     return Learned(by_kind, declarations)
+
+
+def untrusted_tenants(session: Session, now: datetime) -> frozenset[str]:
+    """The tenants whose recent declared runtimes ran over too often (`trusted`): the scheduler lets none of their
+    jobs backfill on held nodes."""
+    untrusted = [tenant_id for tenant_id, pairs in learn(session, now).declarations.items() if not trusted(pairs)]
+    if not untrusted:
+        return frozenset()
+    return frozenset(session.scalars(select(Tenant.name).where(Tenant.id.in_(untrusted))))
 
 
 @dataclass(frozen=True, slots=True)

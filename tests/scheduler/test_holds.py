@@ -84,3 +84,29 @@ def test_a_job_that_declares_it_ends_before_the_reservation_backfills_on_held_no
     for reason in reasons.values():
         assert "held for a job that has waited too long from about" in reason
         assert "(a job whose archipelago.io/expected-runtime ends by then may use them)" in reason
+
+
+def test_a_tenant_whose_declarations_ran_over_does_not_backfill(db, setup, settings):
+    """As above, and tenant research's last jobs each declared 10 min and ran an hour: its short job waits too."""
+    from broker.services.scheduler import SchedulerService
+
+    day = 86400.0
+    now = datetime.now(timezone.utc)
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1)
+        r = submit(session, add_queue(session, "running", tenant="vision"), "r")
+        r.declared_runtime = day
+        small = add_queue(session, "small")
+        for i in range(5):  # finished: declared 10 min, ran 1 h
+            done = submit(session, small, f"done-{i}", state="Succeeded")
+            done.declared_runtime, done.started_at = 600.0, now - timedelta(hours=2)
+            done.finished_at = now - timedelta(hours=1)
+    scheduler = SchedulerService(db, settings)
+    assert scheduler.run_once().admitted == [r.id]
+    with setup() as session:
+        big = submit(session, add_queue(session, "big", tenant="vision"), "big", pods=4)
+        big.submitted_at = now - timedelta(hours=1)
+        short = submit(session, session.get(type(small), small.id), "short")
+        short.declared_runtime, short.submitted_at = 600.0, now
+    assert scheduler.run_once().admitted == []
+    assert scheduler.config.untrusted_tenants == {"research"}

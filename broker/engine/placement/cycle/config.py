@@ -27,6 +27,9 @@ class Config:
     # depth): every hold idles nodes, and looking for one costs a pass over every HyperNode
     max_holds: int = 32
     preemption: bool = True  # master switch over the queues' LowerPriority policies
+    # tenants whose declared runtimes ran over too often (`broker.engine.forecast.runtime.trusted`): their jobs do
+    # not backfill on held nodes, whatever they declare
+    untrusted_tenants: frozenset[str] = frozenset()
 
     def __post_init__(self):
         unknown = [n for n in (*self.filters, *self.score_weights) if n not in FILTERS and n not in SCORES]

@@ -102,8 +102,8 @@ class Holding:
     def _backfill_open(self, job: PendingJob) -> list[str]:
         """EASY backfill: unlock the holds of others that the job is expected to end before — their start known and
         no earlier than now plus its runtime — so that it may use their nodes (`_backfill_close` locks them again).
-        A job that says nothing of its runtime backfills nowhere."""
-        if job.runtime is None or not self.holds:
+        A job that says nothing of its runtime backfills nowhere, nor one of a tenant whose declarations ran over."""
+        if job.runtime is None or not self.holds or job.tenant in self.config.untrusted_tenants:
             return []
         end = self.snapshot.now + job.runtime
         opened = [holder for holder, hold in self.holds.items()
