@@ -89,7 +89,10 @@ def expected_words(forecast: Mapping[str, Any] | None, tenant_id: int, tenants_o
         return f"at the next cycle, {where}"
     own = [f"job {job_id}" for job_id in after if tenants_of.get(job_id) == tenant_id]
     others = len(after) - len(own)
-    if others:
+    if len(own) > 3:  # a few by name; a job waiting for a whole HyperNode may wait for dozens
+        own, others = own[:3], others + len(own) - 3
+        own.append(f"{others} more job{'s' if others > 1 else ''}")
+    elif others:
         own.append("a job of another tenant" if others == 1 else f"{others} jobs of other tenants")
     listed = own[0] if len(own) == 1 else ", ".join(own[:-1]) + " and " + own[-1]
     return f"after {listed} {'ends' if len(after) == 1 else 'end'}, {where}"

@@ -70,10 +70,14 @@ def _rjob(name: str, replicas: int, parallelism: int, container: dict) -> dict:
         "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}}}
 
 
-def random_jobset(rng: random.Random, serial: int) -> tuple[str, dict]:
-    """One JobSet of the example shapes, with its tenant."""
+def random_jobset(rng: random.Random, serial: int, speed: float = 20.0) -> tuple[str, dict]:
+    """One JobSet of the example shapes, with its tenant. Three in four declare how long they run, in the broker's
+    time (the simulated minutes at the demo's `speed`): the forecast and backfill read it."""
     shape = rng.choices(["multislice", "driver-workers", "split-eval", "mpi", "cpu-sweep"], [4, 2, 2, 1, 2])[0]
-    annotations = {"sim.archipelago.io/duration": f"{rng.randint(3, 12)}m"}
+    minutes = rng.randint(3, 12)
+    annotations = {"sim.archipelago.io/duration": f"{minutes}m"}
+    if rng.random() < 0.75:
+        annotations["archipelago.io/expected-runtime"] = f"{max(1, round(minutes * 60 / speed))}s"
     labels: dict[str, str] = {}
     if shape == "multislice":
         tenant, namespace, queue = "research", "team-a", rng.choice(["research", "research", "eval"])
@@ -123,7 +127,8 @@ def demo_settings(workdir: Path, admin_token: str, port: int, tls: SelfSigned | 
                     port=port, tls_certfile=tls and tls.certfile, tls_keyfile=tls and tls.keyfile,
                     scheduler_interval=1.0, dispatch_interval=0.5, status_poll_interval=2.0,
                     cluster_sync_interval=5.0, health_probe_interval=2.0, not_ready_grace=6.0,
-                    failover_toleration=30.0, _env_file=None)
+                    failover_toleration=30.0, forecast_interval=5.0,
+                    forecast_default_runtime=30.0, _env_file=None)  # a demo job runs 9-36 s
 
 
 DEMO_MARKER = ".archipelago-demo"
@@ -303,7 +308,7 @@ def run_demo(*, port: int = 8000, sim_port: int = 0, workdir: Path = Path("demo-
                     now = time.monotonic()
                     elapsed = now - started
                     if now >= next_submit:
-                        tenant, manifest = random_jobset(rng, state.submitted)
+                        tenant, manifest = random_jobset(rng, state.submitted, speed)
                         answer = tenants[tenant].post("/api/v1/jobs", json=manifest)
                         if answer.status_code == 201:
                             state.submitted += 1

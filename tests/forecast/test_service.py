@@ -59,3 +59,14 @@ def test_a_job_no_longer_waiting_loses_its_forecast_and_one_no_cluster_takes_nev
     with db.sessions() as session:
         [summary] = jobs_out(session, [session.get(Job, too_big.id)])
     assert summary.expected is None  # a job that no longer waits shows no forecast
+
+
+def test_the_words_name_a_few_jobs_of_its_own_and_never_another_tenants():
+    from api.views import expected_words
+
+    forecast = {"start": "2026-12-07T14:20:00Z", "cluster": "eu", "hypernode": "leaf-1", "after": ["1", "2"]}
+    assert expected_words(forecast, 7, {1: 7, 2: 8}) == "after job 1 and a job of another tenant end, on eu, HyperNode leaf-1"
+    many = {**forecast, "after": [str(i) for i in range(1, 8)]}
+    assert expected_words(many, 7, {i: 7 for i in range(1, 6)} | {6: 8, 7: 8}) == \
+        "after job 1, job 2, job 3 and 4 more jobs end, on eu, HyperNode leaf-1"
+    assert expected_words({**forecast, "after": []}, 7, {}) == "at the next cycle, on eu, HyperNode leaf-1"
