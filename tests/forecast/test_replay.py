@@ -37,6 +37,9 @@ def workload(rnd: random.Random):
                 job_id=f"j{i}")
         pending.append(replace(p, shape=shape_of(p.spec)))
     runtimes = {p.id: float(rnd.randrange(60, 7200, 60)) for p in pending}
+    if rnd.random() < 0.5:  # they declare them: those that end before a hold's start backfill on its nodes
+        work = [replace(r, expected_end=ends[r.job_id]) for r in work]
+        pending = [replace(p, runtime=runtimes[p.id]) for p in pending]
     return clusters, queues, work, ends, pending, runtimes
 
 
@@ -51,8 +54,9 @@ def replayed(clusters, queues, work, ends, pending, runtimes) -> dict[str, float
         result = schedule(snapshot, waiting)
         for placement in result.placements:
             j = next(j for j in waiting if j.id == placement.job_id)
-            live.setdefault(j.id, []).append(placement.as_running(tenant=j.tenant, queue=j.queue, priority=j.priority,
-                                                                  started_at=now))
+            live.setdefault(j.id, []).append(placement.as_running(
+                tenant=j.tenant, queue=j.queue, priority=j.priority, started_at=now,
+                expected_end=None if j.runtime is None else now + runtimes[j.id]))
         for job_id in {p.job_id for p in result.placements}:
             starts[job_id] = now
             heapq.heappush(events, (now + runtimes[job_id], job_id))
@@ -68,6 +72,7 @@ def replayed(clusters, queues, work, ends, pending, runtimes) -> dict[str, float
 @pytest.mark.parametrize("seed", range(40))
 def test_with_exact_runtimes_the_forecast_is_the_replay(seed):
     clusters, queues, work, ends, pending, runtimes = workload(random.Random(seed))
+    assert any(r.expected_end for r in work) == any(p.runtime for p in pending)
     expected = forecast(Snapshot(clusters, queues, (), work, NOW), pending, work, ends, runtimes, limits=EXACT)
     assert {j: e.start for j, e in expected.items() if e.start is not None} == \
         replayed(clusters, queues, work, ends, pending, runtimes)

@@ -88,6 +88,8 @@ def forecast(snapshot: Snapshot, pending: Iterable[PendingJob], running: Iterabl
                      for p in placements]
             heapq.heappush(events, (end, len(groups)))
             groups.append(parts)
+            # running from now on, as the next cycle's snapshot would list it: holds read its end (`Hold.start`)
+            snapshot.running.setdefault(job_id, []).extend(parts)
         waiting = [job for job in waiting if job.id not in started]
         if not waiting or not events or events[0][0] > now + limits.horizon_s or out_of_time():
             break
