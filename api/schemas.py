@@ -117,6 +117,8 @@ class QueueOut(BaseModel):
     pending: int
     running: int
     oldest_pending_at: datetime | None
+    next_expected_start: datetime | None = Field(None, description="the earliest expected start of its waiting jobs "
+                                                                   "(the forecast); null: none forecast")
     fair_share: float = Field(description="the share of the federation its weight entitles it to, among the "
                                           "queues that have work")
     dominant_share: float = Field(description="its largest share of any resource it uses, 0..1")

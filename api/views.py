@@ -70,7 +70,8 @@ def queue_out(queue: Queue, stats: QueueStats, fair_share: float, dominant_share
         else humanised(queue.borrowing_limit), preemption_policy=queue.preemption_policy,
         reclaim_within_cohort=queue.reclaim_within_cohort, default_runtime=queue.default_runtime,
         default=queue.is_default, usage=humanised(stats.usage), lent=humanised(lent), pending=stats.pending, running=stats.running,
-        oldest_pending_at=stats.oldest_pending_at, fair_share=round(fair_share, 4),
+        oldest_pending_at=stats.oldest_pending_at, next_expected_start=stats.next_expected_start,
+        fair_share=round(fair_share, 4),
         dominant_share=round(dominant_share, 4))
 
 

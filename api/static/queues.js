@@ -118,6 +118,10 @@
                        "its running jobs end" }, "at quota") : null] },
           { key: "running", label: "Admitted / running", numeric: true, cell: (q) => h("span", { "data-testid": "running" }, q.running) },
           { key: "oldest", label: "Oldest wait", cell: (q) => h("span", { "data-testid": "oldest-wait" }, AP.age(q.oldest_pending_at)) },
+          { key: "next", label: "Next start", cell: (q) => q.next_expected_start
+              ? h("time", { datetime: q.next_expected_start, "data-testid": "next-start",
+                            title: "the earliest expected start of its waiting jobs (the forecast)" }, AP.clock(q.next_expected_start))
+              : "—" },
           { key: "chart", label: "Last hour", cell: (q) => chart(series[q.name], q) },
         ] }))),
       h("p", { class: "muted legend" }, h("span", { class: "swatch spark-pending-swatch", "aria-hidden": "true" }), " pending depth  ",

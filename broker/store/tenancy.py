@@ -320,11 +320,12 @@ class QueueStats:
     pending: int
     running: int
     oldest_pending_at: datetime | None
+    next_expected_start: str | None = None  # the earliest forecast start of its waiting jobs (ISO 8601, UTC)
 
 
 def queue_stats(session: Session, queue_ids: list[int]) -> dict[int, QueueStats]:
-    """Usage (live placements not given up: one being deleted is not charged), pending depth and oldest
-    wait per queue, in two queries."""
+    """Usage (live placements not given up: one being deleted is not charged), pending depth, oldest wait and the
+    next expected start (the forecast's) per queue, in three queries."""
     usage: dict[int, dict[str, int]] = {q: {} for q in queue_ids}
     rows = session.execute(select(Job.queue_id, Placement.resources).join(Placement, Placement.job_id == Job.id)
                            .where(Job.queue_id.in_(queue_ids), Placement.state.in_(PLACEMENT_ACTIVE_STATES)))
@@ -340,7 +341,9 @@ def queue_stats(session: Session, queue_ids: list[int]) -> dict[int, QueueStats]
             counts[queue_id][2] = oldest
         else:
             counts[queue_id][1] += count
-    return {q: QueueStats(usage[q], counts[q][0], counts[q][1], counts[q][2]) for q in queue_ids}
+    starts = dict(session.execute(select(Job.queue_id, func.min(Job.forecast["start"].as_string()))
+                                  .where(Job.queue_id.in_(queue_ids), Job.state == "Queued").group_by(Job.queue_id)).all())
+    return {q: QueueStats(usage[q], counts[q][0], counts[q][1], counts[q][2], starts.get(q)) for q in queue_ids}
 
 
 # Tokens ----------------------------------------------------------------------------------------

@@ -439,3 +439,15 @@ def test_a_waiting_job_shows_when_it_is_expected_to_start(page, federation):
     expect(expected).to_contain_text(f"expected to run {'1h 0m'}: {detail['forecast']['runtime_source']}")
     if detail["expected_start"]:
         expect(expected.locator("time")).to_have_attribute("datetime", detail["expected_start"])
+
+
+def test_a_queue_shows_the_next_expected_start_of_its_waiting_jobs(page, federation):
+    federation.forecast.run_once()
+    queues = [q for q in federation.get("/queues") if q["next_expected_start"]]
+    assert queues, "some queue's waiting job has a forecast start"
+    starts = [j["expected_start"] for j in federation.get("/jobs", state="Queued", queue=queues[0]["name"])["items"]
+              if j["expected_start"]]
+    assert queues[0]["next_expected_start"] == min(starts)
+    page.goto(federation.url + "/queues")
+    row = page.locator(f'[data-tenant="{queues[0]["tenant"]}"]').locator(f'tr[data-row="{queues[0]["name"]}"]')
+    expect(row.get_by_test_id("next-start")).to_have_attribute("datetime", queues[0]["next_expected_start"])

@@ -70,3 +70,23 @@ def test_the_words_name_a_few_jobs_of_its_own_and_never_another_tenants():
     assert expected_words(many, 7, {i: 7 for i in range(1, 6)} | {6: 8, 7: 8}) == \
         "after job 1, job 2, job 3 and 4 more jobs end, on eu, HyperNode leaf-1"
     assert expected_words({**forecast, "after": []}, 7, {}) == "at the next cycle, on eu, HyperNode leaf-1"
+
+
+def test_a_queue_says_the_next_expected_start_of_its_waiting_jobs(db, setup, scheduler, settings):
+    from broker.store.tenancy import queue_stats
+
+    with setup() as session:
+        add_cluster(session, "eu-west", leaves=1)
+        queue = add_queue(session)
+        first = submit(session, queue, "first", pods=4)
+        first.declared_runtime = 7200.0
+    scheduler.run_once()
+    with setup() as session:
+        submit(session, session.get(type(queue), queue.id), "second", pods=4)
+        submit(session, session.get(type(queue), queue.id), "third", pods=4)
+    scheduler.run_once()
+    ForecastService(db, settings).run_once()
+    with db.sessions() as session:
+        starts = [j.forecast["start"] for j in session.query(Job).filter(Job.state == "Queued")]
+        assert len(set(starts)) == 2  # one after the other
+        assert queue_stats(session, [queue.id])[queue.id].next_expected_start == min(starts)
