@@ -18,6 +18,7 @@ from api.kube.resource import API_VERSION, KIND
 from api.views import jobs_out
 from broker.store.db.models import JOB_FINISHED_STATES, Event, Job, as_utc, utcnow
 from broker.store.jobs import BROKER_PREFIX
+from clusters.rules.times import rfc3339
 
 BROKER_MANAGER = "archipelago"  # the field manager of every field a JobSet was submitted with
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -33,10 +34,6 @@ TABLE_COLUMNS = [("Name", "string", "name", "the JobSet's name"), ("Queue", "str
                  ("HyperNodes", "string", "", "the HyperNodes it was placed in"),
                  ("Expected Start", "string", "", "a waiting job's forecast start (UTC), or never"),
                  ("Age", "string", "", "since it was submitted")]
-
-
-def rfc3339(moment: datetime) -> str:
-    return as_utc(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def uid_of(job_id: int) -> str:

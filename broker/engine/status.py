@@ -15,10 +15,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Collection, Iterable, Mapping
 
 from broker.engine.jobset import MAX_RESTARTS_ANNOTATION
+from clusters.rules.times import rfc3339
 
 COUNTS = ("ready", "active", "succeeded", "failed", "suspended")
 LIVE_COUNTS = ("ready", "active", "suspended")  # what a part whose copy went without a verdict shows no more of
@@ -57,7 +58,7 @@ def _observed(conditions: list[dict[str, Any]], before: Iterable[Mapping[str, An
     the broker's clock. A member's `lastTransitionTime` is its own clock's — skewed on one, running fast on a
     simulated one — and a dashboard that shows times beside the broker's own events needs one clock."""
     kept = {(c.get("type"), c.get("status"), c.get("lastTransitionTime")): c.get("observedTime") for c in before}
-    stamp = now and now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = now and rfc3339(now)
     for condition in conditions:
         observed = kept.get((condition.get("type"), condition.get("status"), condition.get("lastTransitionTime")))
         if observed or stamp:

@@ -16,7 +16,7 @@ from broker.services.loop import LoopService
 from broker.store.db.models import utcnow
 from broker.store.db.runtime import Database
 from broker.store.forecast import learn, queue_defaults, runtime_facts, runtimes, write_forecasts
-from broker.store.scheduling import engine_config, read_inventory
+from broker.store.scheduling import KeptClusters, PendingJobs, engine_config, read_inventory
 
 log = logging.getLogger("archipelago.forecast")
 
@@ -37,24 +37,25 @@ class ForecastService(LoopService):
         self.config = engine_config(settings)
         self.limits = Limits(horizon_s=settings.forecast_horizon, window=settings.forecast_window)
         self.forecast_ids: set[str] = set()  # the jobs whose forecast this loop wrote last: cleared once out of it
+        # kept between runs as the scheduler keeps them: a run reads what changed, and parses no manifest twice
+        self.pending = PendingJobs(settings.scheduler_resync_interval)
+        self.clusters = KeptClusters(settings.scheduler_resync_interval)
 
     def run_once(self) -> ForecastOutcome:
         now = self.now()
         with self.database.read() as session:
-            inventory = read_inventory(session, now=now.timestamp())
+            inventory = read_inventory(session, now=now.timestamp(), pending=self.pending, kept=self.clusters)
             running = list(inventory.inputs[3].values())
             pending = list(inventory.pending)
             facts = runtime_facts(session, [int(j.id) for j in pending] + [int(p.job_id) for p in running])
             taught, defaults = learn(session, now), queue_defaults(session)
         expected_runtimes = runtimes(facts, taught, defaults, self.settings.forecast_default_runtime)
-        ends = {}
+        started: dict[str, float] = {}  # a running job's start: its first part's
         for placement in running:
-            runtime = expected_runtimes.get(placement.job_id)
-            if placement.charged and runtime is not None:
-                start = min(ends.get(placement.job_id, (placement.started_at,))[0], placement.started_at)
-                ends[placement.job_id] = (start, runtime.seconds)
-        now_s = inventory.snapshot.now
-        ends = {job_id: expected_end(start, seconds, now_s) for job_id, (start, seconds) in ends.items()}
+            if placement.charged:
+                started[placement.job_id] = min(started.get(placement.job_id, placement.started_at), placement.started_at)
+        ends = {job_id: expected_end(start, expected_runtimes[job_id].seconds, inventory.snapshot.now)
+                for job_id, start in started.items()}
         began = time.perf_counter()
         budget = began + self.settings.forecast_budget
         expected = forecast(inventory.snapshot, pending, running, ends,

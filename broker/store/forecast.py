@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, null, select, update
 from sqlalchemy.orm import Session
 
 from broker.engine.forecast import Expected, Runtime, expected_runtime, learned, trusted
 from broker.store.db.models import Job, JsonText, Queue, Tenant
 from broker.store.db.runtime import Database, write_in_slices
+from clusters.rules.times import rfc3339
 
 LEARN_FROM_DAYS = 30  # finished jobs older than this teach nothing: the work and the fleet have changed since
 LEARN_FROM_JOBS = 5_000  # the most recent finished jobs read per pass
@@ -29,11 +30,14 @@ class Learned:
     declarations: Mapping[int, list[tuple[float, float]]]
 
 
-def learn(session: Session, now: datetime) -> Learned:
+def learn(session: Session, now: datetime, *, declared_only: bool = False) -> Learned:
+    """`declared_only`: the tenants' declarations alone (what trust reads), not the placement records' texts."""
     rows = session.execute(
-        select(Job.queue_id, Job.tenant_id, Job.placement_spec, Job.started_at, Job.finished_at, Job.declared_runtime)
+        select(Job.queue_id, Job.tenant_id, null() if declared_only else Job.placement_spec, Job.started_at,
+               Job.finished_at, Job.declared_runtime)
         .where(Job.state == "Succeeded", Job.started_at.is_not(None), Job.finished_at.is_not(None),
-               Job.finished_at >= now - timedelta(days=LEARN_FROM_DAYS))
+               Job.finished_at >= now - timedelta(days=LEARN_FROM_DAYS),
+               *([Job.declared_runtime.is_not(None)] if declared_only else []))
         .order_by(Job.finished_at.desc()).limit(LEARN_FROM_JOBS))
     by_kind: dict[tuple[int, str | None], list[float]] = {}
     declarations: dict[int, list[tuple[float, float]]] = {}
@@ -48,7 +52,8 @@ def learn(session: Session, now: datetime) -> Learned:
 def untrusted_tenants(session: Session, now: datetime) -> frozenset[str]:
     """The tenants whose recent declared runtimes ran over too often (`trusted`): the scheduler lets none of their
     jobs backfill on held nodes."""
-    untrusted = [tenant_id for tenant_id, pairs in learn(session, now).declarations.items() if not trusted(pairs)]
+    untrusted = [tenant_id for tenant_id, pairs in learn(session, now, declared_only=True).declarations.items()
+                 if not trusted(pairs)]
     if not untrusted:
         return frozenset()
     return frozenset(session.scalars(select(Tenant.name).where(Tenant.id.in_(untrusted))))
@@ -63,7 +68,6 @@ class RuntimeFacts:
     record: str | None
     declared: float | None
     bound: float | None
-    started_at: datetime | None
 
 
 def runtime_facts(session: Session, job_ids: Iterable[int]) -> dict[str, RuntimeFacts]:
@@ -71,10 +75,10 @@ def runtime_facts(session: Session, job_ids: Iterable[int]) -> dict[str, Runtime
     facts: dict[str, RuntimeFacts] = {}
     for start in range(0, len(ids), 10_000):  # bound the IN list
         for row in session.execute(select(Job.id, Job.tenant_id, Job.queue_id, Job.placement_spec,
-                                          Job.declared_runtime, Job.runtime_bound, Job.started_at)
+                                          Job.declared_runtime, Job.runtime_bound)
                                    .where(Job.id.in_(ids[start:start + 10_000]))):
             facts[str(row.id)] = RuntimeFacts(row.tenant_id, row.queue_id, row.placement_spec,
-                                              row.declared_runtime, row.runtime_bound, row.started_at)
+                                              row.declared_runtime, row.runtime_bound)
     return facts
 
 
@@ -116,17 +120,14 @@ def write_forecasts(database: Database, expected: Mapping[str, Expected], runtim
 
 
 def _stored(e: Expected, runtime: Runtime | None, now: datetime) -> dict[str, Any]:
-    stored: dict[str, Any] = {"at": _iso(now.timestamp())}
+    stored: dict[str, Any] = {"at": rfc3339(now)}
     if e.start is not None:
-        stored |= {"start": _iso(e.start), "cluster": e.cluster, "hypernode": e.hypernode, "after": list(e.after)}
+        stored |= {"start": rfc3339(e.start), "cluster": e.cluster, "hypernode": e.hypernode, "after": list(e.after)}
     elif e.never:
         stored["never"] = True
     else:
-        stored["later_than"] = _iso(e.later_than)
+        stored["later_than"] = rfc3339(e.later_than)
     if runtime is not None:
         stored |= {"runtime": runtime.seconds, "runtime_source": runtime.source}
     return stored
 
-
-def _iso(seconds: float | None) -> str | None:
-    return None if seconds is None else datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

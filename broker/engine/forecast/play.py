@@ -71,8 +71,8 @@ def forecast(snapshot: Snapshot, pending: Iterable[PendingJob], running: Iterabl
     heapq.heapify(events)
     ended: tuple[RunningPlacement, ...] = ()
     for _ in range(limits.steps):
-        # every waiting job decided again at each step, without the scheduler's parking: played forward with it, a
-        # replay's starts came out a quarter of the wait off (bench/forecast_replay.py), without it a tenth
+        # every waiting job decided again at each step, as by a fresh scheduler: the parking's reasoning (only a change
+        # it saw can make a parked job fit) is the scheduler's between its own cycles, not a play forward's
         cycle = schedule(snapshot, Backlog.of(waiting), config)
         started = _started(cycle.placements)
         jobs = {job.id: job for job in waiting}
@@ -131,7 +131,6 @@ def _pop_until(events: list[tuple[float, int]], until: float) -> tuple[float, li
         last, group = heapq.heappop(events)
         gone.append(group)
     return last, gone
-
 
 
 def _after(cluster: str, ended: tuple[RunningPlacement, ...]) -> tuple[str, ...]:
