@@ -31,6 +31,7 @@ from broker.process.metrics import exposition
 from broker.process.settings import Settings, get_settings
 from broker.services import replica, serving_heap
 from broker.store.capacity import CapacityCache
+from broker.store.fleet_forecast import FleetForecast
 from broker.store.db.runtime import Database, open_database
 
 log = logging.getLogger("archipelago.api")
@@ -144,6 +145,7 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
     app.add_middleware(RequestsInFlight)
     app.state.settings = settings
     app.state.capacity = CapacityCache(lambda: app.state.db.read())
+    app.state.fleet_forecast = FleetForecast(settings)  # a dry run's "would start about 14:20"
     install_problem_handlers(app)
 
     app.mount("/docs/static", StaticFiles(directory=swagger_ui_path), name="swagger-ui")

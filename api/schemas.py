@@ -275,3 +275,6 @@ class DryRunOut(BaseModel):
     clusters: list[DryRunCluster]
     reason: str | None
     waiting_reasons: dict[str, str]
+    expected_start: datetime | None = Field(None, description="when it would start, submitted now (the forecast); "
+                                                               "null: it fits now, or not within the forecast")
+    expected: str | None = Field(None, description="the forecast in words: when, where, after what")

@@ -41,9 +41,14 @@ def jobs_out(session: Session, jobs: list[Job]) -> list[schemas.JobOut]:
     tenants = dict(session.execute(select(Tenant.id, Tenant.name).where(Tenant.id.in_(tenant_ids))).all())
     queues = dict(session.execute(select(Queue.id, Queue.name).where(Queue.id.in_(queue_ids))).all())
     clusters = job_service.clusters_of(session, [j.id for j in jobs])
-    after = {int(i) for j in jobs if j.state == "Queued" for i in (j.forecast or {}).get("after") or ()}
-    tenants_of = dict(session.execute(select(Job.id, Job.tenant_id).where(Job.id.in_(after))).all()) if after else {}
+    tenants_of = waited_for(session, [j.forecast for j in jobs if j.state == "Queued"])
     return [job_out(j, tenants[j.tenant_id], queues[j.queue_id], clusters.get(j.id, []), tenants_of) for j in jobs]
+
+
+def waited_for(session: Session, forecasts: list[Mapping[str, Any] | None]) -> dict[int, int]:
+    """The tenant of each job these forecasts wait for (`expected_words`)."""
+    after = {int(i) for forecast in forecasts for i in (forecast or {}).get("after") or ()}
+    return dict(session.execute(select(Job.id, Job.tenant_id).where(Job.id.in_(after))).all()) if after else {}
 
 
 def placement_out(placement: Placement) -> schemas.PlacementOut:

@@ -8,10 +8,11 @@ an end): at each, `schedule` over the jobs waiting, as the scheduler would; the 
 true runtime later. Forty times along, `forecast` is asked of every waiting job, and its answer is checked against
 when the job did start: the error as a share of the wait that was left, for jobs that had just arrived (their first
 tenth of the wait) and for those halfway. What the play forward itself misses: the same with runtimes declared
-exactly, asked only once every job has arrived. The declared trace is replayed with backfill and without: the fleet's
-utilisation and the longest wait of the jobs of 64 GPUs or more.
+exactly, asked only once every job has arrived. The declared trace is replayed with backfill and without, for three
+seeds (one replay is one draw of arrivals: its longest wait is noisy): the fleet's utilisation and the wait of the
+jobs of 64 GPUs or more.
 
-    .venv/bin/python bench/forecast_replay.py [--jobs 1500]
+    .venv/bin/python bench/forecast_replay.py [--jobs 1500] [--seed 11] [--seeds 3]
 
 The last line is one JSON object. The engine alone: members, the database and HTTP are not in it.
 """
@@ -166,6 +167,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1500)
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--seeds", type=int, default=3, help="traces replayed with backfill and without")
     args = parser.parse_args()
     declared = trace(args.jobs, args.seed, 1.0)
     mixed = trace(args.jobs, args.seed, 2 / 3)
@@ -174,6 +176,10 @@ def main() -> None:
                "declared": replay(declared, backfill=True, sample=True),
                "declared_without_backfill": replay(declared, backfill=False, sample=False),
                "mixed": replay(mixed, backfill=True, sample=True)}
+    for seed in range(args.seed + 1, args.seed + args.seeds):
+        other = trace(args.jobs, seed, 1.0)
+        results[f"declared_seed_{seed}"] = replay(other, backfill=True, sample=False)
+        results[f"declared_seed_{seed}_without_backfill"] = replay(other, backfill=False, sample=False)
     for name, r in results.items():
         e = r["errors"] or {}
         print(f"{name:28} utilisation {r['utilisation']:.1%}, 64+ GPU jobs' wait: longest "

@@ -12,7 +12,7 @@ from api import schemas
 from api.deps import CredentialsDep, DatabaseDep, PrincipalDep, SessionDep, SettingsDep, submitter_of
 from api.problems import Problem
 from api.schemas import problems
-from api.views import event_out, humanised, job_out, jobs_out, placement_out
+from api.views import event_out, expected_words, humanised, job_out, jobs_out, placement_out, waited_for
 from broker.engine.jobset import JobSetError
 from broker.engine.overrides import rules_for
 from broker.store import jobs as job_service
@@ -20,7 +20,8 @@ from broker.store.cluster_overrides import cluster_labels, preview, stored_rules
 from broker.store.db.models import Job, as_utc, utcnow
 from broker.store.errors import Invalid, NotFound
 from broker.store.retention import history_from
-from broker.store.scheduling import RULE_WORDS, dry_run_manifest, engine_config
+from broker.store.forecast import stored_forecast
+from broker.store.scheduling import RULE_WORDS, dry_run_manifest, engine_config, probe
 from broker.store.tenancy import Principal, Submitter, submitter_named
 from clusters.rules.documents import DocumentError, load_json, load_yaml_all
 
@@ -125,13 +126,21 @@ def dry_run(request: Request, session: SessionDep, credentials: CredentialsDep, 
     _, chosen, namespace, _ = job_service.validate_submission(owner, manifests[0], "", queue, settings,
                                                               request.app.state.capacity.get(session), engine_config(settings))
     manifest = job_service.with_queue_label(manifests[0], chosen.name)
+    now = utcnow()
     try:
         with request.app.state.db.read() as snapshot_session:  # its own consistent read
-            answer = dry_run_manifest(snapshot_session, manifest, owner.name, settings,
+            answer = dry_run_manifest(snapshot_session, manifest, owner.name, settings, now=now.timestamp(),
                                       as_tenant=not principal.is_admin)
             rules, labels = stored_rules(snapshot_session), cluster_labels(snapshot_session)
+            also = None if answer.placements else probe(snapshot_session, manifest, owner.name, settings,
+                                                         now.timestamp())
     except JobSetError as exc:
         raise Invalid(exc.path, exc.message) from None
+    forecast = None
+    if also is not None:  # when would it start: the fleet played forward with it submitted now
+        played = request.app.state.fleet_forecast.play(request.app.state.db, now, also)
+        if also[0].id in played.expected:
+            forecast = stored_forecast(played.expected[also[0].id], played.runtimes.get(also[0].id), now)
     waiting = answer.waiting
     previews = [preview(rules, labels.get(p.cluster, {}), manifest, namespace=namespace, cluster=p.cluster,
                         part=p.part or "", pod_security=owner.pod_security) for p in answer.placements]
@@ -149,7 +158,9 @@ def dry_run(request: Request, session: SessionDep, credentials: CredentialsDep, 
                                         overrides=[r.name for r in rules_for(rules, v.cluster, labels.get(v.cluster, {}))])
                   for v in answer.clusters],
         reason=waiting.message if waiting else None,
-        waiting_reasons=dict(waiting.clusters) if waiting else {})
+        waiting_reasons=dict(waiting.clusters) if waiting else {},
+        expected_start=(forecast or {}).get("start"),
+        expected=expected_words(forecast, also[1].tenant_id, waited_for(session, [forecast])) if also else None)
 
 
 @router.get("/jobs", tags=["jobs"], response_model=schemas.JobPage, responses=problems(401, 422))

@@ -81,9 +81,17 @@ def submit(files: list[Path] = typer.Argument(..., help="JobSet YAML or JSON fil
                 typer.echo(f"{path}: would wait: {answer['reason']}")
                 for cluster, reason in sorted(answer["waiting_reasons"].items()):
                     typer.echo(f"  {cluster}: {reason}")
+                echo_expected(answer)
             continue
         answer = calling(lambda: api.post("/api/v1/jobs", content=content, headers=headers, params=params))
         emit(answer["items"], output, JOB_COLUMNS)
+
+
+def echo_expected(job: dict) -> None:
+    """The forecast's line of a waiting job, or of a dry run's JobSet that would wait."""
+    if job.get("expected"):
+        typer.echo(f"expected start: {estimated_start(job)}: {job['expected']}" if job.get("expected_start")
+                   else f"expected start: {job['expected']}")
 
 
 @jobs_app.command("list")
@@ -131,9 +139,7 @@ def jobs_get(ref: str = JobArgument, output: Output = OutputOption, server: Opti
         typer.echo(f"position: {job['position']} in queue {job['queue']} (by priority, then submission)")
     if job["reason"]:
         typer.echo(f"reason: {job['reason']}")
-    if job.get("expected"):
-        typer.echo(f"expected start: {estimated_start(job)}: {job['expected']}" if job.get("expected_start")
-                   else f"expected start: {job['expected']}")
+    echo_expected(job)
     if job["placements"]:
         emit(job["placements"], output, [*PLACEMENT_COLUMNS, ("STATE", lambda p: p["state"]),
                                          ("GENERATION", lambda p: p["generation"])], title="placements")

@@ -107,7 +107,7 @@ def write_forecasts(database: Database, expected: Mapping[str, Expected], runtim
                     cleared: Iterable[str] = ()) -> int:
     """Store each waiting job's forecast (and clear those of `cleared`: no longer forecast), a slice of jobs per
     transaction, the jobs still Queued only; returns how many were written."""
-    rows = [{"job_id": int(job_id), "value": json.dumps(_stored(e, runtimes_.get(job_id), now))}
+    rows = [{"job_id": int(job_id), "value": json.dumps(stored_forecast(e, runtimes_.get(job_id), now))}
             for job_id, e in expected.items()]
     rows += [{"job_id": int(job_id), "value": None} for job_id in cleared if job_id not in expected]
     rows.sort(key=lambda row: row["job_id"])
@@ -119,7 +119,8 @@ def write_forecasts(database: Database, expected: Mapping[str, Expected], runtim
     return len(rows)
 
 
-def _stored(e: Expected, runtime: Runtime | None, now: datetime) -> dict[str, Any]:
+def stored_forecast(e: Expected, runtime: Runtime | None, now: datetime) -> dict[str, Any]:
+    """A forecast as `jobs.forecast` keeps it and the API reads it (`api.views.expected_words`)."""
     stored: dict[str, Any] = {"at": rfc3339(now)}
     if e.start is not None:
         stored |= {"start": rfc3339(e.start), "cluster": e.cluster, "hypernode": e.hypernode, "after": list(e.after)}

@@ -184,6 +184,7 @@ def test_dry_run_prints_where_or_why(server, admin, db, settings, tmp_path):
     assert waits.exit_code == 0, waits.output
     assert f"{too_big}: would wait: no cluster can take it now" in waits.output
     assert "eu-west: needs 32 GPUs in one tier-1 HyperNode; the largest free one has 24" in waits.output
+    assert "expected start: never, as the fleet is now" in waits.output  # the foreign pods have no end
     as_json = json.loads(run("submit", str(fits), "--dry-run", "-o", "json", env=env).output)
     assert as_json["fits"] is True and as_json["placements"][0]["cluster"] == "eu-west"
     assert json.loads(run("jobs", "list", "-o", "json", env=env).output) == []  # nothing was submitted

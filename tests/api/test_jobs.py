@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import timedelta
 
 import pytest
 import yaml
@@ -16,6 +17,7 @@ from broker.engine.placement import shape_of
 from broker.store.db.crypto import KubeconfigCipher
 from broker.store.db.models import Cluster, Event, Job, Node, Queue
 from clusters.rules.quantity import to_milli
+from clusters.rules.times import rfc3339
 from tests.api.conftest import add_cluster_with_leaves, make_tenant
 from tests.api.jobsets import jobset, with_change
 from tests.examples import example, jobset_examples
@@ -384,12 +386,34 @@ def test_dry_run_says_where_a_job_would_go_and_writes_nothing(research, db, sett
     assert waits["waiting_reasons"]["eu-west"] == ("needs 32 GPUs in one tier-1 HyperNode; "
                                                    "the largest free one has 24")
     assert "region=eu" in waits["waiting_reasons"]["us-east"]
+    assert waits["expected"].startswith("never, as the fleet is now") and waits["expected_start"] is None
     never = research.post("/api/v1/jobs:dry-run", json=jobset("huge", replicas=5, gpus=8, annotations=eu_only))
     assert never.status_code == 422, "a dry run answers as the submission would"
     assert set(never.json()["clusters"]) == {"eu-west", "us-east"}
     assert research.get("/api/v1/jobs").json()["items"] == []
     invalid = research.post("/api/v1/jobs:dry-run", json=with_change(jobset("x"), "kind", "Job"))
     assert invalid.status_code == 422
+
+
+def test_a_dry_run_that_would_wait_says_when_it_would_start(research, db, settings):
+    """Issue #46: one leaf, taken by a gang declared to run 2 h; the same gang, dry run, would start when it ends —
+    "would start about T on C", as `squeue --start` says of a job submitted now."""
+    from broker.services.scheduler import SchedulerService
+    from broker.store.db.models import Placement
+
+    with db.sessions() as session, session.begin():
+        add_cluster_with_leaves(session, KubeconfigCipher(settings.fernet_key()), "eu-west", 1, {"region": "eu"})
+    hard = {"archipelago.io/network-topology-mode": "hard", "archipelago.io/highest-tier-allowed": "1"}
+    first = submit(research, jobset("first", replicas=4, annotations={**hard, "archipelago.io/expected-runtime": "2h"}))
+    first_id = first.json()["items"][0]["id"]
+    SchedulerService(db, settings).run_once()
+    with db.sessions() as session:
+        started = session.query(Placement).filter(Placement.job_id == first_id).one().created_at
+    answer = research.post("/api/v1/jobs:dry-run", json=jobset("second", replicas=4, annotations=hard)).json()
+    assert answer["fits"] is False
+    assert answer["expected"] == f"after job {first_id} ends, on eu-west, HyperNode leaf-0"
+    assert answer["expected_start"] == rfc3339(started + timedelta(hours=2))
+    assert [j["name"] for j in research.get("/api/v1/jobs").json()["items"]] == ["first"]  # nothing submitted
 
 
 def test_a_job_waiting_again_lists_no_cluster_its_old_placement_is_leaving(research, db):

@@ -9,7 +9,7 @@ from dataclasses import replace
 from broker.engine.forecast import Limits, forecast
 from broker.engine.placement import Config, schedule
 
-from tests.placement.fixtures import cluster, fabric, job, queue, running, snapshot
+from tests.placement.fixtures import cluster, fabric, hard, job, queue, running, snapshot
 
 NOW = 10_000.0
 EXACT = Limits(resolution_s=1.0, relative_resolution=0.0)
@@ -64,3 +64,48 @@ def test_the_starving_job_starts_no_later_with_backfill():
                           [starving, short], work, ends, runtimes, Config(), EXACT)
     assert declared[starving.id].start == undeclared[starving.id].start == NOW + 1000
     assert declared[short.id].start == NOW and undeclared[short.id].start == NOW + 6000
+
+
+def two_leaves():
+    """leaf-0 runs one node's work to NOW + 5000; leaf-1 two nodes' work to NOW + 1000. A gang of four 8-GPU pods
+    within one leaf has waited past starvation_after: leaf-0 has the least work, leaf-1 frees first."""
+    eu = cluster("eu", fabric(leaves=2, nodes_per_leaf=4))
+    work = [replace(running("late", "eu", [eu.nodes[0].name]), expected_end=NOW + 5000),
+            replace(running("soon", "eu", [eu.nodes[4].name, eu.nodes[5].name]), expected_end=NOW + 1000)]
+    return eu, work, job("big", gpus=8, pods=4, annotations=hard(1), submitted_at=0.0)
+
+
+def test_the_hold_is_where_the_job_can_start_soonest_not_where_least_work_runs():
+    eu, work, starving = two_leaves()
+    result = schedule(snapshot([eu], [queue("big")], running=work, now=NOW), [starving])
+    hold = result.holds[starving.id]
+    assert (hold.hypernode, hold.start) == ("leaf-1", NOW + 1000)
+    undeclared = [replace(r, expected_end=None) for r in work]  # no end known: the least work, as before
+    result = schedule(snapshot([eu], [queue("big")], running=undeclared, now=NOW), [starving])
+    assert result.holds[starving.id].hypernode == "leaf-0"
+
+
+def test_the_hold_stays_where_it_was_after_a_job_backfilled_there():
+    """A short job backfills the hold's free nodes (this cycle, then running the next): leaf-1 has more work than
+    leaf-0 then, but still frees first, and the reservation does not move to leaf-0 to start at NOW + 5000."""
+    eu, work, starving = two_leaves()
+    short = replace(job("small", gpus=8, pods=2, annotations=hard(1), submitted_at=NOW), runtime=600.0)
+    first = schedule(snapshot([eu], [queue("big"), queue("small")], running=work, now=NOW), [starving, short])
+    assert first.holds[starving.id].hypernode == "leaf-1"
+    [placed] = first.placements
+    assert set(placed.node_names()) <= set(first.holds[starving.id].nodes)
+    work = work + [placed.as_running(tenant="t", queue="small", priority=0, started_at=NOW, expected_end=NOW + 600)]
+    second = schedule(snapshot([eu], [queue("big"), queue("small")], running=work, now=NOW + 10), [starving])
+    assert (second.holds[starving.id].hypernode, second.holds[starving.id].start) == ("leaf-1", NOW + 1000)
+
+
+def test_a_job_placed_earlier_in_the_cycle_counts_its_end_for_the_next_hold():
+    """Two starving gangs: the older starts on the empty leaf-0 for 300 s; the next one's hold is there (free at
+    NOW + 300), not on leaf-1 (free at NOW + 1000), though the first job is not in the snapshot's running work yet."""
+    eu = cluster("eu", fabric(leaves=2, nodes_per_leaf=4))
+    work = [replace(running("soon", "eu", [eu.nodes[4].name, eu.nodes[5].name]), expected_end=NOW + 1000)]
+    older = replace(job("a", gpus=8, pods=4, annotations=hard(1), submitted_at=0.0), runtime=300.0)
+    newer = job("b", gpus=8, pods=4, annotations=hard(1), submitted_at=1.0)
+    result = schedule(snapshot([eu], [queue("a"), queue("b")], running=work, now=NOW), [older, newer])
+    assert [p.job_id for p in result.placements] == [older.id]
+    assert (result.holds[newer.id].hypernode, result.holds[newer.id].start) == ("leaf-0", NOW + 300)

@@ -25,7 +25,7 @@ the broker imports them from here.
 """
 
 from broker.store.scheduling.commit import RULE_WORDS, commit_cycle, write_reasons
-from broker.store.scheduling.dry_run import dry_run_manifest
+from broker.store.scheduling.dry_run import dry_run_manifest, probe
 from broker.store.scheduling.kept_clusters import NODES_BETWEEN_PAUSES, KeptClusters
 from broker.store.scheduling.pending import PendingJobs
 from broker.store.scheduling.read import has_pending, read_clusters, read_inventory
@@ -33,5 +33,5 @@ from broker.store.scheduling.records import (CommitOutcome, Inventory, engine_co
                                              stored_reasons_digest)
 
 __all__ = ["NODES_BETWEEN_PAUSES", "RULE_WORDS", "CommitOutcome", "Inventory", "KeptClusters", "PendingJobs",
-           "commit_cycle", "dry_run_manifest", "engine_config", "has_pending", "read_clusters", "read_inventory",
+           "commit_cycle", "dry_run_manifest", "probe", "engine_config", "has_pending", "read_clusters", "read_inventory",
            "reasons_digest", "stored_reasons_digest", "write_reasons"]

@@ -7,7 +7,7 @@ import math
 from types import MappingProxyType
 from typing import Mapping
 
-from broker.engine.placement.decisions import Hold
+from broker.engine.placement.decisions import Hold, Placement
 from broker.engine.placement.explain import amount
 from broker.engine.placement.model import PendingJob
 from broker.engine.placement.plugins import HeldNodes
@@ -25,10 +25,13 @@ class Holding:
         HyperNodes of tier ≤ the job's bound (any tier for soft topology; the whole cluster when no
         HyperNode could hold it) whose allocatable could hold the job and that contain no node held
         for another job. The lowest key wins:
-        1. the least running work to wait for (the job's primary resource in use on those nodes);
-        2. the smallest (allocatable of that resource), so it holds no more than it needs;
-        3. the lowest tier;
-        4. tie-break: cluster name, then HyperNode name.
+        1. the soonest expected free (`_expected_free`; unknown after every known one): the reservation
+           stays where it was, cycle after cycle, as jobs backfilled there end before it — ranked by
+           work in use alone, it moved to whichever nodes backfill had left emptiest, and started later;
+        2. the least running work to wait for (the job's primary resource in use on those nodes);
+        3. the smallest (allocatable of that resource), so it holds no more than it needs;
+        4. the lowest tier;
+        5. tie-break: cluster name, then HyperNode name.
         Its eligible nodes must hold the job by allocatable, else the next candidate is tried.
         """
         request = self._whole(job)
@@ -48,9 +51,10 @@ class Holding:
                 sets = [(None, cluster.allocatable_total, cluster.free_total, math.inf)]  # after every tier
             for state, allocatable, free, tier in sets:
                 total = allocatable.get(resource, 0)
-                candidates.append((total - free.get(resource, 0), total, tier, cluster.name,
-                                   state.name if state else "", cluster, state))
-        for in_use, _, _, _, _, cluster, state in sorted(candidates, key=lambda c: c[:5]):
+                start = self._free_by(cluster, state.nodes if state else range(len(cluster.nodes)))
+                candidates.append((math.inf if start is None else start, total - free.get(resource, 0), total, tier,
+                                   cluster.name, state.name if state else "", cluster, state))
+        for _, in_use, _, _, _, _, cluster, state in sorted(candidates, key=lambda c: c[:6]):
             positions = state.nodes if state else range(len(cluster.nodes))
             eligible = [cluster.eligible(p) for p in job.spec.parts]
             usable = [i for i in positions if any(e[i] for e in eligible)]
@@ -81,23 +85,58 @@ class Holding:
         """When the running work on these nodes is expected to end (`Hold.start`): the last expected end of the
         placements there. None when one does not say, when pods the broker did not place are there, or pods of copies
         being deleted (not in `Snapshot.running`), or no work at all: nothing known to wait for."""
-        if any(any(cluster.nodes[i].used.values()) for i in positions):
-            return None
-        names = {cluster.nodes[i].name for i in positions}
-        counted: dict[str, int] = {}
-        ends = []
-        for placements in self.snapshot.running.values():
-            for placement in placements:
-                if placement.cluster != cluster.name or names.isdisjoint(placement.node_pods):
-                    continue
-                if placement.expected_end is None:
-                    return None
-                ends.append(placement.expected_end)
-                for name, pods in placement.node_pods.items():
-                    counted[name] = counted.get(name, 0) + pods
-        if not ends or any(cluster.broker_pods[i] != counted.get(cluster.nodes[i].name, 0) for i in positions):
-            return None
-        return max(ends)
+        start = self._free_by(cluster, positions)
+        return None if start is None or start == -math.inf else start
+
+    def _free_by(self, cluster: ClusterIndex, positions) -> float | None:
+        """The last expected end of the work on these nodes; -inf: none there; None: unknown (see `_expected_free`)."""
+        ends, counted = self._node_ends(cluster)
+        last = -math.inf
+        for i in positions:
+            end = ends[i]
+            if end is None or cluster.broker_pods[i] != counted[i] or any(cluster.nodes[i].used.values()):
+                return None
+            last = max(last, end)
+        return last
+
+    def _node_ends(self, cluster: ClusterIndex) -> tuple[list[float | None], list[int]]:
+        """Per node of the cluster: the last expected end of the work there (-inf: none; None: some does not say), and
+        its pods; read at the first hold of the cycle from `Snapshot.running` and the cycle's placements so far."""
+        if not self.node_ends:
+            for name, c in self.snapshot.clusters.items():
+                self.node_ends[name] = ([-math.inf] * len(c.nodes), [0] * len(c.nodes))
+            for placements in self.snapshot.running.values():
+                for placement in placements:
+                    self._count(placement.cluster, placement.node_pods, placement.expected_end, +1)
+            for placement, job in self.placed:
+                self._count(placement.cluster, placement.node_pods, self._end(job), +1)
+        return self.node_ends[cluster.name]
+
+    def _placed(self, placement: Placement, job: PendingJob, sign: int) -> None:
+        """A placement made (or, sign -1, taken back) this cycle: its nodes' ends as `Snapshot.running` will say them
+        next cycle. Taken back once the ends are read, its end stays counted: a later end only holds back."""
+        if self.node_ends:
+            self._count(placement.cluster, placement.node_pods, self._end(job), sign)
+        elif sign > 0:
+            self.placed.append((placement, job))
+        else:
+            self.placed.remove((placement, job))
+
+    def _end(self, job: PendingJob) -> float | None:
+        return None if job.runtime is None else self.snapshot.now + job.runtime
+
+    def _count(self, cluster: str, node_pods: Mapping[str, int], end: float | None, sign: int) -> None:
+        if cluster not in self.node_ends:
+            return
+        ends, counted = self.node_ends[cluster]
+        where = self.snapshot.clusters[cluster].position
+        for node, pods in node_pods.items():
+            i = where.get(node)
+            if i is None:
+                continue
+            counted[i] += sign * pods
+            if sign > 0 and ends[i] is not None:
+                ends[i] = None if end is None else max(ends[i], end)
 
     def _backfill_open(self, job: PendingJob) -> list[str]:
         """EASY backfill: unlock the holds of others that the job is expected to end before — their start known and

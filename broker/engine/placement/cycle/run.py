@@ -46,6 +46,9 @@ class _Cycle(QueueOrder, Parking, Deciding, Preempting, Holding):
         self.held: dict[str, HeldNodes] = {}  # cluster -> its holds
         self.open: dict[str, list[HyperNodeState]] = {}  # cluster -> its HyperNodes without a held node
         self.taken: dict[str, tuple[ClusterIndex, dict[int, dict[str, int]]]] = {}  # holder -> what its hold took
+        # cluster -> per node, the running work's last expected end and its pods (`_node_ends`): read at the first hold
+        self.node_ends: dict[str, tuple[list[float | None], list[int]]] = {}
+        self.placed: list[tuple[Placement, PendingJob]] = []  # the cycle's placements until `node_ends` is read
         self.evicted: set[str] = set()
         self.reason_maps: dict[tuple, Mapping[str, str]] = {}  # `_shared`
         self.released: set[str] = set()  # `_released`, as of `released_at` holds
@@ -184,6 +187,7 @@ class _Cycle(QueueOrder, Parking, Deciding, Preempting, Holding):
         label = next((p.exclusive_topology for p in job.spec.parts if p.exclusive_topology), None)
         self.snapshot.occupy(placement.cluster, job.queue, placement.node_usage, placement.node_pods,
                              label if placement.exclusive_domains else None, sign)
+        self._placed(placement, job, sign)
 
     def _unapply(self, placement: Placement, job: PendingJob) -> None:
         self._apply(placement, job, -1)
