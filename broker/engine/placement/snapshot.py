@@ -92,6 +92,7 @@ class ClusterIndex:
         self._eligible: dict[tuple, bytearray] = {}
         self._eligible_counts: dict[tuple, int] = {}
         self._domains: dict[str, dict[str, list[int]]] = {}
+        self._holding: dict[tuple, list[str]] = {}  # `holding`
         self._build_hypernodes()
 
     def copy(self) -> ClusterIndex:
@@ -175,6 +176,16 @@ class ClusterIndex:
                 for i, n in enumerate(self.nodes))
             self._eligible_counts[key] = sum(self._eligible[key])
         return self._eligible[key]
+
+    def holding(self, demand: Resources, bound: int | None) -> list[HyperNodeState]:
+        """The HyperNodes of tier ≤ `bound` (any, if None) whose allocatable could hold `demand`: a hold's candidates
+        (`Holding._hold`), found once per demand — allocatable does not change while the cluster is the same."""
+        key = (tuple(sorted(demand.items())), bound)
+        names = self._holding.get(key)
+        if names is None:
+            names = self._holding[key] = [h.name for h in self.hypernodes.values()
+                                          if (bound is None or h.tier <= bound) and fits(h.allocatable, demand)]
+        return [self.hypernodes[name] for name in names]
 
     def eligible_count(self, part: PartSpec) -> int:
         """How many nodes a pod of this part may use (`eligible`)."""
@@ -363,7 +374,7 @@ class ClusterIndex:
 _UNCONSTRAINED = ((), (), None, False)
 # What `ClusterIndex.copy` shares: set once from the cluster's nodes, or caches of what follows from them alone.
 _SHARED = ("cluster", "name", "nodes", "position", "usable", "usable_count", "control_plane", "allocatable_total",
-           "_eligible", "_eligible_counts", "_domains", "tiers")
+           "_eligible", "_eligible_counts", "_domains", "_holding", "tiers")
 
 
 def eligibility_key(part: PartSpec) -> tuple:

@@ -38,20 +38,22 @@ class Holding:
         demand, bound, resource = request.demand, request.bound, request.primary
         candidates: list[tuple] = []
         for cluster in self.snapshot.clusters.values():
-            open_hypernodes = self.open.get(cluster.name, cluster.hypernodes.values())
-            if not open_hypernodes and cluster.name in self.held:
+            blocked = self.blocked.get(cluster.name, ())
+            held = cluster.name in self.held
+            if held and len(blocked) == len(cluster.hypernodes):
                 continue  # every node of it is held already
             if self._filter(request, cluster, self.static_filters):
                 continue
             sets: list[tuple[HyperNodeState | None, Mapping[str, int], Mapping[str, int], float]] = [
-                (h, h.allocatable, h.free, h.tier) for h in open_hypernodes
-                if (bound is None or h.tier <= bound) and fits(h.allocatable, demand)]
-            if (not sets and bound is None and cluster.name not in self.held
-                    and fits(cluster.allocatable_total, demand)):
+                (h, h.allocatable, h.free, h.tier) for h in cluster.holding(demand, bound) if h.name not in blocked]
+            if not sets and bound is None and not held and fits(cluster.allocatable_total, demand):
                 sets = [(None, cluster.allocatable_total, cluster.free_total, math.inf)]  # after every tier
+            if not sets:
+                continue
+            ends, counted = self._node_ends(cluster)
             for state, allocatable, free, tier in sets:
                 total = allocatable.get(resource, 0)
-                start = self._free_by(cluster, state.nodes if state else range(len(cluster.nodes)))
+                start = _free_by(cluster, state.nodes if state else range(len(cluster.nodes)), ends, counted)
                 candidates.append((math.inf if start is None else start, total - free.get(resource, 0), total, tier,
                                    cluster.name, state.name if state else "", cluster, state))
         for _, in_use, _, _, _, _, cluster, state in sorted(candidates, key=lambda c: c[:6]):
@@ -76,28 +78,15 @@ class Holding:
                     self._expected_free(cluster, positions))
         self.holds[job.id] = hold
         self.held.setdefault(cluster.name, HeldNodes()).add(hold)
-        blocked = {h.name for i in positions for h in cluster.node_hypernodes[i]}
-        self.open[cluster.name] = [h for h in self.open.get(cluster.name, cluster.hypernodes.values())
-                                   if h.name not in blocked]
+        self.blocked.setdefault(cluster.name, set()).update(h.name for i in positions for h in cluster.node_hypernodes[i])
         return hold
 
     def _expected_free(self, cluster: ClusterIndex, positions: list[int]) -> float | None:
         """When the running work on these nodes is expected to end (`Hold.start`): the last expected end of the
         placements there. None when one does not say, when pods the broker did not place are there, or pods of copies
         being deleted (not in `Snapshot.running`), or no work at all: nothing known to wait for."""
-        start = self._free_by(cluster, positions)
+        start = _free_by(cluster, positions, *self._node_ends(cluster))
         return None if start is None or start == -math.inf else start
-
-    def _free_by(self, cluster: ClusterIndex, positions) -> float | None:
-        """The last expected end of the work on these nodes; -inf: none there; None: unknown (see `_expected_free`)."""
-        ends, counted = self._node_ends(cluster)
-        last = -math.inf
-        for i in positions:
-            end = ends[i]
-            if end is None or cluster.broker_pods[i] != counted[i] or any(cluster.nodes[i].used.values()):
-                return None
-            last = max(last, end)
-        return last
 
     def _node_ends(self, cluster: ClusterIndex) -> tuple[list[float | None], list[int]]:
         """Per node of the cluster: the last expected end of the work there (-inf: none; None: some does not say), and
@@ -166,13 +155,26 @@ class Holding:
             self._lock(cluster, taken, -1)
         self.taken.clear()
         self.held.clear()
-        self.open.clear()
+        self.blocked.clear()
 
     @staticmethod
     def _lock(cluster: ClusterIndex, taken: dict[int, dict[str, int]], sign: int) -> None:
         cluster.apply(taken, {}, (), sign)
         for i in taken:
             cluster.locks[i] += sign
+
+
+def _free_by(cluster: ClusterIndex, positions, ends: list[float | None], counted: list[int]) -> float | None:
+    """The last expected end of the work on these nodes (`Holding._node_ends`); -inf: none there; None: unknown (see
+    `_expected_free`)."""
+    last = -math.inf
+    for i in positions:
+        end = ends[i]
+        if end is None or cluster.broker_pods[i] != counted[i] or any(cluster.nodes[i].used.values()):
+            return None
+        if end > last:
+            last = end
+    return last
 
 
 def _empty_capacity(cluster: ClusterIndex, positions: list[int]) -> dict[str, int]:

@@ -19,7 +19,7 @@ from broker.engine.placement.decisions import (ClusterVerdict, CycleResult, DryR
 from broker.engine.placement.fairness import QuotaVerdict, check_quota, tenant_fair_shares
 from broker.engine.placement.model import Backlog, PendingJob, no_pause
 from broker.engine.placement.plugins import FILTERS, SCORES, Candidate, HeldNodes, Request
-from broker.engine.placement.snapshot import ClusterIndex, HyperNodeState, Snapshot
+from broker.engine.placement.snapshot import ClusterIndex, Snapshot
 
 TENANT = attrgetter("tenant")
 
@@ -44,7 +44,7 @@ class _Cycle(QueueOrder, Parking, Deciding, Preempting, Holding):
         self.weight_sum = sum(w for _, w in self.scores) or 1.0
         self.holds: dict[str, Hold] = {}  # job id -> the nodes held for it
         self.held: dict[str, HeldNodes] = {}  # cluster -> its holds
-        self.open: dict[str, list[HyperNodeState]] = {}  # cluster -> its HyperNodes without a held node
+        self.blocked: dict[str, set[str]] = {}  # cluster -> its HyperNodes with a held node
         self.taken: dict[str, tuple[ClusterIndex, dict[int, dict[str, int]]]] = {}  # holder -> what its hold took
         # cluster -> per node, the running work's last expected end and its pods (`_node_ends`): read at the first hold
         self.node_ends: dict[str, tuple[list[float | None], list[int]]] = {}
