@@ -5,6 +5,9 @@ changed, nothing written), the time a node change on a member takes to reach the
 the watches (a label patched on the member, until the node row shows it), and what a member's API
 server is asked at steady state: requests per minute per member, by kind, with the inventory, status
 and health loops running at their default intervals (counted by the simulator as they arrive).
+Half the members have HyperNode objects; the others are described by fabric labels alone (ours, AWS's, GKE's,
+NVLink cliques, in turn), their trees discovered by recipe: the time to discover all of those trees from their
+nodes' labels, against the full sync's, and the time a node moved to another leaf takes to reach the tree.
 Prints a table; the last line is one JSON object of the figures.
 
     python bench/inventory.py [--clusters 100] [--nodes 500] [--changes 30] [--steady 60] [--database-url URL]
@@ -39,17 +42,49 @@ from broker.services.inventory import ClusterHealthService, InventorySyncService
 from broker.services.loop import ServiceRunner  # noqa: E402
 from broker.services.members import MemberClients  # noqa: E402
 from broker.services.status import StatusService  # noqa: E402
-from broker.store.db.models import Cluster, Node  # noqa: E402
+from broker.store.db.models import Cluster, HyperNode, Node  # noqa: E402
 from broker.store.db.runtime import open_database  # noqa: E402
 from broker.store.inventory import register_cluster  # noqa: E402
 from clusters.member import MemberClient  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
 
+FABRICS = ("archipelago", "aws", "gke", "nvlink")
+
+
+def discovery_time(database, settings: Settings) -> tuple[float, int]:
+    """Seconds to discover the tree of every member without HyperNode objects from its stored node labels, one after
+    another (a sync discovers them in its worker threads, beside the members' answers: this is at most what it adds),
+    and how many members that was."""
+    from broker.store.inventory import discovery_of
+
+    with database.sessions() as session:
+        clusters = list(session.scalars(select(Cluster).where(Cluster.hypernode_source != "crd")))
+        labels = {c.id: dict(session.execute(select(Node.name, Node.labels).where(Node.cluster_id == c.id)).all())
+                  for c in clusters}
+        discoveries = {c.id: discovery_of(session, c, settings.topology_tier_labels) for c in clusters}
+    t0 = time.perf_counter()
+    for cluster in clusters:
+        discoveries[cluster.id].discover(labels[cluster.id])
+    return time.perf_counter() - t0, len(clusters)
+
+
+def until(database, reached, t0: float, what: str) -> float:
+    """Seconds from `t0` until `reached(session)` holds (asked every 2 ms; 10 s at most)."""
+    while True:
+        with database.sessions() as session:
+            if reached(session):
+                return time.perf_counter() - t0
+        if time.perf_counter() > t0 + 10:
+            raise RuntimeError(f"{what} did not reach the inventory in 10 s")
+        time.sleep(0.002)
+
+
 def start_simulator(work: Path, clusters: int, nodes: int) -> subprocess.Popen:
     scenario = {"defaults": {"nodes": nodes, "node": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"},
                              "topology": {"leaf": 16, "spine": 4}, "hypernodes": "crd"},
-                "clusters": [{"name": f"c{i:03d}", "hypernodes": "crd" if i % 2 else "labels"}
+                "clusters": [{"name": f"c{i:03d}", "hypernodes": "crd" if i % 2 else "labels",
+                              "fabric": "archipelago" if i % 2 else FABRICS[i // 2 % len(FABRICS)]}
                              for i in range(clusters)]}
     (work / "scenario.yaml").write_text(yaml.safe_dump(scenario))
     proc = subprocess.Popen([sys.executable, "-m", "clusters.sim", "--scenario", str(work / "scenario.yaml"),
@@ -168,6 +203,7 @@ def main() -> None:
         syncer.run_once()
         resync = time.perf_counter() - t0
         syncer.stop()
+        discovery, discovered = discovery_time(database, settings)
 
         watcher = InventorySyncService(database, settings.model_copy(update={"cluster_sync_interval": 3600.0}),
                                        MemberClients(settings))
@@ -182,17 +218,17 @@ def main() -> None:
             value = f"v{i}"
             t0 = time.perf_counter()
             patchers[name].patch_node(node, {"metadata": {"labels": {"bench": value}}})
-            deadline = t0 + 10
-            while True:
-                with database.sessions() as session:
-                    labels = session.scalar(select(Node.labels).join(Cluster).where(Cluster.name == name,
-                                                                                     Node.name == node))
-                if labels.get("bench") == value:
-                    latencies.append(time.perf_counter() - t0)
-                    break
-                if time.perf_counter() > deadline:
-                    raise RuntimeError(f"change {i} on {name}/{node} did not reach the inventory in 10 s")
-                time.sleep(0.002)
+            latencies.append(until(database, lambda s: s.scalar(select(Node.labels).join(Cluster).where(
+                Cluster.name == name, Node.name == node)).get("bench") == value, t0, f"change {i} on {name}/{node}"))
+        moves = []
+        ours = [n for i, n in enumerate(names) if i % 2 == 0 and FABRICS[i // 2 % len(FABRICS)] == "archipelago"]
+        for i in range(args.changes):  # a node of a member labelled our way moved to another leaf: until the tree says so
+            name = rng.choice(ours)
+            node, leaf = f"node-{rng.randrange(args.nodes):0{max(2, len(str(args.nodes - 1)))}d}", f"moved-{i}"
+            t0 = time.perf_counter()
+            patchers[name].patch_node(node, {"metadata": {"labels": {"network.archipelago.io/leaf": leaf}}})
+            moves.append(until(database, lambda s: s.scalar(select(HyperNode.nodes).join(Cluster).where(
+                Cluster.name == name, HyperNode.name == leaf)) == [node], t0, f"move {i} of {name}/{node}"))
         watcher.stop()
         for patcher in patchers.values():
             patcher.api_client.close()
@@ -208,10 +244,17 @@ def main() -> None:
                "resync_unchanged_s": round(resync, 2), "changes": args.changes,
                "change_p50_ms": round(statistics.median(latencies) * 1000, 1),
                "change_max_ms": round(max(latencies) * 1000, 1),
-               "steady_s": args.steady, "requests_per_minute_per_member": steady}
+               "steady_s": args.steady, "requests_per_minute_per_member": steady,
+               "discovered_members": discovered, "discovery_s": round(discovery, 3),
+               "discovery_share_of_full_sync": round(discovery / full_sync, 3),
+               "move_p50_ms": round(statistics.median(moves) * 1000, 1), "move_max_ms": round(max(moves) * 1000, 1)}
     rows = [(f"register {args.clusters} clusters (checks over HTTPS)", f"{registration:.2f} s", ""),
             (f"full sync, {args.clusters} x {args.nodes} nodes (all rows written)", f"{full_sync:.2f} s", "<= 10 s"),
             ("resync, nothing changed (no writes)", f"{resync:.2f} s", ""),
+            (f"discovering the trees of the {discovered} members described by labels, one after another",
+             f"{discovery:.2f} s ({discovery / full_sync:.0%} of the full sync)", "<= 20% of a full sync"),
+            ("a node moved to another leaf -> the tree, median / max", f"{figures['move_p50_ms']} / "
+             f"{figures['move_max_ms']} ms", "<= 1000 ms"),
             ("node change on a member -> inventory, median", f"{figures['change_p50_ms']} ms", ""),
             (f"node change on a member -> inventory, max of {args.changes}", f"{figures['change_max_ms']} ms",
              "<= 1000 ms"),

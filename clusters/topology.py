@@ -44,7 +44,7 @@ class Topology:
     warnings: list[str] = field(default_factory=list)
 
 
-class _Warnings:
+class Warnings:
     """Collects warnings, at most a few of each kind, so a broken 5,000-node member stays readable."""
 
     def __init__(self) -> None:
@@ -64,7 +64,7 @@ class _Warnings:
 
 def resolve_hypernodes(objects: Iterable[Mapping], node_labels: Mapping[str, Mapping[str, str]]) -> Topology:
     """Resolve HyperNode objects against the member's nodes (name -> labels)."""
-    warnings = _Warnings()
+    warnings = Warnings()
     specs: dict[str, Mapping] = {}
     tiers: dict[str, int] = {}
     for obj in sorted(objects, key=lambda o: o["metadata"]["name"]):
@@ -92,7 +92,7 @@ def resolve_hypernodes(objects: Iterable[Mapping], node_labels: Mapping[str, Map
 
 
 def _match_nodes(owner: str, selector: Mapping, node_labels: Mapping[str, Mapping[str, str]],
-                 warnings: _Warnings) -> set[str]:
+                 warnings: Warnings) -> set[str]:
     if "exactMatch" in selector:
         name = (selector["exactMatch"] or {}).get("name")
         if name in node_labels:
@@ -122,7 +122,7 @@ def _match_nodes(owner: str, selector: Mapping, node_labels: Mapping[str, Mappin
     return found
 
 
-def _regex(owner: str, selector: Mapping, warnings: _Warnings) -> Any:
+def _regex(owner: str, selector: Mapping, warnings: Warnings) -> Any:
     """The compiled regexMatch pattern, or None with a warning. RE2, as Go's regexp that Volcano uses:
     the same syntax (no lookaround, no backreferences) and no catastrophic backtracking on a hostile
     pattern; Go's MatchString is a search, as `search` is."""
@@ -147,7 +147,7 @@ def _regex(owner: str, selector: Mapping, warnings: _Warnings) -> Any:
         return None
 
 
-def _match_hypernodes(owner: str, selector: Mapping, specs: Mapping[str, Mapping], warnings: _Warnings) -> list[str]:
+def _match_hypernodes(owner: str, selector: Mapping, specs: Mapping[str, Mapping], warnings: Warnings) -> list[str]:
     if "exactMatch" in selector:
         name = (selector["exactMatch"] or {}).get("name")
         if name in specs:
@@ -164,7 +164,7 @@ def _match_hypernodes(owner: str, selector: Mapping, specs: Mapping[str, Mapping
     return []
 
 
-def _assign_parents(children: Mapping[str, list[str]], warnings: _Warnings) -> dict[str, str]:
+def _assign_parents(children: Mapping[str, list[str]], warnings: Warnings) -> dict[str, str]:
     """child -> parent over the edges that keep the graph a forest: the first claimant (by name)
     keeps a child claimed twice, and an edge that would close a cycle is dropped."""
     parent: dict[str, str] = {}
@@ -188,7 +188,7 @@ def _assign_parents(children: Mapping[str, list[str]], warnings: _Warnings) -> d
 
 
 def _build(tiers: Mapping[str, int], parent: Mapping[str, str], direct: Mapping[str, set[str]],
-           warnings: _Warnings) -> Topology:
+           warnings: Warnings) -> Topology:
     kids: dict[str, list[str]] = {}
     for child, owner in parent.items():
         kids.setdefault(owner, []).append(child)
@@ -224,7 +224,7 @@ def derive_from_labels(node_labels: Mapping[str, Mapping[str, str]], tier_labels
     A HyperNode is named after the label value, with `-tier<N>` appended when another tier already
     uses that name. A domain whose nodes name two different parents keeps the first (by node name).
     """
-    warnings = _Warnings()
+    warnings = Warnings()
     domain_name: dict[tuple[int, str], str] = {}
     members: dict[str, set[str]] = {}
     tier_of: dict[str, int] = {}

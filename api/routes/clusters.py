@@ -20,6 +20,8 @@ from clusters.member import MemberError
 
 router = APIRouter(prefix="/api/v1", tags=["clusters"])
 ADMIN_ERRORS = (401, 403, 404)
+RECIPE = ("how its HyperNode tree is found from node labels when it has no HyperNode objects: auto (the recipe whose "
+          "labels most of its nodes carry), a built-in recipe (archipelago, aws, gke, nvlink) or an admin's")
 
 
 class ClusterIn(BaseModel):
@@ -34,6 +36,7 @@ class ClusterIn(BaseModel):
     context: str | None = Field(None, description="the context to use (default: its current-context)")
     labels: dict[str, str] = Field(default_factory=dict, description="the broker's labels for the cluster, "
                                                                      "matched by archipelago.io/cluster-selector")
+    topology_recipe: str = Field("auto", description=RECIPE)
 
 
 class ClusterPatch(BaseModel):
@@ -42,6 +45,18 @@ class ClusterPatch(BaseModel):
     labels: dict[str, str | None] | None = Field(None, description="merged into the labels; null removes one")
     taints: list[dict[str, str]] | None = Field(None, description="replace the cluster's taints "
                                                                   "({key, value?, effect})")
+    topology_recipe: str | None = Field(None, description=RECIPE)
+
+
+class RecipeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="a DNS label; not auto nor a built-in recipe's name")
+    tiers: list[list[str]] | None = Field(None, description="per tier, closest first, the node label keys that name "
+                                                            "a node's domain there (the first it carries)")
+    levels: list[dict[str, str]] | None = Field(None, description="or Volcano's label discovery shape: "
+                                                                  "[{nodeLabel: key}, …] from the highest domain "
+                                                                  "down, a last kubernetes.io/hostname names the node")
 
 
 @router.post("/clusters", status_code=201, responses=problems(401, 403, 409, 422, 502, 504),
@@ -54,7 +69,8 @@ def register(body: ClusterIn, request: Request, session: SessionDep, database: D
         raise Invalid("kubeconfig", "a push member needs the kubeconfig the broker reaches it with")
     try:
         registration = inventory.check_registration(session, settings, name=body.name, kubeconfig=body.kubeconfig,
-                                                    context=body.context, labels=body.labels)
+                                                    context=body.context, labels=body.labels,
+                                                    topology_recipe=body.topology_recipe)
     except inventory.RegistrationError as exc:
         raise Problem(exc.status, exc.detail, title=exc.title, **exc.extra) from None
     with database.write() as written:
@@ -77,7 +93,8 @@ def _register_pull(body: ClusterIn, request: Request, database: Database) -> dic
         if value is not None:
             raise Invalid(field, "a pull member is never called by the broker: leave out its kubeconfig and context")
     with database.write() as session:
-        cluster, token = inventory.register_pull_cluster(session, name=body.name, labels=body.labels)
+        cluster, token = inventory.register_pull_cluster(session, name=body.name, labels=body.labels,
+                                                         topology_recipe=body.topology_recipe)
         view = inventory.cluster_view(session, cluster)
     request.app.state.services.wake("inventory-sync")
     return {**view, "agent_token": token}
@@ -94,12 +111,15 @@ def get_cluster(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, An
     return inventory.cluster_view(session, inventory.get_cluster(session, name))
 
 
-@router.patch("/clusters/{name}", responses=problems(*ADMIN_ERRORS, 422), summary="Edit labels and taints")
-def patch_cluster(name: str, body: ClusterPatch, request: Request, database: DatabaseDep,
+@router.patch("/clusters/{name}", responses=problems(*ADMIN_ERRORS, 422),
+              summary="Edit labels, taints and the topology recipe")
+def patch_cluster(name: str, body: ClusterPatch, request: Request, database: DatabaseDep, settings: SettingsDep,
                   _: AdminDep) -> dict[str, Any]:
     with database.write() as session:
-        view = inventory.cluster_view(session, inventory.update_cluster(session, name, labels=body.labels,
-                                                                        taints=body.taints))
+        cluster = inventory.update_cluster(session, name, labels=body.labels, taints=body.taints,
+                                           topology_recipe=body.topology_recipe,
+                                           global_tiers=settings.topology_tier_labels)
+        view = inventory.cluster_view(session, cluster)
     request.app.state.capacity.forget()
     request.app.state.services.wake("scheduler")
     return view
@@ -136,4 +156,25 @@ def remove(name: str, request: Request, database: DatabaseDep, _: AdminDep, forc
         inventory.remove_cluster(session, name, force=force, settings=request.app.state.settings)
     request.app.state.capacity.forget()
     request.app.state.services.wake("inventory-sync")
+    return Response(status_code=204)
+
+
+@router.get("/topology-recipes", responses=problems(401),
+            summary="The recipes that find a HyperNode tree from node labels: built in, and the admins'")
+def list_recipes(session: SessionDep, _: PrincipalDep) -> list[dict[str, Any]]:
+    return inventory.list_recipes(session)
+
+
+@router.post("/topology-recipes", status_code=201, responses=problems(401, 403, 409, 422),
+             summary="Add a recipe: node label keys per tier, or Volcano's label discovery levels")
+def create_recipe(body: RecipeIn, database: DatabaseDep, _: AdminDep) -> dict[str, Any]:
+    with database.write() as session:
+        return inventory.create_recipe(session, body.name, body.model_dump(exclude_none=True)).as_dict()
+
+
+@router.delete("/topology-recipes/{name}", status_code=204, responses=problems(401, 403, 404, 409),
+               summary="Remove an admin's recipe no cluster is set to")
+def delete_recipe(name: str, database: DatabaseDep, _: AdminDep) -> Response:
+    with database.write() as session:
+        inventory.delete_recipe(session, name)
     return Response(status_code=204)

@@ -147,6 +147,15 @@ const AP = (() => {
     if (seconds < 86400) return `${Math.floor(seconds / 3600)}h ${Math.floor((seconds % 3600) / 60)}m`;
     return `${Math.floor(seconds / 86400)}d ${Math.floor((seconds % 86400) / 3600)}h`;
   }
+  // Where a cluster's HyperNode tree comes from: its HyperNode objects, or its node labels by a recipe.
+  function topologySource(cluster) {
+    const source = cluster.hypernode_source;
+    if (source === "crd") return "HyperNode objects";
+    if (source && source.startsWith("labels:")) {
+      return `node labels, recipe ${source.slice(7)}${cluster.topology_recipe === "auto" ? " (auto)" : ""}`;
+    }
+    return source === "labels" ? "node labels, the global list" : "none";
+  }
   const time = (iso) => iso ? new Date(parseTime(iso)).toLocaleString([], { hour12: false }) : "—";
   const clock = (iso) => iso ? new Date(parseTime(iso)).toLocaleTimeString([], { hour12: false }) : "—";
 
@@ -236,5 +245,6 @@ const AP = (() => {
   }
 
   return { TOKEN_KEY, api, apiAll, send, action, h, quantity, formatAmount, RESOURCES, bar, badge, loadClass, parseTime, age, duration, time, clock,
+           topologySource,
            empty, render, table, live, start, me: null };
 })();

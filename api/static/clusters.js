@@ -24,6 +24,8 @@
         { key: "nodes", label: "Nodes", numeric: true },
         { key: "gpu", label: "GPU", sort: (c) => gpu(c) ? gpu(c).used_milli / Math.max(1, gpu(c).allocatable_milli) : -1,
           cell: (c) => gpu(c) ? bar("GPU", "nvidia.com/gpu", gpu(c).used_milli / 1000, gpu(c).allocatable_milli / 1000, gpu(c).free_milli / 1000) : "—" },
+        { key: "topology", label: "Topology", sort: (c) => AP.topologySource(c),
+          cell: (c) => h("span", { "data-testid": "topology-source" }, AP.topologySource(c)) },
         { key: "kubernetes_version", label: "Kubernetes", cell: (c) => c.kubernetes_version || "—" },
         { key: "last_heartbeat", label: "Heartbeat", cell: (c) => c.last_heartbeat ? AP.age(c.last_heartbeat) + " ago" : "—" },
         { key: "last_error", label: "Last error", cell: (c) => c.last_error ? h("span", { class: "error small" }, c.last_error) : "—" },

@@ -34,6 +34,10 @@ CLUSTER_COLUMNS = [
 ]
 
 
+RECIPE_HELP = ("how its HyperNode tree is found from node labels when it has no HyperNode objects: auto, a built-in "
+               "recipe (archipelago, aws, gke, nvlink) or an admin's (`archipelago recipes list`)")
+
+
 def _tree_lines(hypernodes: list[dict], depth: int = 0) -> list[str]:
     lines = []
     for hypernode in hypernodes:
@@ -52,6 +56,7 @@ def add(name: str = typer.Argument(..., help="the cluster's name in the broker")
         mode: str = typer.Option("push", "--mode", help="push: the broker calls the member; pull: an agent in the "
                                  "member calls the broker (prints the agent's token, once)"),
         label: list[str] = typer.Option([], "--label", help="cluster label key=value (repeatable)"),
+        topology_recipe: str = typer.Option("auto", "--topology-recipe", help=RECIPE_HELP),
         output: Output = OutputOption, server: Optional[str] = ServerOption,
         token: Optional[str] = TokenOption) -> None:
     """Register a member cluster. Push: the broker checks it can reach it, that JobSet is installed and that the
@@ -63,6 +68,7 @@ def add(name: str = typer.Argument(..., help="the cluster's name in the broker")
         usage_error("--kubeconfig is needed in push mode, and refused in pull mode (the broker never calls a pull "
                     "member)")
     body = {"name": name, "mode": mode, "context": context, "labels": key_values(label, "--label", "key=value"),
+            "topology_recipe": topology_recipe,
             **({"kubeconfig": read_file(kubeconfig).decode()} if kubeconfig else {})}
     cluster = calling(lambda: client(server, token).post("/api/v1/clusters", json=body))
     emit(cluster, output, CLUSTER_COLUMNS)
@@ -133,6 +139,7 @@ def join(name: str = typer.Argument(..., help="the cluster's name in the broker"
          context: Optional[str] = typer.Option(None, "--context", help="context to use [default: current-context]"),
          namespace: str = NamespaceOption,
          label: list[str] = typer.Option([], "--label", help="cluster label key=value (repeatable)"),
+         topology_recipe: str = typer.Option("auto", "--topology-recipe", help=RECIPE_HELP),
          output: Output = OutputOption, server: Optional[str] = ServerOption,
          token: Optional[str] = TokenOption) -> None:
     """Give the broker a least-privilege identity on a member, and register the member with it.
@@ -151,7 +158,8 @@ def join(name: str = typer.Argument(..., help="the cluster's name in the broker"
         if existing is not None:
             typer.echo(f"cluster {name} was joined already; its objects on {member.api_server} are up to date")
             return
-        body = {"name": name, "kubeconfig": access.token_kubeconfig(loaded, name, bearer), "labels": labels}
+        body = {"name": name, "kubeconfig": access.token_kubeconfig(loaded, name, bearer), "labels": labels,
+                "topology_recipe": topology_recipe}
         emit(calling(lambda: broker.post("/api/v1/clusters", json=body)), output, CLUSTER_COLUMNS)
 
 
@@ -195,6 +203,18 @@ def get(name: str, output: Output = OutputOption, server: Optional[str] = Server
     for warning in cluster["warnings"]:
         typer.echo(f"warning: {warning}")
     typer.echo("\n".join(_tree_lines(cluster["hypernodes"])) or "no HyperNodes")
+
+
+@clusters_app.command("set-recipe")
+def set_recipe(name: str, recipe: str = typer.Argument(..., help="auto, or a recipe's name"),
+               output: Output = OutputOption, server: Optional[str] = ServerOption,
+               token: Optional[str] = TokenOption) -> None:
+    """Choose how the cluster's HyperNode tree is found from its node labels; the tree is found again at once."""
+    cluster = calling(lambda: client(server, token).patch(f"/api/v1/clusters/{name}",
+                                                          json={"topology_recipe": recipe}))
+    emit(cluster, output, CLUSTER_COLUMNS)
+    for warning in cluster["warnings"] if output is Output.table else ():
+        typer.echo(f"warning: {warning}")
 
 
 def _action(name: str, verb: str, output: Output, server: Optional[str], token: Optional[str]) -> None:

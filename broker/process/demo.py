@@ -37,7 +37,7 @@ SCENARIO = {"defaults": {"duration": "2h"}, "clusters": [
      "hypernodes": "crd", "zones": ["eu-west-1a", "eu-west-1b"]},
     {"name": "a100-us", "labels": {"region": "us", "gpu": "a100", "provider": "cloud"}, "nodes": 16,
      "node": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"}, "topology": {"leaf": 4, "spine": 2},
-     "hypernodes": "labels", "zones": ["us-east-1a", "us-east-1b"]},
+     "hypernodes": "labels", "fabric": "aws", "zones": ["us-east-1a", "us-east-1b"]},  # an EC2 UltraCluster
     {"name": "cpu-eu", "labels": {"region": "eu", "gpu": "none", "provider": "cloud"}, "nodes": 8,
      "node": {"cpu": "64", "memory": "256Gi"}, "topology": {"leaf": 8, "spine": 1}, "hypernodes": "none"},
 ]}

@@ -31,9 +31,9 @@ from broker.services.members import MemberClients, backoff
 from broker.store.db.fencing import Fenced
 from broker.store.db.models import Cluster, as_utc, utcnow
 from broker.store.db.runtime import Database
-from broker.store.inventory import (FOR_CLUSTER_WRITE, PodHold, WriteResult, cluster_to_change, member_inventory,
-                                    node_row, pod_usage, record_probe, record_sync_error, resolve_topology,
-                                    write_inventory)
+from broker.store.inventory import (FOR_CLUSTER_WRITE, Discovery, PodHold, WriteResult, cluster_to_change,
+                                    discovery_of, member_inventory, node_row, pod_usage, record_probe,
+                                    record_sync_error, resolve_topology, write_inventory)
 from clusters.kubeconfig import KubeconfigError
 from clusters.member import (ACTIVE_PODS, HYPERNODE_GROUP, HYPERNODE_VERSION, HYPERNODES, NODES, PODS, MemberClient,
                              MemberError)
@@ -58,6 +58,7 @@ class MemberMirror:
         self.listed: dict[str, int] = {}  # kind -> resourceVersion of its last list
         self.resume: dict[str, str] = {}  # kind -> resourceVersion to watch from
         self._topology: tuple[Topology, str] | None = None
+        self._discovery: Discovery | None = None  # what `_topology` was found by
 
     def replace(self, kind: str, items: list[dict], resource_version: str) -> None:
         with self.lock:
@@ -116,13 +117,15 @@ class MemberMirror:
             self._topology = None
             return True
 
-    def inventory(self, tier_labels):
-        """The rows to write: nodes with their used resources, and the resolved HyperNode tree."""
+    def inventory(self, discovery: Discovery):
+        """The rows to write: nodes with their used resources, and the resolved HyperNode tree (found again when the
+        nodes' labels, the HyperNodes or how the cluster's tree is to be found changed)."""
         with self.lock:
-            if self._topology is None:
+            if self._topology is None or self._discovery != discovery:
                 labels = {name: row["labels"] for name, row in self.nodes.items()}
                 self._topology = resolve_topology(labels, self.hypernodes.values() if self.has_hypernodes else None,
-                                                  tier_labels)
+                                                  discovery)
+                self._discovery = discovery
             return member_inventory(self.nodes, list(self.pods.values()), *self._topology)
 
 
@@ -177,13 +180,13 @@ def flush(database: Database, settings: Settings, cluster_id: int, mirror: Membe
           first: bool = False) -> WriteResult | None:
     """Write the mirror's rows for one cluster (None if it was removed meanwhile). `first`: only if no sync has
     written it yet."""
-    inventory = mirror.inventory(settings.topology_tier_labels)
     with database.write() as session:
         cluster = cluster_to_change(session, cluster_id)
         if cluster is None:
             return None
         if first and cluster.synced_at is not None:
             return WriteResult()
+        inventory = mirror.inventory(discovery_of(session, cluster, settings.topology_tier_labels))
         result = write_inventory(session, cluster, inventory, utcnow())
         if cluster.last_error is not None and cluster.unreachable_since is None:
             cluster.last_error = None  # the sync that failed before works again

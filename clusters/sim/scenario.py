@@ -12,6 +12,12 @@ clusters:
   name_prefix: node              # node names <prefix>-00, <prefix>-01, ...
   zones: [eu-west-1a, eu-west-1b]  # one zone per spine, round robin (default <name>-a)
   topology: {leaf: 8, spine: 2}  # nodes per leaf switch, leaves per spine
+  fabric: archipelago            # how the leaf and spine are labelled (labels mode): archipelago (our own
+                                 # network.archipelago.io/leaf, /spine), aws (an EC2 UltraCluster's
+                                 # topology.k8s.aws/network-node-layer-3/-2/-1), gke (a block / sub-block fleet's
+                                 # cloud.google.com/gce-topology-subblock/-block), nvlink (an NVL72 rack per leaf:
+                                 # nvidia.com/gpu.clique, no spine); a list combines them (aws + nvlink: an
+                                 # UltraServer's clique under its layers)
   hypernodes: crd                # crd | labels | none
   pools: [{name_prefix: cpu, nodes: 4, node: {...}, node_labels: {}, taints: [], topology: {...}, zones: []}]
   jobset: true                   # false: JobSet CRD not installed
@@ -39,6 +45,7 @@ a missing `leaf`/`spine`/`zone` is derived from the node's position as for gener
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -54,13 +61,17 @@ ZONE = "topology.kubernetes.io/zone"
 REGION = "topology.kubernetes.io/region"
 LEAF = "network.archipelago.io/leaf"
 SPINE = "network.archipelago.io/spine"
+AWS_LAYER = "topology.k8s.aws/network-node-layer-"
+GKE_BLOCK, GKE_SUBBLOCK = "cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock"
+CLIQUE = "nvidia.com/gpu.clique"
 _MODES = ("crd", "labels", "none")
 JOBSET_COUNTS = ("current", "omitted", "lagging")
 _KEYS = {"name", "labels", "nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology",
          "hypernodes", "pools", "jobset", "version", "duration", "token", "watch_history", "jobset_counts",
          "controller_lag", "unpullable_images", "access_reviews", "aliases", "pod_termination",
-         "jobset_refuses"}
-_POOL_KEYS = {"nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology"}
+         "jobset_refuses", "fabric"}
+_POOL_KEYS = {"nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology", "fabric"}
+FABRICS = ("archipelago", "aws", "gke", "nvlink")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -126,7 +137,7 @@ def build_cluster(entry: dict[str, Any]) -> ClusterSpec:
         unknown = set(pool) - _POOL_KEYS
         if unknown:
             raise ValueError(f"cluster {name}: unknown pool keys {sorted(unknown)}")
-        builder.pool({**{k: v for k, v in entry.items() if k in ("zones", "topology")}, **pool})
+        builder.pool({**{k: v for k, v in entry.items() if k in ("zones", "topology", "fabric")}, **pool})
     nodes = builder.nodes
     if len({n["metadata"]["name"] for n in nodes}) != len(nodes):
         raise ValueError(f"cluster {name}: node names are not unique")
@@ -174,6 +185,10 @@ class _NodeBuilder:
         if per_leaf <= 0 or per_spine <= 0:
             raise ValueError(f"cluster {self.cluster}: topology sizes must be positive")
         zones = [str(z) for z in pool.get("zones") or [f"{self.cluster}-a"]]
+        fabrics = pool.get("fabric") or "archipelago"
+        fabrics = [fabrics] if isinstance(fabrics, str) else list(fabrics)
+        if not set(fabrics) <= set(FABRICS):
+            raise ValueError(f"cluster {self.cluster}: fabric must be one or more of {FABRICS}, not {fabrics}")
         prefix = pool.get("name_prefix", "node")
         width = max(2, len(str(len(self.nodes) + count - 1)))
         resources = {str(k): str(v) for k, v in (pool.get("node") or {"cpu": "8", "memory": "32Gi"}).items()}
@@ -190,8 +205,10 @@ class _NodeBuilder:
             if self.region:
                 labels[REGION] = self.region
             if self.topology:
-                labels[LEAF] = str(item.get("leaf") or f"leaf-{leaf_index}")
-                labels[SPINE] = str(item.get("spine") or f"spine-{spine_index}")
+                leaf = str(item.get("leaf") or f"leaf-{leaf_index}")
+                spine = str(item.get("spine") or f"spine-{spine_index}")
+                for fabric in fabrics:
+                    labels.update(self._fabric_labels(fabric, leaf, spine))
             labels.update(pool_labels)
             labels.update({str(k): str(v) for k, v in (item.get("labels") or {}).items()})
             status = shared_status
@@ -214,6 +231,30 @@ class _NodeBuilder:
         leaves = (count + per_leaf - 1) // per_leaf
         self.leaf_base += leaves
         self.spine_base += (leaves + per_spine - 1) // per_spine
+
+
+    def _fabric_labels(self, fabric: str, leaf: str, spine: str) -> dict[str, str]:
+        """A leaf and a spine as each fabric's labels spell them: values as the cloud or the operator writes them."""
+        if fabric == "aws":
+            return {f"{AWS_LAYER}3": _network_node(self.cluster, leaf),
+                    f"{AWS_LAYER}2": _network_node(self.cluster, spine),
+                    f"{AWS_LAYER}1": _network_node(self.cluster, "top")}
+        if fabric == "gke":
+            return {GKE_SUBBLOCK: _network_node(self.cluster, leaf)[3:],
+                    GKE_BLOCK: _network_node(self.cluster, spine)[3:]}
+        if fabric == "nvlink":  # the fabric manager's <cluster UUID>.<clique id>
+            return {CLIQUE: f"{_uuid(self.cluster)}.{leaf.rpartition('-')[2]}"}
+        return {LEAF: leaf, SPINE: spine}
+
+
+def _network_node(cluster: str, domain: str) -> str:
+    """An id in AWS's shape (nn-<17 hex>), the same for one domain of one cluster."""
+    return "nn-" + hashlib.sha256(f"{cluster}/{domain}".encode()).hexdigest()[:17]
+
+
+def _uuid(cluster: str) -> str:
+    digest = hashlib.sha256(cluster.encode()).hexdigest()
+    return f"{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
 
 def _shared_status(resources: dict[str, str], version: str) -> dict:

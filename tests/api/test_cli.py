@@ -249,3 +249,35 @@ def test_jobs_list_has_an_estimated_start_column_as_squeue_start(server, admin, 
     assert "2026-12-07 14:20Z" in run("jobs", "list", env=env).output
     shown = run("jobs", "get", "research/train", env=env).output
     assert "expected start: 2026-12-07 14:20Z: at the next cycle, on eu-west" in shown, shown
+
+
+def test_topology_recipes_from_the_cli(server, db, settings, tmp_path):
+    """An admin writes a recipe in Volcano's shape, lists it beside the built-in ones, sets a cluster to it (its tree
+    is found again from the stored node labels at once) and deletes it once no cluster is set to it."""
+    from broker.store.db.crypto import KubeconfigCipher
+    from broker.store.db.models import Node
+    from tests.api.conftest import add_cluster_with_leaves
+
+    with db.sessions() as session, session.begin():
+        add_cluster_with_leaves(session, KubeconfigCipher(settings.fernet_key()), "eu-west", 2, {"region": "eu"})
+        for node in session.query(Node):
+            node.labels = {**node.labels, "example.com/rack": node.name.rsplit("-", 1)[0]}
+    recipe = tmp_path / "racks.yaml"
+    recipe.write_text(yaml.safe_dump({"name": "racks", "levels": [{"nodeLabel": "example.com/rack"},
+                                                                  {"nodeLabel": "kubernetes.io/hostname"}]}))
+    created = run("recipes", "create", str(recipe))
+    assert created.exit_code == 0, created.output
+    listed = run("recipes", "list").output
+    assert "TIERS (CLOSEST FIRST)" in listed and "racks" in listed and "nvidia.com/gpu.clique < " in listed
+    chosen = run("clusters", "set-recipe", "eu-west", "racks", "-o", "json")
+    assert chosen.exit_code == 0, chosen.output
+    view = json.loads(chosen.output)
+    assert view["hypernode_source"] == "labels:racks"
+    assert sorted(h["name"] for h in view["hypernodes"]) == ["rack-eu-west-l0", "rack-eu-west-l1"]
+    in_use = run("recipes", "delete", "racks")
+    assert in_use.exit_code == 1 and "clusters eu-west use topology recipe racks" in in_use.output
+    unknown = run("clusters", "set-recipe", "eu-west", "azure")
+    assert unknown.exit_code == 1 and len(unknown.output.strip().splitlines()) == 1
+    assert "no topology recipe 'azure'; one of auto, archipelago, aws, gke, nvlink, racks" in unknown.output
+    assert run("clusters", "set-recipe", "eu-west", "auto").exit_code == 0
+    assert run("recipes", "delete", "racks").output.strip() == "recipe racks deleted"

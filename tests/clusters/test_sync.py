@@ -116,7 +116,7 @@ def test_labels_tree_is_derived_from_node_labels(api, sim, db):
     expected = expected_tree(sim, "labels", LABEL_TIERS)
     assert {name for name, (tier, _, _) in expected.items() if tier == 3} == {"z-a", "z-b"}
     assert _tree(db, "labels") == expected
-    assert api.get("/api/v1/clusters/labels").json()["hypernode_source"] == "labels"
+    assert api.get("/api/v1/clusters/labels").json()["hypernode_source"] == "labels:archipelago"
 
 
 def test_none_mode_has_only_zones_and_no_labels_means_no_tree(api, sim, db, settings, syncer):

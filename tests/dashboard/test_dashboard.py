@@ -95,6 +95,9 @@ def test_clusters_and_a_cluster_with_its_hypernode_tree(page, federation):
     expect(rows).to_have_count(len(clusters))
     for cluster in clusters:
         expect(page.locator(f'tr[data-row="{cluster["name"]}"] [data-testid="state"]')).to_have_text(cluster["state"])
+    sources = {"eu-west": "HyperNode objects", "us-east": "node labels, recipe archipelago (auto)"}  # issue #48
+    for name, words in sources.items():
+        expect(page.locator(f'tr[data-row="{name}"] [data-testid="topology-source"]')).to_have_text(words)
     shot(page, "clusters")
 
     page.get_by_role("link", name="eu-west", exact=True).focus()
@@ -115,6 +118,7 @@ def test_clusters_and_a_cluster_with_its_hypernode_tree(page, federation):
             "aria-label", re.compile(rf"tier {hypernode['tier']}, {hypernode['nodes']} nodes, .* "
                                      rf"{re.escape(hypernode['free'][GPU])} free"))
     expect(page.get_by_test_id("node-count")).to_have_text(str(detail["nodes"]))
+    expect(page.get_by_test_id("topology-source")).to_have_text("HyperNode objects")
     expect(page.get_by_test_id("nodes-table").locator("tbody tr")).to_have_count(detail["nodes"])
 
     placements = federation.get("/placements", cluster="eu-west",

@@ -174,7 +174,10 @@ class Cluster(Base):
     cordon: Mapped[str | None] = mapped_column(String(16))
     kubernetes_version: Mapped[str | None] = mapped_column(String(64))
     jobset_crd: Mapped[bool] = mapped_column(Boolean, default=False)
-    hypernode_source: Mapped[str | None] = mapped_column(String(16))  # crd, labels, none
+    hypernode_source: Mapped[str | None] = mapped_column(String(64))  # crd, labels:<recipe>, labels (global), none
+    # how a tree is found from node labels when the member has no HyperNode objects (clusters.recipes): a recipe's
+    # name, or auto
+    topology_recipe: Mapped[str] = mapped_column(String(40), default="auto", server_default="auto")
     last_heartbeat: Mapped[datetime | None] = mapped_column(UtcDateTime())
     unreachable_since: Mapped[datetime | None] = mapped_column(UtcDateTime())
     last_error: Mapped[str | None] = mapped_column(Text)
@@ -435,6 +438,18 @@ class ClusterOverride(Base):
     description: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+
+
+class TopologyRecipe(Base):
+    """An admin's recipe for a HyperNode tree from node labels (clusters.recipes): per tier, closest first, the
+    label keys that name a node's domain there."""
+
+    __tablename__ = "topology_recipes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(40), unique=True)
+    tiers: Mapped[list[list[str]]] = mapped_column(Json)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
 
 class Event(Base):

@@ -5,11 +5,14 @@ A member's Kubernetes objects become rows here: `member_inventory` turns nodes, 
 HyperNodes into node rows (allocatable, used) and a resolved HyperNode tree; `write_inventory`
 writes only what differs from the rows already stored.
 
-`registration` checks and stores a member; `sync` turns its objects into rows; `admin` cordons, drains, edits
+`registration` checks and stores a member; `sync` turns its objects into rows; `recipes` says how a tree is found
+from node labels; `admin` cordons, drains, edits
 and removes it; `views` shows capacity. The rest of the broker imports them from here.
 """
 
 from broker.store.inventory.admin import cordon_cluster, drain_cluster, remove_cluster, uncordon_cluster, update_cluster
+from broker.store.inventory.recipes import (Discovery, check_choice, create_recipe, delete_recipe, discovery_of,
+                                            list_recipes)
 from broker.store.inventory.registration import (FOR_CLUSTER_WRITE, RegistrationError, agent_cluster,
                                                  check_registration, cluster_to_change, connect, get_cluster,
                                                  kubeconfig_policy, register_cluster, register_pull_cluster,
@@ -18,7 +21,8 @@ from broker.store.inventory.sync import (PodHold, WriteResult, member_inventory,
                                          record_sync_error, resolve_topology, write_inventory)
 from broker.store.inventory.views import cluster_capacity, cluster_view, list_views, topology_view
 
-__all__ = ["FOR_CLUSTER_WRITE", "PodHold", "RegistrationError", "WriteResult", "agent_cluster", "check_registration",
+__all__ = ["FOR_CLUSTER_WRITE", "Discovery", "PodHold", "check_choice", "create_recipe", "delete_recipe",
+           "discovery_of", "list_recipes", "RegistrationError", "WriteResult", "agent_cluster", "check_registration",
            "cluster_capacity", "cluster_to_change", "cluster_view", "connect", "cordon_cluster", "drain_cluster",
            "get_cluster", "kubeconfig_policy", "list_views", "member_inventory", "node_row", "pod_usage",
            "record_probe", "record_sync_error", "register_cluster", "register_pull_cluster", "remove_cluster",

@@ -10,9 +10,11 @@ from sqlalchemy.orm import Session
 from broker.process.settings import Settings
 from broker.store import events
 from broker.store.db.crypto import KubeconfigCipher
-from broker.store.db.models import PLACEMENT_LIVE_STATES, PLACEMENT_UNSTARTED_STATES, Cluster, Placement
+from broker.store.db.models import PLACEMENT_LIVE_STATES, PLACEMENT_UNSTARTED_STATES, Cluster, Node, Placement
 from broker.store.errors import Conflict
+from broker.store.inventory.recipes import check_choice, discovery_of
 from broker.store.inventory.registration import check_cluster_labels, check_cluster_taints, connect, get_cluster
+from broker.store.inventory.sync import write_topology
 from broker.store.outbox import lock_job_rows
 from clusters import jobsets
 from clusters.kubeconfig import KubeconfigError
@@ -108,9 +110,19 @@ def _delete_copies(settings: Settings, cluster: Cluster) -> str:
 
 
 def update_cluster(session: Session, name: str, *, labels: Mapping[str, str | None] | None = None,
-                   taints: Sequence[Mapping[str, Any]] | None = None) -> Cluster:
-    """Labels merge (a None value removes the label); taints, when given, replace the old ones."""
+                   taints: Sequence[Mapping[str, Any]] | None = None, topology_recipe: str | None = None,
+                   global_tiers: Sequence[Sequence[str]] = ()) -> Cluster:
+    """Labels merge (a None value removes the label); taints, when given, replace the old ones. A new topology recipe
+    finds the tree again from the stored node labels at once (the member's next node event would too); `global_tiers`:
+    the federation's global list (`ARCHIPELAGO_TOPOLOGY_TIER_LABELS`), the last resort of `auto`."""
     cluster = get_cluster(session, name, for_update=True)
+    changed = " or ".join(what for what, value in (("labels", labels), ("taints", taints)) if value is not None)
+    if topology_recipe is not None and topology_recipe != cluster.topology_recipe:
+        cluster.topology_recipe = check_choice(session, topology_recipe)
+        events.record(session, "cluster", name, "Updated", f"topology recipe {topology_recipe}")
+        if cluster.hypernode_source != "crd":  # its own HyperNode objects win, whatever the recipe
+            labels_of = dict(session.execute(select(Node.name, Node.labels).where(Node.cluster_id == cluster.id)).all())
+            write_topology(session, cluster, *discovery_of(session, cluster, global_tiers).discover(labels_of))
     if labels is not None:
         merged = {**cluster.labels, **{k: v for k, v in labels.items() if v is not None}}
         for key in (k for k, v in labels.items() if v is None):
@@ -118,5 +130,6 @@ def update_cluster(session: Session, name: str, *, labels: Mapping[str, str | No
         cluster.labels = check_cluster_labels(merged)
     if taints is not None:
         cluster.taints = check_cluster_taints(taints)
-    events.record(session, "cluster", name, "Updated", "labels or taints changed")
+    if changed:
+        events.record(session, "cluster", name, "Updated", f"{changed} changed")
     return cluster

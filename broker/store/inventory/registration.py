@@ -16,11 +16,13 @@ from broker.store import events
 from broker.store.db.crypto import KubeconfigCipher
 from broker.store.db.models import Cluster
 from broker.store.errors import Conflict, Invalid, NotFound
+from broker.store.inventory.recipes import check_choice
 from broker.store.tenancy import check_name, hash_token
 from clusters import access
 from clusters.budget import RequestBudget
 from clusters.kubeconfig import KubeconfigError, KubeconfigPolicy, server_identity
 from clusters.member import MemberClient, MemberError, MemberFacts
+from clusters.recipes import AUTO
 from clusters.rules.labels import check_labels
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -137,11 +139,13 @@ class Registration:
 
 
 def check_registration(session: Session, settings: Settings, *, name: str, kubeconfig: str,
-                       context: str | None = None, labels: Mapping[str, str] | None = None) -> Registration:
+                       context: str | None = None, labels: Mapping[str, str] | None = None,
+                       topology_recipe: str = AUTO) -> Registration:
     """Registration's checks: reads only, and the member's answers (in a read session: no write lock is held
     while the member is asked). A cluster registered meanwhile is refused by `store_registration`."""
     check_name(name)
     labels = check_cluster_labels(labels or {})
+    check_choice(session, topology_recipe)
     if session.scalar(select(Cluster.id).where(Cluster.name == name)) is not None:
         raise Conflict(f"a cluster named {name!r} is already registered")
     try:
@@ -169,7 +173,8 @@ def check_registration(session: Session, settings: Settings, *, name: str, kubec
     cluster = Cluster(name=name, api_server=client.api_server, context=client.context, labels=labels, taints=[],
                       kubeconfig_encrypted=KubeconfigCipher(settings.fernet_key()).encrypt(kubeconfig),
                       state="Pending", kubernetes_version=facts.version, jobset_crd=facts.jobset_crd,
-                      hypernode_source="crd" if facts.hypernode_crd else None, warnings=[], uid=uid)
+                      hypernode_source="crd" if facts.hypernode_crd else None, warnings=[], uid=uid,
+                      topology_recipe=topology_recipe)
     return Registration(cluster, client, facts, checked)
 
 
@@ -193,17 +198,19 @@ def store_registration(session: Session, registration: Registration) -> tuple[Cl
     return cluster, client
 
 
-def register_pull_cluster(session: Session, *, name: str,
-                          labels: Mapping[str, str] | None = None) -> tuple[Cluster, str]:
+def register_pull_cluster(session: Session, *, name: str, labels: Mapping[str, str] | None = None,
+                          topology_recipe: str = AUTO) -> tuple[Cluster, str]:
     """Store a member whose agent will call in (Pending until its agent reports), and mint the agent's token:
     returned once, kept only hashed. The broker never calls a pull member, so there is nothing to check there."""
     check_name(name)
     labels = check_cluster_labels(labels or {})
+    check_choice(session, topology_recipe)
     if session.scalar(select(Cluster.id).where(Cluster.name == name)) is not None:
         raise Conflict(f"a cluster named {name!r} is already registered")
     secret = f"apa_{secrets.token_urlsafe(32)}"
     cluster = Cluster(name=name, mode="pull", api_server="", kubeconfig_encrypted=b"", labels=labels, taints=[],
-                      state="Pending", agent_token_hash=hash_token(secret), warnings=[])
+                      state="Pending", agent_token_hash=hash_token(secret), warnings=[],
+                      topology_recipe=topology_recipe)
     session.add(cluster)
     try:
         session.flush()

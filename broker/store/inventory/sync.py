@@ -16,7 +16,8 @@ from broker.store.db.models import Cluster, HyperNode, Node, as_utc, inventory_c
 from clusters import jobsets
 from clusters.rules.pods import effective_requests
 from clusters.rules.quantity import add_into, to_milli
-from clusters.topology import Topology, derive_from_labels, resolve_hypernodes
+from broker.store.inventory.recipes import Discovery
+from clusters.topology import Topology, resolve_hypernodes
 
 
 def node_row(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -53,18 +54,18 @@ class MemberInventory:
 
     nodes: dict[str, dict[str, Any]]  # name -> node_row(...) plus "used"
     topology: Topology
-    hypernode_source: str  # crd, labels or none
+    hypernode_source: str  # crd, labels:<recipe>, labels or none
 
 
 def resolve_topology(node_labels: Mapping[str, Mapping[str, str]], hypernodes: Iterable[Mapping] | None,
-                     tier_labels: Sequence[Sequence[str]]) -> tuple[Topology, str]:
-    """The member's HyperNode tree and where it came from: its HyperNode objects when it has any
-    (`crd`), else its node labels (`labels`), else `none`."""
+                     discovery: Discovery) -> tuple[Topology, str]:
+    """The member's HyperNode tree and where it came from: its HyperNode objects when it has any (`crd`), else its
+    node labels by its recipe (`labels:<recipe>`, or `labels` by the global list: `clusters.recipes.discover`), else
+    `none`."""
     hypernodes = list(hypernodes or ())
     if hypernodes:
         return resolve_hypernodes(hypernodes, node_labels), "crd"
-    topology = derive_from_labels(node_labels, tier_labels)
-    return topology, "labels" if topology.hypernodes else "none"
+    return discovery.discover(node_labels)
 
 
 def member_inventory(nodes: Mapping[str, dict[str, Any]], holds: Iterable[PodHold],
@@ -122,20 +123,10 @@ def write_inventory(session: Session, cluster: Cluster, inventory: MemberInvento
     result = WriteResult()
     result.nodes_added, result.nodes_changed, result.nodes_removed = _write_rows(
         session, Node, cluster.id, inventory.nodes, _NODE_FIELDS)
-    tree = {h.name: {"tier": h.tier, "parent": h.parent, "nodes": list(h.nodes)} for h in inventory.topology.hypernodes}
-    result.hypernodes_changed = sum(_write_rows(session, HyperNode, cluster.id, tree, ("tier", "parent", "nodes")))
-    if result.changed:
+    result.hypernodes_changed, result.new_warnings = write_topology(session, cluster, inventory.topology,
+                                                                    inventory.hypernode_source)
+    if result.nodes_added or result.nodes_changed or result.nodes_removed:
         session.execute(inventory_changed(cluster.id))
-
-    warnings = inventory.topology.warnings
-    result.new_warnings = [w for w in warnings if w not in (cluster.warnings or [])]
-    if result.new_warnings:
-        events.record(session, "cluster", cluster.name, "TopologyInvalid", "; ".join(result.new_warnings),
-                      warning=True)
-    if cluster.warnings != warnings:
-        cluster.warnings = warnings
-    if cluster.hypernode_source != inventory.hypernode_source:
-        cluster.hypernode_source = inventory.hypernode_source
     if cluster.state == "Pending":
         cluster.state = cluster.cordon or "Ready"
         events.record(session, "cluster", cluster.name, "Synced",
@@ -143,6 +134,23 @@ def write_inventory(session: Session, cluster: Cluster, inventory: MemberInvento
                       f"HyperNodes ({inventory.hypernode_source})")
     cluster.synced_at = now
     return result
+
+
+def write_topology(session: Session, cluster: Cluster, topology: Topology, source: str) -> tuple[int, list[str]]:
+    """Make the stored HyperNodes of `cluster` equal `topology` and record its source and warnings (an event for new
+    ones); (HyperNode rows changed, new warnings)."""
+    tree = {h.name: {"tier": h.tier, "parent": h.parent, "nodes": list(h.nodes)} for h in topology.hypernodes}
+    changed = sum(_write_rows(session, HyperNode, cluster.id, tree, ("tier", "parent", "nodes")))
+    if changed:
+        session.execute(inventory_changed(cluster.id))
+    new_warnings = [w for w in topology.warnings if w not in (cluster.warnings or [])]
+    if new_warnings:
+        events.record(session, "cluster", cluster.name, "TopologyInvalid", "; ".join(new_warnings), warning=True)
+    if cluster.warnings != topology.warnings:
+        cluster.warnings = topology.warnings
+    if cluster.hypernode_source != source:
+        cluster.hypernode_source = source
+    return changed, new_warnings
 
 
 def record_sync_error(session: Session, cluster: Cluster, error: str) -> None:
