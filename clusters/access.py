@@ -32,6 +32,13 @@ _NEEDED = (
     (JOBSET_GROUP, "jobsets", ("create", "delete", "get", "list", "patch", "watch")),  # dispatch and status
     (HYPERNODE_GROUP, "hypernodes", ("list", "watch")),  # the topology, where the member has the CRD
 )
+# Only where a cluster has its discovered tree written back to it as HyperNodes (`topology_write_back`), in a
+# ClusterRole of its own: the broker's grows only where a cluster opts in.
+_WRITE_BACK = (
+    (HYPERNODE_GROUP, "hypernodes", ("create", "delete", "patch")),
+    (HYPERNODE_GROUP, "hypernodes/status", ("patch",)),
+)
+TOPOLOGY_NAME = f"{NAME}-topology"
 
 
 @dataclass(frozen=True)
@@ -44,17 +51,18 @@ class Permission:
         return f"{self.verb} {self.resource}.{self.group}" if self.group else f"{self.verb} {self.resource}"
 
 
-def required(hypernodes: bool) -> list[Permission]:
-    """Every permission the broker uses on a member; HyperNodes only where the member serves them."""
-    return [Permission(verb, group, resource) for group, resource, verbs in _NEEDED for verb in verbs
-            if hypernodes or group != HYPERNODE_GROUP]
+def required(hypernodes: bool, write_back: bool = False) -> list[Permission]:
+    """Every permission the broker uses on a member; HyperNodes only where the member serves them, writing them only
+    where the cluster's tree is written back."""
+    return [Permission(verb, group, resource) for group, resource, verbs in _NEEDED + (_WRITE_BACK if write_back else ())
+            for verb in verbs if hypernodes or group != HYPERNODE_GROUP]
 
 
-def missing(client: MemberClient, hypernodes: bool) -> list[Permission] | None:
+def missing(client: MemberClient, hypernodes: bool, write_back: bool = False) -> list[Permission] | None:
     """The required permissions the client's identity lacks, cluster-wide; None where the member has no
     SelfSubjectAccessReview API (nothing can be checked). Raises MemberError."""
     absent = []
-    for permission in required(hypernodes):
+    for permission in required(hypernodes, write_back):
         allowed = client.may(permission.verb, permission.group, permission.resource)
         if allowed is None:
             return None
@@ -89,6 +97,29 @@ def member_objects(namespace: str = DEFAULT_NAMESPACE) -> list[dict]:
          "metadata": {"name": TOKEN_SECRET, "namespace": namespace, **meta,
                       "annotations": {"kubernetes.io/service-account.name": NAME}}},
     ]
+
+
+def topology_objects(namespace: str = DEFAULT_NAMESPACE) -> list[dict]:
+    """The ClusterRole and binding that let the broker's identity write its HyperNodes: only for a cluster that opts
+    in to topology write-back."""
+    meta = {"labels": dict(MANAGED_BY)}
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": TOPOLOGY_NAME, **meta},
+         "rules": [{"apiGroups": [group], "resources": [resource], "verbs": list(verbs)}
+                   for group, resource, verbs in _WRITE_BACK]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": TOPOLOGY_NAME, **meta},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": TOPOLOGY_NAME},
+         "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}]},
+    ]
+
+
+def member_topology_rbac_yaml(namespace: str = DEFAULT_NAMESPACE) -> str:
+    header = ("# Only for a member whose HyperNode tree the broker writes back (a cluster registered with\n"
+              "# topology_write_back; clusters/access.py renders this file, `archipelago clusters join\n"
+              "# --topology-write-back` applies the same objects): beside deploy/member-rbac.yaml, it lets the broker's\n"
+              "# identity create, change and delete the HyperNodes it makes, and set their status.\n")
+    return header + yaml.safe_dump_all(topology_objects(namespace), sort_keys=False)
 
 
 def member_rbac_yaml(namespace: str = DEFAULT_NAMESPACE) -> str:
@@ -170,10 +201,10 @@ def _refused(action: str, obj: dict, exc: MemberError) -> JoinError:
     return JoinError(str(exc))
 
 
-def join(client: MemberClient, namespace: str, token_wait: float = TOKEN_WAIT) -> str:
+def join(client: MemberClient, namespace: str, token_wait: float = TOKEN_WAIT, *, write_back: bool = False) -> str:
     """Create (or bring up to date) the broker's objects on the member and wait for the token;
-    returns the ServiceAccount's bearer token. Idempotent."""
-    for obj in member_objects(namespace):
+    returns the ServiceAccount's bearer token. `write_back`: the topology write-back role too. Idempotent."""
+    for obj in member_objects(namespace) + (topology_objects(namespace) if write_back else []):
         try:
             client.apply(_resource(obj), obj, FIELD_MANAGER)
         except MemberError as exc:
@@ -194,7 +225,7 @@ def unjoin(client: MemberClient, namespace: str) -> None:
     """Delete the broker's objects from the member (the namespace takes the ServiceAccount and its token);
     those already gone are fine."""
     objects = member_objects(namespace)
-    for obj in [objects[3], objects[2], objects[0]]:
+    for obj in [*reversed(topology_objects(namespace)), objects[3], objects[2], objects[0]]:
         try:
             client.delete(_resource(obj), obj["metadata"]["name"], obj["metadata"].get("namespace"))
         except MemberError as exc:

@@ -242,6 +242,17 @@ class MemberClient:
         return self._json(what, self._call(what, method, body=body, field_manager=field_manager, force=True,
                                            _content_type=APPLY, **extra))
 
+    def apply_status(self, resource: Resource, body: dict, field_manager: str) -> dict:
+        """Server-side apply of a custom object's status subresource (its fields only)."""
+        meta = body["metadata"]
+        what = f"apply {resource} {meta['name']} status"
+        where = (resource.group, resource.version) + ((meta["namespace"],) if resource.namespaced else ())
+        scope = "namespaced" if resource.namespaced else "cluster"
+        method = partial(getattr(self._custom, f"patch_{scope}_custom_object_status"), *where, resource.plural,
+                         meta["name"])
+        return self._json(what, self._call(what, method, body=body, field_manager=field_manager, force=True,
+                                           _content_type=APPLY))
+
     def delete(self, resource: Resource, name: str, namespace: str | None = None, *,
                propagation: str | None = None, uid: str | None = None) -> None:
         """Delete one object; `uid`: only if it is still that object (else 409 Conflict)."""
@@ -268,8 +279,9 @@ class MemberClient:
 
     def may(self, verb: str, group: str, resource: str, namespace: str | None = None) -> bool | None:
         """A SelfSubjectAccessReview; None where the member has no such API."""
+        resource, _, subresource = resource.partition("/")  # hypernodes/status: a subresource
         review = V1SelfSubjectAccessReview(spec=V1SelfSubjectAccessReviewSpec(resource_attributes=V1ResourceAttributes(
-            verb=verb, group=group, resource=resource, namespace=namespace)))
+            verb=verb, group=group, resource=resource, subresource=subresource or None, namespace=namespace)))
         what = f"review access to {verb} {resource}"
         try:
             answer = self._json(what, self._call(what, self._authorization.create_self_subject_access_review, review))

@@ -22,6 +22,8 @@ router = APIRouter(prefix="/api/v1", tags=["clusters"])
 ADMIN_ERRORS = (401, 403, 404)
 RECIPE = ("how its HyperNode tree is found from node labels when it has no HyperNode objects: auto (the recipe whose "
           "labels most of its nodes carry), a built-in recipe (archipelago, aws, gke, nvlink) or an admin's")
+WRITE_BACK = ("write the tree discovered from its node labels back to it as HyperNode objects, for its own Volcano "
+              "(push members; its identity needs deploy/member-topology-rbac.yaml's role)")
 
 
 class ClusterIn(BaseModel):
@@ -37,6 +39,7 @@ class ClusterIn(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict, description="the broker's labels for the cluster, "
                                                                      "matched by archipelago.io/cluster-selector")
     topology_recipe: str = Field("auto", description=RECIPE)
+    topology_write_back: bool = Field(False, description=WRITE_BACK)
 
 
 class ClusterPatch(BaseModel):
@@ -46,6 +49,7 @@ class ClusterPatch(BaseModel):
     taints: list[dict[str, str]] | None = Field(None, description="replace the cluster's taints "
                                                                   "({key, value?, effect})")
     topology_recipe: str | None = Field(None, description=RECIPE)
+    topology_write_back: bool | None = Field(None, description=WRITE_BACK)
 
 
 class RecipeIn(BaseModel):
@@ -70,7 +74,8 @@ def register(body: ClusterIn, request: Request, session: SessionDep, database: D
     try:
         registration = inventory.check_registration(session, settings, name=body.name, kubeconfig=body.kubeconfig,
                                                     context=body.context, labels=body.labels,
-                                                    topology_recipe=body.topology_recipe)
+                                                    topology_recipe=body.topology_recipe,
+                                                    topology_write_back=body.topology_write_back)
     except inventory.RegistrationError as exc:
         raise Problem(exc.status, exc.detail, title=exc.title, **exc.extra) from None
     with database.write() as written:
@@ -89,9 +94,11 @@ def register(body: ClusterIn, request: Request, session: SessionDep, database: D
 
 
 def _register_pull(body: ClusterIn, request: Request, database: Database) -> dict[str, Any]:
-    for field, value in (("kubeconfig", body.kubeconfig), ("context", body.context)):
+    for field, value in (("kubeconfig", body.kubeconfig), ("context", body.context),
+                         ("topology_write_back", body.topology_write_back or None)):
         if value is not None:
-            raise Invalid(field, "a pull member is never called by the broker: leave out its kubeconfig and context")
+            raise Invalid(field, "a pull member is never called by the broker: leave out its kubeconfig and context, "
+                                 "and topology_write_back off")
     with database.write() as session:
         cluster, token = inventory.register_pull_cluster(session, name=body.name, labels=body.labels,
                                                          topology_recipe=body.topology_recipe)
@@ -118,6 +125,7 @@ def patch_cluster(name: str, body: ClusterPatch, request: Request, database: Dat
     with database.write() as session:
         cluster = inventory.update_cluster(session, name, labels=body.labels, taints=body.taints,
                                            topology_recipe=body.topology_recipe,
+                                           topology_write_back=body.topology_write_back,
                                            global_tiers=settings.topology_tier_labels)
         view = inventory.cluster_view(session, cluster)
     request.app.state.capacity.forget()

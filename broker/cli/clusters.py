@@ -36,6 +36,8 @@ CLUSTER_COLUMNS = [
 
 RECIPE_HELP = ("how its HyperNode tree is found from node labels when it has no HyperNode objects: auto, a built-in "
                "recipe (archipelago, aws, gke, nvlink) or an admin's (`archipelago recipes list`)")
+WRITE_BACK_HELP = ("write the tree found from its labels back to the member as HyperNode objects, for its own Volcano "
+                   "(the identity needs deploy/member-topology-rbac.yaml; `join --topology-write-back` grants it)")
 
 
 def _tree_lines(hypernodes: list[dict], depth: int = 0) -> list[str]:
@@ -57,6 +59,7 @@ def add(name: str = typer.Argument(..., help="the cluster's name in the broker")
                                  "member calls the broker (prints the agent's token, once)"),
         label: list[str] = typer.Option([], "--label", help="cluster label key=value (repeatable)"),
         topology_recipe: str = typer.Option("auto", "--topology-recipe", help=RECIPE_HELP),
+        topology_write_back: bool = typer.Option(False, "--topology-write-back", help=WRITE_BACK_HELP),
         output: Output = OutputOption, server: Optional[str] = ServerOption,
         token: Optional[str] = TokenOption) -> None:
     """Register a member cluster. Push: the broker checks it can reach it, that JobSet is installed and that the
@@ -68,7 +71,7 @@ def add(name: str = typer.Argument(..., help="the cluster's name in the broker")
         usage_error("--kubeconfig is needed in push mode, and refused in pull mode (the broker never calls a pull "
                     "member)")
     body = {"name": name, "mode": mode, "context": context, "labels": key_values(label, "--label", "key=value"),
-            "topology_recipe": topology_recipe,
+            "topology_recipe": topology_recipe, **({"topology_write_back": True} if topology_write_back else {}),
             **({"kubeconfig": read_file(kubeconfig).decode()} if kubeconfig else {})}
     cluster = calling(lambda: client(server, token).post("/api/v1/clusters", json=body))
     emit(cluster, output, CLUSTER_COLUMNS)
@@ -140,6 +143,8 @@ def join(name: str = typer.Argument(..., help="the cluster's name in the broker"
          namespace: str = NamespaceOption,
          label: list[str] = typer.Option([], "--label", help="cluster label key=value (repeatable)"),
          topology_recipe: str = typer.Option("auto", "--topology-recipe", help=RECIPE_HELP),
+         topology_write_back: bool = typer.Option(False, "--topology-write-back",
+                                                  help=WRITE_BACK_HELP + "; also applies that role"),
          output: Output = OutputOption, server: Optional[str] = ServerOption,
          token: Optional[str] = TokenOption) -> None:
     """Give the broker a least-privilege identity on a member, and register the member with it.
@@ -154,12 +159,12 @@ def join(name: str = typer.Argument(..., help="the cluster's name in the broker"
             _same_member(existing, member)
         from clusters import access
 
-        bearer = access.join(member, namespace)
+        bearer = access.join(member, namespace, write_back=topology_write_back)
         if existing is not None:
             typer.echo(f"cluster {name} was joined already; its objects on {member.api_server} are up to date")
             return
         body = {"name": name, "kubeconfig": access.token_kubeconfig(loaded, name, bearer), "labels": labels,
-                "topology_recipe": topology_recipe}
+                "topology_recipe": topology_recipe, "topology_write_back": topology_write_back}
         emit(calling(lambda: broker.post("/api/v1/clusters", json=body)), output, CLUSTER_COLUMNS)
 
 
@@ -205,13 +210,17 @@ def get(name: str, output: Output = OutputOption, server: Optional[str] = Server
     typer.echo("\n".join(_tree_lines(cluster["hypernodes"])) or "no HyperNodes")
 
 
-@clusters_app.command("set-recipe")
-def set_recipe(name: str, recipe: str = typer.Argument(..., help="auto, or a recipe's name"),
-               output: Output = OutputOption, server: Optional[str] = ServerOption,
-               token: Optional[str] = TokenOption) -> None:
-    """Choose how the cluster's HyperNode tree is found from its node labels; the tree is found again at once."""
-    cluster = calling(lambda: client(server, token).patch(f"/api/v1/clusters/{name}",
-                                                          json={"topology_recipe": recipe}))
+@clusters_app.command("topology")
+def topology(name: str, recipe: Optional[str] = typer.Option(None, "--recipe", help=RECIPE_HELP),
+             write_back: Optional[bool] = typer.Option(None, "--write-back/--no-write-back", help=WRITE_BACK_HELP),
+             output: Output = OutputOption, server: Optional[str] = ServerOption,
+             token: Optional[str] = TokenOption) -> None:
+    """Choose how the cluster's HyperNode tree is found from its node labels (found again at once), and whether it
+    is written back to the member; with neither, show its topology source and warnings."""
+    body = {k: v for k, v in (("topology_recipe", recipe), ("topology_write_back", write_back)) if v is not None}
+    api = client(server, token)
+    cluster = calling(lambda: api.patch(f"/api/v1/clusters/{name}", json=body) if body
+                      else api.get(f"/api/v1/clusters/{name}"))
     emit(cluster, output, CLUSTER_COLUMNS)
     for warning in cluster["warnings"] if output is Output.table else ():
         typer.echo(f"warning: {warning}")

@@ -1,5 +1,5 @@
 """`archipelago recipes ...`: the recipes that find a member's HyperNode tree from its node labels (admins write
-their own; `archipelago clusters set-recipe` chooses one per cluster)."""
+their own; `archipelago clusters topology NAME --recipe R` chooses one per cluster)."""
 
 from __future__ import annotations
 

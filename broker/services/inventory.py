@@ -37,6 +37,7 @@ from broker.store.inventory import (FOR_CLUSTER_WRITE, Discovery, PodHold, Write
 from clusters.kubeconfig import KubeconfigError
 from clusters.member import (ACTIVE_PODS, HYPERNODE_GROUP, HYPERNODE_VERSION, HYPERNODES, NODES, PODS, MemberClient,
                              MemberError)
+from clusters import topology_writeback as writeback
 from clusters.topology import Topology
 
 log = logging.getLogger("archipelago.inventory")
@@ -59,6 +60,7 @@ class MemberMirror:
         self.resume: dict[str, str] = {}  # kind -> resourceVersion to watch from
         self._topology: tuple[Topology, str] | None = None
         self._discovery: Discovery | None = None  # what `_topology` was found by
+        self.write_back = False  # the cluster's topology_write_back, as its last write read it
 
     def replace(self, kind: str, items: list[dict], resource_version: str) -> None:
         with self.lock:
@@ -187,6 +189,7 @@ def flush(database: Database, settings: Settings, cluster_id: int, mirror: Membe
         if first and cluster.synced_at is not None:
             return WriteResult()
         inventory = mirror.inventory(discovery_of(session, cluster, settings.topology_tier_labels))
+        mirror.write_back = cluster.topology_write_back
         result = write_inventory(session, cluster, inventory, utcnow())
         if cluster.last_error is not None and cluster.unreachable_since is None:
             cluster.last_error = None  # the sync that failed before works again
@@ -207,6 +210,39 @@ class _Member:
     due: float = 0.0
     failures: int = 0
     watches: list[_Watch] | None = None
+    client: MemberClient | None = None  # as its last sync reached it
+
+
+def write_back(database: Database, cluster_id: int, member: _Member) -> None:
+    """The cluster's discovered tree onto the member as HyperNode objects, where it opted in
+    (`clusters.topology_writeback`); the broker's own objects deleted where it opted out, or its tree is the member's
+    own. Only what differs from the member's objects, as the mirror has them, is written; a failure is the cluster's
+    sync error, and the next write tries again."""
+    mirror = member.mirror
+    with mirror.lock:
+        if member.client is None or mirror._topology is None:
+            return
+        topology, source = mirror._topology
+        wanted = mirror.write_back and source.startswith("labels:")
+        if wanted and not mirror.has_hypernodes:
+            error = ("topology write-back: the member serves no HyperNode CRD (topology.volcano.sh/v1alpha1); "
+                     "install Volcano's, or turn write-back off")
+        else:
+            error = None
+            steps = writeback.plan(writeback.desired(topology, source.partition(":")[2]) if wanted else {},
+                                   mirror.hypernodes)
+    if error is None:
+        if not (steps.apply or steps.status or steps.delete):
+            return
+        try:
+            writeback.write_back(member.client, steps)
+            return
+        except MemberError as exc:
+            error = f"topology write-back: {exc}"
+    with database.write() as session:
+        cluster = cluster_to_change(session, cluster_id)
+        if cluster is not None:
+            record_sync_error(session, cluster, error)
 
 
 def _kept_by_watches(client: MemberClient, member: _Member) -> bool:
@@ -254,6 +290,8 @@ class InventorySyncService(LoopService):
             if not _kept_by_watches(client, member):
                 relist_all(client, member.mirror)
             result = flush(self.database, self.settings, row.id, member.mirror)
+            member.client = client
+            write_back(self.database, row.id, member)
         except (MemberError, KubeconfigError, ValueError) as exc:
             member.failures += 1
             member.due = self.clock() + backoff(member.failures, max(self.settings.cluster_sync_interval, 1.0))
@@ -323,6 +361,7 @@ class InventorySyncService(LoopService):
                         continue
                     try:
                         flush(self.database, self.settings, cluster_id, member.mirror)
+                        write_back(self.database, cluster_id, member)
                     except Fenced as exc:  # the lease holder stops this service and says why, once
                         log.debug("inventory write of cluster %s refused: %s", cluster_id, exc)
                     except Exception:  # the next change or resync writes it again

@@ -38,7 +38,7 @@ class SimCluster(Deletion):
         self.clock = clock
         self._wake = wake
         self.lock = threading.RLock()
-        self.catalog = Catalog(jobset=spec.jobset, hypernodes=spec.hypernode_mode == "crd")
+        self.catalog = Catalog(jobset=spec.jobset, hypernodes=spec.hypernode_mode in ("crd", "empty"))
         self.kinds = {k.key: k for k in self.catalog.kinds}
         self.store = Store(spec.watch_history)
         self.foreground: set[tuple[str, str, str]] = set()  # (kind key, namespace, name) deleted in the foreground

@@ -18,7 +18,9 @@ clusters:
                                  # cloud.google.com/gce-topology-subblock/-block), nvlink (an NVL72 rack per leaf:
                                  # nvidia.com/gpu.clique, no spine); a list combines them (aws + nvlink: an
                                  # UltraServer's clique under its layers)
-  hypernodes: crd                # crd | labels | none
+  hypernodes: crd                # crd: HyperNode objects of its leaf/spine labels | empty: the HyperNode CRD
+                                 # served, no objects (Volcano with no tree yet) | labels: neither | none: neither,
+                                 # and no leaf/spine labels
   pools: [{name_prefix: cpu, nodes: 4, node: {...}, node_labels: {}, taints: [], topology: {...}, zones: []}]
   jobset: true                   # false: JobSet CRD not installed
   version: v1.31.4               # /version gitVersion and kubelet version
@@ -64,7 +66,7 @@ SPINE = "network.archipelago.io/spine"
 AWS_LAYER = "topology.k8s.aws/network-node-layer-"
 GKE_BLOCK, GKE_SUBBLOCK = "cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock"
 CLIQUE = "nvidia.com/gpu.clique"
-_MODES = ("crd", "labels", "none")
+_MODES = ("crd", "empty", "labels", "none")
 JOBSET_COUNTS = ("current", "omitted", "lagging")
 _KEYS = {"name", "labels", "nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology",
          "hypernodes", "pools", "jobset", "version", "duration", "token", "watch_history", "jobset_counts",

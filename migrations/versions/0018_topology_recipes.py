@@ -1,5 +1,5 @@
-"""topology discovery by recipe: the admins' recipes, each cluster's choice (auto by default), and a topology source
-long enough to name the recipe (labels:<recipe>)
+"""topology discovery by recipe: the admins' recipes, each cluster's choice (auto by default), whether its tree is
+written back to it as HyperNode objects, and a topology source long enough to name the recipe (labels:<recipe>)
 
 Revision ID: 0018_topology_recipes
 Revises: 0017_forecast
@@ -28,6 +28,7 @@ def upgrade() -> None:
     )
     with op.batch_alter_table('clusters') as batch:
         batch.add_column(sa.Column('topology_recipe', sa.String(length=40), nullable=False, server_default='auto'))
+        batch.add_column(sa.Column('topology_write_back', sa.Boolean(), nullable=False, server_default=sa.false()))
         batch.alter_column('hypernode_source', type_=sa.String(length=64), existing_type=sa.String(length=16),
                            existing_nullable=True)
 
@@ -36,5 +37,6 @@ def downgrade() -> None:
     with op.batch_alter_table('clusters') as batch:
         batch.alter_column('hypernode_source', type_=sa.String(length=16), existing_type=sa.String(length=64),
                            existing_nullable=True)
+        batch.drop_column('topology_write_back')
         batch.drop_column('topology_recipe')
     op.drop_table('topology_recipes')

@@ -269,15 +269,15 @@ def test_topology_recipes_from_the_cli(server, db, settings, tmp_path):
     assert created.exit_code == 0, created.output
     listed = run("recipes", "list").output
     assert "TIERS (CLOSEST FIRST)" in listed and "racks" in listed and "nvidia.com/gpu.clique < " in listed
-    chosen = run("clusters", "set-recipe", "eu-west", "racks", "-o", "json")
+    chosen = run("clusters", "topology", "eu-west", "--recipe", "racks", "-o", "json")
     assert chosen.exit_code == 0, chosen.output
     view = json.loads(chosen.output)
     assert view["hypernode_source"] == "labels:racks"
     assert sorted(h["name"] for h in view["hypernodes"]) == ["rack-eu-west-l0", "rack-eu-west-l1"]
     in_use = run("recipes", "delete", "racks")
     assert in_use.exit_code == 1 and "clusters eu-west use topology recipe racks" in in_use.output
-    unknown = run("clusters", "set-recipe", "eu-west", "azure")
+    unknown = run("clusters", "topology", "eu-west", "--recipe", "azure")
     assert unknown.exit_code == 1 and len(unknown.output.strip().splitlines()) == 1
     assert "no topology recipe 'azure'; one of auto, archipelago, aws, gke, nvlink, racks" in unknown.output
-    assert run("clusters", "set-recipe", "eu-west", "auto").exit_code == 0
+    assert run("clusters", "topology", "eu-west", "--recipe", "auto").exit_code == 0
     assert run("recipes", "delete", "racks").output.strip() == "recipe racks deleted"

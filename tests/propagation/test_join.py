@@ -137,6 +137,26 @@ def test_unjoin_removes_the_cluster_and_the_member_objects(broker, admin_kubecon
     assert run("clusters", "unjoin", "eu-west", "--kubeconfig", admin_kubeconfig("eu-west")).exit_code == 0
 
 
+def test_join_with_topology_write_back_grants_its_role_and_unjoin_takes_it_away(broker, admin_kubeconfig, sim, db):
+    """Issue #48: the broker's ClusterRole grows only where a cluster opts in to write its tree back."""
+    def topology_role():
+        member = sim.cluster("eu-west")
+        with member.lock:
+            return (member.store.get(CLUSTERROLES.key, "", access.TOPOLOGY_NAME),
+                    member.store.get(CLUSTERROLEBINDINGS.key, "", access.TOPOLOGY_NAME))
+
+    joined = run("clusters", "join", "eu-west", "--kubeconfig", admin_kubeconfig("eu-west"), "--topology-write-back",
+                 "-o", "json")
+    assert joined.exit_code == 0, joined.output
+    assert yaml.safe_load(joined.output)["topology_write_back"] is True  # registration checked the role is held
+    role, binding = topology_role()
+    assert role["rules"] == access.topology_objects()[0]["rules"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "archipelago-broker",
+                                    "namespace": "archipelago-system"}]
+    assert run("clusters", "unjoin", "eu-west", "--kubeconfig", admin_kubeconfig("eu-west")).exit_code == 0
+    assert topology_role() == (None, None)
+
+
 def test_join_errors_are_one_line(broker, admin_kubeconfig, sim, db):
     def refused(*args: str) -> str:
         result = run("clusters", *args)

@@ -12,7 +12,7 @@ from typing import Any, Callable, Generic, Mapping, TypeVar
 
 from sqlalchemy import (JSON, BigInteger, Boolean, CheckConstraint, ColumnElement, DateTime, Float, ForeignKey,
                         Index, Integer, LargeBinary, MetaData, String, Text, TypeDecorator, UniqueConstraint, Update,
-                        cast, event, text, update)
+                        cast, event, false, text, update)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -178,6 +178,8 @@ class Cluster(Base):
     # how a tree is found from node labels when the member has no HyperNode objects (clusters.recipes): a recipe's
     # name, or auto
     topology_recipe: Mapped[str] = mapped_column(String(40), default="auto", server_default="auto")
+    # the discovered tree written to the member as HyperNode objects, for its own Volcano (clusters.topology_writeback)
+    topology_write_back: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     last_heartbeat: Mapped[datetime | None] = mapped_column(UtcDateTime())
     unreachable_since: Mapped[datetime | None] = mapped_column(UtcDateTime())
     last_error: Mapped[str | None] = mapped_column(Text)

@@ -11,7 +11,7 @@ from broker.process.settings import Settings
 from broker.store import events
 from broker.store.db.crypto import KubeconfigCipher
 from broker.store.db.models import PLACEMENT_LIVE_STATES, PLACEMENT_UNSTARTED_STATES, Cluster, Node, Placement
-from broker.store.errors import Conflict
+from broker.store.errors import Conflict, Invalid
 from broker.store.inventory.recipes import check_choice, discovery_of
 from broker.store.inventory.registration import check_cluster_labels, check_cluster_taints, connect, get_cluster
 from broker.store.inventory.sync import write_topology
@@ -111,7 +111,7 @@ def _delete_copies(settings: Settings, cluster: Cluster) -> str:
 
 def update_cluster(session: Session, name: str, *, labels: Mapping[str, str | None] | None = None,
                    taints: Sequence[Mapping[str, Any]] | None = None, topology_recipe: str | None = None,
-                   global_tiers: Sequence[Sequence[str]] = ()) -> Cluster:
+                   topology_write_back: bool | None = None, global_tiers: Sequence[Sequence[str]] = ()) -> Cluster:
     """Labels merge (a None value removes the label); taints, when given, replace the old ones. A new topology recipe
     finds the tree again from the stored node labels at once (the member's next node event would too); `global_tiers`:
     the federation's global list (`ARCHIPELAGO_TOPOLOGY_TIER_LABELS`), the last resort of `auto`."""
@@ -123,6 +123,13 @@ def update_cluster(session: Session, name: str, *, labels: Mapping[str, str | No
         if cluster.hypernode_source != "crd":  # its own HyperNode objects win, whatever the recipe
             labels_of = dict(session.execute(select(Node.name, Node.labels).where(Node.cluster_id == cluster.id)).all())
             write_topology(session, cluster, *discovery_of(session, cluster, global_tiers).discover(labels_of))
+    if topology_write_back is not None and topology_write_back != cluster.topology_write_back:
+        if topology_write_back and cluster.mode == "pull":
+            raise Invalid("topology_write_back", "a pull member is never called by the broker: its tree cannot be "
+                                                 "written back to it")
+        cluster.topology_write_back = topology_write_back  # its next sync writes (or deletes) the HyperNodes
+        events.record(session, "cluster", name, "Updated",
+                      f"topology write-back {'on' if topology_write_back else 'off'}")
     if labels is not None:
         merged = {**cluster.labels, **{k: v for k, v in labels.items() if v is not None}}
         for key in (k for k, v in labels.items() if v is None):

@@ -94,16 +94,22 @@ _MEMBER_PROBLEMS = {"Unreachable": (502, "Member unreachable"), "Timeout": (504,
                     "Forbidden": (422, "Member forbids it")}
 
 
-def inspect_member(client: MemberClient) -> tuple[MemberFacts, bool, str | None]:
+def inspect_member(client: MemberClient, write_back: bool = False) -> tuple[MemberFacts, bool, str | None]:
     """What registration requires of a member: its facts, whether the broker's permissions could be checked
-    (False: the member has no SelfSubjectAccessReview API) and its uid. RegistrationError saying what is missing."""
+    (False: the member has no SelfSubjectAccessReview API) and its uid. RegistrationError saying what is missing.
+    `write_back`: its tree is to be written back to it as HyperNodes (it must serve them, and let the broker)."""
     try:
         facts = client.facts()
         if not facts.jobset_crd:
             raise RegistrationError(422, "JobSet not installed",
                                     f"{client.api_server} does not serve jobsets.jobset.x-k8s.io/v1alpha2; install "
                                     "JobSet (https://jobset.sigs.k8s.io) on the member first")
-        absent = access.missing(client, hypernodes=facts.hypernode_crd)
+        if write_back and not facts.hypernode_crd:
+            raise RegistrationError(422, "HyperNodes not installed",
+                                    f"{client.api_server} does not serve hypernodes.topology.volcano.sh/v1alpha1, so "
+                                    "its tree cannot be written back to it; install Volcano's HyperNode CRD, or "
+                                    "leave topology_write_back off")
+        absent = access.missing(client, hypernodes=facts.hypernode_crd, write_back=write_back)
         uid = client.cluster_uid() if not absent else None
     except MemberError as exc:
         status, title = _MEMBER_PROBLEMS.get(exc.reason, (502, "Member error"))
@@ -112,7 +118,8 @@ def inspect_member(client: MemberClient) -> tuple[MemberFacts, bool, str | None]
         raise RegistrationError(422, "Member forbids it",
                                 f"the kubeconfig's identity may not, cluster-wide on {client.api_server}: "
                                 f"{access.describe(absent)} (SelfSubjectAccessReview); grant it the ClusterRole of "
-                                "deploy/member-rbac.yaml, or let `archipelago clusters join` make the identity",
+                                "deploy/member-rbac.yaml (and, to write its tree back, deploy/member-topology-rbac"
+                                ".yaml), or let `archipelago clusters join` make the identity",
                                 missing=[{"verb": p.verb, "group": p.group, "resource": p.resource} for p in absent])
     return facts, absent is not None, uid
 
@@ -140,7 +147,7 @@ class Registration:
 
 def check_registration(session: Session, settings: Settings, *, name: str, kubeconfig: str,
                        context: str | None = None, labels: Mapping[str, str] | None = None,
-                       topology_recipe: str = AUTO) -> Registration:
+                       topology_recipe: str = AUTO, topology_write_back: bool = False) -> Registration:
     """Registration's checks: reads only, and the member's answers (in a read session: no write lock is held
     while the member is asked). A cluster registered meanwhile is refused by `store_registration`."""
     check_name(name)
@@ -161,7 +168,7 @@ def check_registration(session: Session, settings: Settings, *, name: str, kubec
         raise Conflict(f"{client.api_server} is already registered as cluster {twin!r}; one member under two "
                        "names would get two brokers' worth of work")
     try:
-        facts, checked, uid = inspect_member(client)
+        facts, checked, uid = inspect_member(client, topology_write_back)
         twin = session.scalar(select(Cluster.name).where(Cluster.uid == uid)) if uid else None
         if twin is not None:
             raise Conflict(f"{client.api_server} is cluster {twin!r} (the same kube-system namespace uid {uid}), "
@@ -174,7 +181,7 @@ def check_registration(session: Session, settings: Settings, *, name: str, kubec
                       kubeconfig_encrypted=KubeconfigCipher(settings.fernet_key()).encrypt(kubeconfig),
                       state="Pending", kubernetes_version=facts.version, jobset_crd=facts.jobset_crd,
                       hypernode_source="crd" if facts.hypernode_crd else None, warnings=[], uid=uid,
-                      topology_recipe=topology_recipe)
+                      topology_recipe=topology_recipe, topology_write_back=topology_write_back)
     return Registration(cluster, client, facts, checked)
 
 

@@ -18,6 +18,7 @@ from clusters.rules.pods import effective_requests
 from clusters.rules.quantity import add_into, to_milli
 from broker.store.inventory.recipes import Discovery
 from clusters.topology import Topology, resolve_hypernodes
+from clusters.system import made_by_us
 
 
 def node_row(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -59,12 +60,12 @@ class MemberInventory:
 
 def resolve_topology(node_labels: Mapping[str, Mapping[str, str]], hypernodes: Iterable[Mapping] | None,
                      discovery: Discovery) -> tuple[Topology, str]:
-    """The member's HyperNode tree and where it came from: its HyperNode objects when it has any (`crd`), else its
+    """The member's HyperNode tree and where it came from: its own HyperNode objects when it has any (`crd`), else its
     node labels by its recipe (`labels:<recipe>`, or `labels` by the global list: `clusters.recipes.discover`), else
     `none`."""
-    hypernodes = list(hypernodes or ())
-    if hypernodes:
-        return resolve_hypernodes(hypernodes, node_labels), "crd"
+    theirs = [h for h in hypernodes or () if not made_by_us(h)]  # the broker's own, written back, describe nothing new
+    if theirs:
+        return resolve_hypernodes(theirs, node_labels), "crd"
     return discovery.discover(node_labels)
 
 
