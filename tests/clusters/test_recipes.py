@@ -1,6 +1,6 @@
 """Topology discovery by recipe (issue #48), on simulated members over real HTTPS: each built-in recipe finds the
 tree its fabric's labels describe, `auto` chooses by the labels most nodes carry, an admin's recipe in Volcano's
-shape, HyperNode objects win, a changed recipe rebuilds the tree at once, watch events move nodes in it, and a hard
+shape, HyperNode objects win, a changed recipe rebuilds the tree at once, each watch event moves nodes in it, and a hard
 tier-1 JobSet on a member described by NVLink cliques alone lands inside one clique."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from broker.services.inventory import InventorySyncService
+from broker.services.members import MemberClients
 from broker.services.scheduler import SchedulerService
-from broker.store.db.models import Cluster, HyperNode, Placement
+from broker.store.db.models import Cluster, HyperNode, Node, Placement
 from clusters.recipes import hypernode_name
 from clusters.sim.scenario import AWS_LAYER, CLIQUE, GKE_BLOCK, GKE_SUBBLOCK, ZONE
 from clusters.sim.testing import SimHandle, running_simulator
@@ -138,45 +139,63 @@ def test_an_admins_recipe_in_volcanos_shape(api, sim, db):
     assert api.delete("/api/v1/topology-recipes/blocks").status_code == 204
 
 
-def test_nodes_that_appear_vanish_or_change_labels_move_in_the_tree_at_the_next_watch_event(api, sim, db, settings):
+@pytest.fixture
+def racks(api, sim, db, settings) -> Iterator[tuple]:
+    """nvl registered and watched: its two racks' cliques by node, and the tree's names for them."""
     register(api, sim, "nvl")
     nvl = sim.cluster("nvl")
     clique = {name: nvl.node(name)["metadata"]["labels"][CLIQUE] for name in nvl.node_names()}
-    first, second = hypernode_name("clique", clique["node-00"]), hypernode_name("clique", clique["node-04"])
     service = InventorySyncService(db, settings.model_copy(update={"cluster_sync_interval": 3600.0}),
-                                   _members(settings))
-    try:
-        service.run_once()
-        nvl.label_node("node-03", {CLIQUE: clique["node-04"]})  # moved to the other rack
-        nvl.add_node("node-new", resources=NODE, labels={CLIQUE: clique["node-00"], ZONE: "nvl-a"})
-        nvl.remove_node("node-01")
-        nvl.label_node("node-02", {CLIQUE: None})  # lost its clique: joins at its zone alone, with a warning
-        _wait_for(lambda: tree(db, "nvl").get(first, (0, 0, set()))[2] == {"node-00", "node-new"})
-        found = tree(db, "nvl")
-        assert found[second][2] == {"node-03", "node-04", "node-05", "node-06", "node-07"}
-        assert "node-02" in found["zone-nvl-a"][2] and "node-01" not in found["zone-nvl-a"][2]
-        assert any(w.startswith("node node-02 has no nvidia.com/gpu.clique (tier 1) label")
-                   for w in api.get("/api/v1/clusters/nvl").json()["warnings"])
-        # the admin sets another recipe (its tree is the same: a clique is every recipe's closest tier); the watch's
-        # next write (a cordon: no label changed) keeps it
-        assert api.patch("/api/v1/clusters/nvl", json={"topology_recipe": "aws"}).json()["hypernode_source"] == \
-            "labels:aws"
-        nvl.cordon("node-05")
-        _wait_for(lambda: _unschedulable(db, "node-05"))
-        assert source(api, "nvl") == "labels:aws" and tree(db, "nvl") == found
-    finally:
-        service.stop()
+                                   MemberClients(settings))
+    service.run_once()
+    yield nvl, clique, hypernode_name("clique", clique["node-00"]), hypernode_name("clique", clique["node-04"])
+    service.stop()
+
+
+def members_of(db, name: str) -> set[str]:
+    return tree(db, "nvl").get(name, (0, None, set()))[2]
+
+
+def test_a_relabelled_node_moves_in_the_tree_at_the_next_watch_event(db, racks):
+    nvl, clique, first, second = racks
+    nvl.label_node("node-03", {CLIQUE: clique["node-04"]})  # moved to the other rack
+    _wait_for(lambda: "node-03" in members_of(db, second))
+    assert members_of(db, first) == {"node-00", "node-01", "node-02"}
+
+
+def test_a_node_that_appears_joins_the_tree_and_one_that_vanishes_leaves_it(db, racks):
+    nvl, clique, first, _ = racks
+    nvl.add_node("node-new", resources=NODE, labels={CLIQUE: clique["node-00"], ZONE: "nvl-a"})
+    _wait_for(lambda: "node-new" in members_of(db, first))
+    nvl.remove_node("node-01")
+    _wait_for(lambda: "node-01" not in members_of(db, "zone-nvl-a"))
+    assert members_of(db, first) == {"node-00", "node-02", "node-03", "node-new"}
+
+
+def test_a_node_that_loses_a_label_joins_at_the_tiers_it_has_with_a_warning(api, db, racks):
+    nvl, _, first, _ = racks
+    nvl.label_node("node-02", {CLIQUE: None})
+    _wait_for(lambda: "node-02" not in members_of(db, first))
+    assert "node-02" in members_of(db, "zone-nvl-a")
+    assert any(w.startswith("node node-02 has no nvidia.com/gpu.clique (tier 1) label")
+               for w in api.get("/api/v1/clusters/nvl").json()["warnings"])
+
+
+def test_the_recipe_an_admin_sets_is_kept_by_the_watchs_next_write(api, db, racks):
+    """Another recipe (its tree is the same here: a clique is every recipe's closest tier); the watch's next write,
+    a cordon that changes no label, keeps it."""
+    nvl, _, _, _ = racks
+    found = tree(db, "nvl")
+    assert api.patch("/api/v1/clusters/nvl", json={"topology_recipe": "aws"}).json()["hypernode_source"] == \
+        "labels:aws"
+    nvl.cordon("node-05")
+    _wait_for(lambda: _unschedulable(db, "node-05"))
+    assert source(api, "nvl") == "labels:aws" and tree(db, "nvl") == found
 
 
 def _unschedulable(db, node: str) -> bool:
-    from broker.store.db.models import Node
     with db.sessions() as session:
         return bool(session.scalar(select(Node.unschedulable).where(Node.name == node)))
-
-
-def _members(settings):
-    from broker.services.members import MemberClients
-    return MemberClients(settings)
 
 
 def test_a_hard_tier_1_jobset_on_nvlink_cliques_alone_lands_inside_one_clique(api, sim, db, settings):
