@@ -210,7 +210,7 @@ class _NodeBuilder:
                 leaf = str(item.get("leaf") or f"leaf-{leaf_index}")
                 spine = str(item.get("spine") or f"spine-{spine_index}")
                 for fabric in fabrics:
-                    labels.update(self._fabric_labels(fabric, leaf, spine))
+                    labels.update(self._fabric_labels(fabric, leaf, spine, labels[ZONE]))
             labels.update(pool_labels)
             labels.update({str(k): str(v) for k, v in (item.get("labels") or {}).items()})
             status = shared_status
@@ -235,12 +235,13 @@ class _NodeBuilder:
         self.spine_base += (leaves + per_spine - 1) // per_spine
 
 
-    def _fabric_labels(self, fabric: str, leaf: str, spine: str) -> dict[str, str]:
-        """A leaf and a spine as each fabric's labels spell them: values as the cloud or the operator writes them."""
+    def _fabric_labels(self, fabric: str, leaf: str, spine: str, zone: str) -> dict[str, str]:
+        """A leaf and a spine as each fabric's labels spell them: values as the cloud or the operator writes them
+        (AWS's top layer is one network node per zone)."""
         if fabric == "aws":
             return {f"{AWS_LAYER}3": _network_node(self.cluster, leaf),
                     f"{AWS_LAYER}2": _network_node(self.cluster, spine),
-                    f"{AWS_LAYER}1": _network_node(self.cluster, "top")}
+                    f"{AWS_LAYER}1": _network_node(self.cluster, zone)}
         if fabric == "gke":
             return {GKE_SUBBLOCK: _network_node(self.cluster, leaf)[3:],
                     GKE_BLOCK: _network_node(self.cluster, spine)[3:]}

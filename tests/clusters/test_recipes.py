@@ -25,7 +25,7 @@ NODE = {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"}
 SCENARIO = {
     "defaults": {"node": NODE, "topology": {"leaf": 4, "spine": 2}, "token": TOKEN, "hypernodes": "labels"},
     "clusters": [
-        {"name": "ec2", "nodes": 16, "fabric": "aws"},
+        {"name": "ec2", "nodes": 16, "fabric": "aws", "zones": ["us-east-1a", "us-east-1b"]},
         {"name": "gcp", "nodes": 16, "fabric": "gke", "zones": ["us-a", "us-b"]},
         {"name": "nvl", "nodes": 8, "fabric": "nvlink"},  # two racks of four
         {"name": "ultra", "nodes": 8, "fabric": ["aws", "nvlink"]},  # UltraServers: a clique under the layers
@@ -73,6 +73,7 @@ def source(api: TestClient, cluster: str) -> str:
 def test_auto_finds_each_fabrics_tree_by_its_built_in_recipe(api, sim, db, cluster, recipe, tiers):
     register(api, sim, cluster)
     assert source(api, cluster) == f"labels:{recipe}"
+    assert api.get(f"/api/v1/clusters/{cluster}").json()["warnings"] == []
     found = tree(db, cluster)
     assert found == expected(sim, cluster, tiers)
     assert {t for t, _, _ in found.values()} == set(range(1, len(tiers) + 1))
