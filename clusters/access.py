@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import yaml
 
 from clusters.kubeconfig import LoadedKubeconfig
-from clusters.member import HYPERNODE_GROUP, JOBSET_GROUP, MemberClient, MemberError, Resource
+from clusters.member import DRA_GROUP, HYPERNODE_GROUP, JOBSET_GROUP, MemberClient, MemberError, Resource
 from clusters.system import MANAGED_BY, SYSTEM_NAMESPACE
 
 NAME = "archipelago-broker"
@@ -31,6 +31,10 @@ _NEEDED = (
     ("", "pods", ("list", "watch")),  # the inventory; why a placement's pods are not ready
     (JOBSET_GROUP, "jobsets", ("create", "delete", "get", "list", "patch", "watch")),  # dispatch and status
     (HYPERNODE_GROUP, "hypernodes", ("list", "watch")),  # the topology, where the member has the CRD
+    # its devices, where it serves Dynamic Resource Allocation (Kubernetes 1.34 and later)
+    (DRA_GROUP, "resourceslices", ("list", "watch")),
+    (DRA_GROUP, "deviceclasses", ("list", "watch")),
+    (DRA_GROUP, "resourceclaims", ("list", "watch")),
 )
 # Only where a cluster has its discovered tree written back to it as HyperNodes (`topology_write_back`), in a
 # ClusterRole of its own: the broker's grows only where a cluster opts in.
@@ -51,18 +55,19 @@ class Permission:
         return f"{self.verb} {self.resource}.{self.group}" if self.group else f"{self.verb} {self.resource}"
 
 
-def required(hypernodes: bool, write_back: bool = False) -> list[Permission]:
-    """Every permission the broker uses on a member; HyperNodes only where the member serves them, writing them only
-    where the cluster's tree is written back."""
+def required(hypernodes: bool, dra: bool = False, write_back: bool = False) -> list[Permission]:
+    """Every permission the broker uses on a member; HyperNodes and devices only where the member serves them,
+    writing HyperNodes only where the cluster's tree is written back."""
     return [Permission(verb, group, resource) for group, resource, verbs in _NEEDED + (_WRITE_BACK if write_back else ())
-            for verb in verbs if hypernodes or group != HYPERNODE_GROUP]
+            for verb in verbs if (hypernodes or group != HYPERNODE_GROUP) and (dra or group != DRA_GROUP)]
 
 
-def missing(client: MemberClient, hypernodes: bool, write_back: bool = False) -> list[Permission] | None:
+def missing(client: MemberClient, hypernodes: bool, dra: bool = False,
+            write_back: bool = False) -> list[Permission] | None:
     """The required permissions the client's identity lacks, cluster-wide; None where the member has no
     SelfSubjectAccessReview API (nothing can be checked). Raises MemberError."""
     absent = []
-    for permission in required(hypernodes, write_back):
+    for permission in required(hypernodes, dra, write_back):
         allowed = client.may(permission.verb, permission.group, permission.resource)
         if allowed is None:
             return None

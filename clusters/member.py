@@ -18,9 +18,9 @@ from functools import partial
 from typing import Any, Callable, Iterator
 
 import urllib3
-from kubernetes.client import (ApiClient, AuthorizationV1Api, CoreV1Api, CustomObjectsApi, RbacAuthorizationV1Api,
-                               V1DeleteOptions, V1Preconditions, V1ResourceAttributes, V1SelfSubjectAccessReview,
-                               V1SelfSubjectAccessReviewSpec, VersionApi)
+from kubernetes.client import (ApiClient, ApisApi, AuthorizationV1Api, CoreV1Api, CustomObjectsApi,
+                               RbacAuthorizationV1Api, V1DeleteOptions, V1Preconditions, V1ResourceAttributes,
+                               V1SelfSubjectAccessReview, V1SelfSubjectAccessReviewSpec, VersionApi)
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
@@ -29,6 +29,7 @@ from clusters.kubeconfig import KubeconfigPolicy, LoadedKubeconfig, load_kubecon
 
 JOBSET_GROUP, JOBSET_VERSION = "jobset.x-k8s.io", "v1alpha2"
 HYPERNODE_GROUP, HYPERNODE_VERSION = "topology.volcano.sh", "v1alpha1"
+DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"  # Dynamic Resource Allocation, GA in Kubernetes 1.34
 # Pods that hold resources: not finished. Pending pods without a node hold nothing and are skipped later.
 ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 PAGE = 500
@@ -62,6 +63,9 @@ PODS = Resource("", "v1", "pods", "Pod", True)
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
 JOBSETS = Resource(JOBSET_GROUP, JOBSET_VERSION, "jobsets", "JobSet", True)
 HYPERNODES = Resource(HYPERNODE_GROUP, HYPERNODE_VERSION, "hypernodes", "HyperNode", False)
+RESOURCESLICES = Resource(DRA_GROUP, DRA_VERSION, "resourceslices", "ResourceSlice", False)
+DEVICECLASSES = Resource(DRA_GROUP, DRA_VERSION, "deviceclasses", "DeviceClass", False)
+RESOURCECLAIMS = Resource(DRA_GROUP, DRA_VERSION, "resourceclaims", "ResourceClaim", True)
 _BUILT_IN = {("", "v1"): CoreV1Api, ("rbac.authorization.k8s.io", "v1"): RbacAuthorizationV1Api}
 
 
@@ -82,6 +86,7 @@ class MemberFacts:
     version: str
     jobset_crd: bool
     hypernode_crd: bool
+    dra: bool = False  # serves resource.k8s.io/v1 (Kubernetes 1.34 and later)
 
 
 class MemberClient:
@@ -99,6 +104,7 @@ class MemberClient:
         self._custom = CustomObjectsApi(self._api)
         self._built_in = {key: api(self._api) for key, api in _BUILT_IN.items()}
         self._version, self._authorization = VersionApi(self._api), AuthorizationV1Api(self._api)
+        self._apis = ApisApi(self._api)
         # Called right before each request goes out (after any wait for the budget or a Retry-After): the broker's
         # loop services raise there once their replica may have lost the lease they act under.
         self.guard: Callable[[], None] = lambda: None
@@ -277,6 +283,11 @@ class MemberClient:
             raise
         return any(r.get("name") == plural for r in resources.get("resources") or ())
 
+    def group_versions(self) -> set[str]:
+        """Every group/version the API serves beyond the core one: one discovery request (`GET /apis`)."""
+        groups = self._json("discover /apis", self._call("discover /apis", self._apis.get_api_versions))
+        return {v.get("groupVersion") for g in groups.get("groups") or () for v in g.get("versions") or ()}
+
     def may(self, verb: str, group: str, resource: str, namespace: str | None = None) -> bool | None:
         """A SelfSubjectAccessReview; None where the member has no such API."""
         resource, _, subresource = resource.partition("/")  # hypernodes/status: a subresource
@@ -304,7 +315,8 @@ class MemberClient:
     def facts(self) -> MemberFacts:
         version = self.version()
         return MemberFacts(version=version, jobset_crd=self.serves(JOBSET_GROUP, JOBSET_VERSION, "jobsets"),
-                           hypernode_crd=self.serves(HYPERNODE_GROUP, HYPERNODE_VERSION, "hypernodes"))
+                           hypernode_crd=self.serves(HYPERNODE_GROUP, HYPERNODE_VERSION, "hypernodes"),
+                           dra=self.serves(DRA_GROUP, DRA_VERSION, "resourceslices"))
 
 
 _TLS_MARKERS = re.compile(r"(certificate verify failed[^(')\"]*|hostname mismatch[^(')\"]*|"

@@ -70,6 +70,10 @@ class Inventory(BaseModel):
     nodes: list[dict[str, Any]]
     pods: list[dict[str, Any]] = Field(description="the pods not finished (phase neither Succeeded nor Failed)")
     hypernodes: list[dict[str, Any]] | None = Field(None, description="null where the member serves no HyperNodes")
+    resourceslices: list[dict[str, Any]] | None = Field(None, description="null where the member serves no "
+                                                                          "resource.k8s.io/v1 (older than 1.34)")
+    deviceclasses: list[dict[str, Any]] | None = None
+    resourceclaims: list[dict[str, Any]] | None = None
 
 
 @router.post("/inventory", responses=problems(401, 422), summary="The member's nodes, pods and HyperNodes")

@@ -118,6 +118,12 @@ def get_cluster(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, An
     return inventory.cluster_view(session, inventory.get_cluster(session, name))
 
 
+@router.get("/clusters/{name}/devices", responses=problems(401, 404),
+            summary="One cluster's devices as its DRA drivers publish them, and the claims that hold them")
+def get_devices(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
+    return inventory.devices_view(session, name)
+
+
 @router.patch("/clusters/{name}", responses=problems(*ADMIN_ERRORS, 422),
               summary="Edit labels, taints and the topology recipe")
 def patch_cluster(name: str, body: ClusterPatch, request: Request, database: DatabaseDep, settings: SettingsDep,

@@ -114,6 +114,9 @@
           h("dt", {}, "Labels"), h("dd", {}, labels.length ? h("ul", { class: "chips" }, labels.map(([k, v]) => h("li", {}, `${k}=${v}`))) : "—"),
           h("dt", {}, "Nodes"), h("dd", { "data-testid": "node-count" }, cluster.nodes),
           h("dt", {}, "Topology"), h("dd", { "data-testid": "topology-source" }, AP.topologySource(cluster)),
+          Object.keys(cluster.devices || {}).length ? [h("dt", {}, "Devices (DRA)"), h("dd", { "data-testid": "devices" },
+            Object.entries(cluster.devices).map(([driver, c]) => `${driver}: ${c.devices}, ${c.allocated} held`).join("; "))]
+            : null,
           (cluster.warnings || []).length ? [h("dt", {}, "Topology warnings"), h("dd", { class: "error" },
             h("ul", {}, cluster.warnings.map((w) => h("li", {}, w))))] : null,
           h("dt", {}, "Kubernetes"), h("dd", {}, cluster.kubernetes_version || "—"),

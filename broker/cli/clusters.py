@@ -207,6 +207,8 @@ def get(name: str, output: Output = OutputOption, server: Optional[str] = Server
     emit(cluster, output, CLUSTER_COLUMNS)
     for warning in cluster["warnings"]:
         typer.echo(f"warning: {warning}")
+    for driver, counts in cluster["devices"].items():
+        typer.echo(f"devices of {driver}: {counts['devices']}, {counts['allocated']} held by ResourceClaims")
     typer.echo("\n".join(_tree_lines(cluster["hypernodes"])) or "no HyperNodes")
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from broker.cli.client import ApiClient, ClientError
 from broker.services.outcomes import RETRY_BASE
-from broker.services.inventory import member_objects
+from broker.services.mirror import member_objects
 from clusters import jobsets
 from clusters.member import JOBSET_GROUP, JOBSET_VERSION, MemberClient, MemberError
 

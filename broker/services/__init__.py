@@ -12,8 +12,8 @@ import sys
 from broker.process.settings import Settings
 from broker.services.dispatcher import DispatcherService
 from broker.services.forecast import ForecastService
-from broker.services.inventory import (ClusterHealthService, InventorySyncService, first_sync, flush,
-                                       reported_mirror)
+from broker.services.inventory import ClusterHealthService, InventorySyncService, first_sync, flush
+from broker.services.mirror import reported_mirror
 from broker.services.lanes import MemberLeases, member_lanes
 from broker.services.lease import LeaseRecord, leader, replica_name
 from broker.services.loop import LoopService

@@ -28,154 +28,19 @@ from sqlalchemy import select
 from broker.process.settings import Settings
 from broker.services.loop import LoopService, WatchThread, in_lane
 from broker.services.members import MemberClients, backoff
+from broker.services.mirror import _LISTS, MemberMirror, relist, relist_all, served
 from broker.store.db.fencing import Fenced
 from broker.store.db.models import Cluster, as_utc, utcnow
 from broker.store.db.runtime import Database
-from broker.store.inventory import (FOR_CLUSTER_WRITE, Discovery, PodHold, WriteResult, cluster_to_change,
-                                    discovery_of, member_inventory, node_row, pod_usage, record_probe,
-                                    record_sync_error, resolve_topology, write_inventory)
+from broker.store.inventory import (FOR_CLUSTER_WRITE, WriteResult, cluster_to_change, discovery_of, record_probe,
+                                    record_sync_error, write_inventory)
 from clusters.kubeconfig import KubeconfigError
-from clusters.member import (ACTIVE_PODS, HYPERNODE_GROUP, HYPERNODE_VERSION, HYPERNODES, NODES, PODS, MemberClient,
-                             MemberError)
 from clusters import topology_writeback as writeback
-from clusters.topology import Topology
+from clusters.member import MemberClient, MemberError
 
 log = logging.getLogger("archipelago.inventory")
 
 WATCH_SECONDS = 300
-
-
-class MemberMirror:
-    """A member's objects as the inventory needs them, kept by relists and watch events."""
-
-    KINDS = ("nodes", "pods", "hypernodes")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.nodes: dict[str, dict[str, Any]] = {}  # name -> node_row
-        self.pods: dict[str, PodHold] = {}  # namespace/name -> what it holds
-        self.hypernodes: dict[str, dict] = {}  # name -> object
-        self.has_hypernodes = False  # whether the member serves HyperNodes
-        self.listed: dict[str, int] = {}  # kind -> resourceVersion of its last list
-        self.resume: dict[str, str] = {}  # kind -> resourceVersion to watch from
-        self._topology: tuple[Topology, str] | None = None
-        self._discovery: Discovery | None = None  # what `_topology` was found by
-        self.write_back = False  # the cluster's topology_write_back, as its last write read it
-
-    def replace(self, kind: str, items: list[dict], resource_version: str) -> None:
-        with self.lock:
-            if kind == "nodes":
-                self.nodes = {n["metadata"]["name"]: node_row(n) for n in items}
-            elif kind == "pods":
-                self.pods = {}
-                for pod in items:
-                    self._put_pod(pod)
-            else:
-                self.hypernodes = {h["metadata"]["name"]: h for h in items}
-            if kind != "pods":
-                self._topology = None
-            self.listed[kind] = _int(resource_version)
-            self.resume[kind] = resource_version
-
-    def _put_pod(self, pod: dict) -> bool:
-        key = f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}"
-        held = pod_usage(pod)
-        if held is None:
-            return self.pods.pop(key, None) is not None
-        if self.pods.get(key) == held:
-            return False
-        self.pods[key] = held
-        return True
-
-    def apply(self, kind: str, event: dict) -> bool:
-        """Apply one watch event; whether the inventory it derives changed."""
-        obj = event.get("object") or {}
-        metadata = obj.get("metadata") or {}
-        version = metadata.get("resourceVersion") or ""
-        with self.lock:
-            self.resume[kind] = version or self.resume.get(kind, "")
-            if event.get("type") == "BOOKMARK" or _int(version) <= self.listed.get(kind, -1):
-                return False  # a bookmark, or older than the list already applied
-            deleted = event.get("type") == "DELETED"
-            name = metadata.get("name")
-            if kind == "pods":
-                if deleted:
-                    return self.pods.pop(f"{metadata.get('namespace')}/{name}", None) is not None
-                return self._put_pod(obj)
-            if kind == "nodes":
-                row = None if deleted else node_row(obj)
-                old = self.nodes.pop(name, None) if deleted else self.nodes.get(name)
-                if not deleted:
-                    self.nodes[name] = row
-                if old == row:
-                    return False
-                if old is None or row is None or old["labels"] != row["labels"]:
-                    self._topology = None
-                return True
-            if deleted:
-                self.hypernodes.pop(name, None)
-            else:
-                self.hypernodes[name] = obj
-            self._topology = None
-            return True
-
-    def inventory(self, discovery: Discovery):
-        """The rows to write: nodes with their used resources, and the resolved HyperNode tree (found again when the
-        nodes' labels, the HyperNodes or how the cluster's tree is to be found changed)."""
-        with self.lock:
-            if self._topology is None or self._discovery != discovery:
-                labels = {name: row["labels"] for name, row in self.nodes.items()}
-                self._topology = resolve_topology(labels, self.hypernodes.values() if self.has_hypernodes else None,
-                                                  discovery)
-                self._discovery = discovery
-            return member_inventory(self.nodes, list(self.pods.values()), *self._topology)
-
-
-def _int(version: str) -> int:
-    """resourceVersions are opaque by contract, integers (etcd revisions) in practice."""
-    try:
-        return int(version)
-    except ValueError:
-        return -1
-
-
-# kind -> (resource, field selector)
-_LISTS = {"nodes": (NODES, None), "pods": (PODS, ACTIVE_PODS), "hypernodes": (HYPERNODES, None)}
-
-
-def relist(client: MemberClient, mirror: MemberMirror, kind: str) -> None:
-    """From the API server's watch cache (resourceVersion=0), not etcd: the watch that follows from
-    the list's resourceVersion brings whatever the cache had not seen yet."""
-    resource, field_selector = _LISTS[kind]
-    items, version = client.list(resource, field_selector=field_selector, from_cache=True)
-    mirror.replace(kind, items, version)
-
-
-def member_objects(client: MemberClient) -> dict[str, list[dict] | None]:
-    """Every object of each kind the inventory reads, as a pull member's agent reports them (hypernodes:
-    None where the member serves none), from the API server's watch cache."""
-    serves_hypernodes = client.serves(HYPERNODE_GROUP, HYPERNODE_VERSION, "hypernodes")
-    return {kind: client.list(resource, field_selector=field_selector, from_cache=True)[0]
-            if kind != "hypernodes" or serves_hypernodes else None
-            for kind, (resource, field_selector) in _LISTS.items()}
-
-
-def reported_mirror(objects: dict[str, list[dict] | None]) -> MemberMirror:
-    """A mirror of what an agent reported, to write with the same rows as a sync's."""
-    mirror = MemberMirror()
-    mirror.has_hypernodes = objects.get("hypernodes") is not None
-    for kind in MemberMirror.KINDS:
-        if objects.get(kind) is not None:
-            mirror.replace(kind, objects[kind], "0")
-    return mirror
-
-
-def relist_all(client: MemberClient, mirror: MemberMirror) -> None:
-    """List nodes, pods and (where the member serves them) HyperNodes into the mirror."""
-    mirror.has_hypernodes = client.serves(HYPERNODE_GROUP, HYPERNODE_VERSION, "hypernodes")
-    for kind in MemberMirror.KINDS:
-        if kind != "hypernodes" or mirror.has_hypernodes:
-            relist(client, mirror, kind)
 
 
 def flush(database: Database, settings: Settings, cluster_id: int, mirror: MemberMirror, *,
@@ -251,7 +116,7 @@ def _kept_by_watches(client: MemberClient, member: _Member) -> bool:
     HyperNodes exactly when they are watched (one discovery request tells)."""
     if not member.watches or not all(watch.open and watch.is_alive() for watch in member.watches):
         return False
-    return client.serves(HYPERNODE_GROUP, HYPERNODE_VERSION, "hypernodes") == member.mirror.has_hypernodes
+    return served(client) == (member.mirror.has_hypernodes, member.mirror.has_dra)
 
 
 class InventorySyncService(LoopService):
@@ -309,7 +174,7 @@ class InventorySyncService(LoopService):
             for watch in member.watches or ():
                 watch.stop()
             member.watches = [_Watch(self, row.id, row.name, client, member.mirror, kind)
-                              for kind in MemberMirror.KINDS if kind != "hypernodes" or member.mirror.has_hypernodes]
+                              for kind in MemberMirror.KINDS if member.mirror.serves(kind)]
             self._start_flusher()
             for watch in member.watches:
                 watch.start()

@@ -16,8 +16,9 @@ from clusters.sim.controller import Controller
 from clusters.sim.deletion import Deletion, not_found
 from clusters.sim.objects import name_suffix
 from clusters.sim.rbac import Rbac
-from clusters.sim.resources import (CRDS, HYPERNODES, HYPERNODE_PRINTER_COLUMNS, JOBS, JOBSETS, JOBSET_PRINTER_COLUMNS,
-                                    NAMESPACES, NODES, PODS, SERVICES, Catalog, Kind, crd_object)
+from clusters.sim.resources import (CRDS, DEVICECLASSES, HYPERNODES, HYPERNODE_PRINTER_COLUMNS, JOBS, JOBSETS,
+                                    JOBSET_PRINTER_COLUMNS, NAMESPACES, NODES, PODS, RESOURCESLICES, SERVICES, Catalog,
+                                    Kind, crd_object)
 from clusters.sim.scenario import ClusterSpec
 from clusters.sim.store import ApiError, Filter, Store
 from clusters.sim.validation import (DNS1035_LABEL, DNS1123_LABEL, Errors, check_name, default_job, default_jobset,
@@ -38,7 +39,7 @@ class SimCluster(Deletion):
         self.clock = clock
         self._wake = wake
         self.lock = threading.RLock()
-        self.catalog = Catalog(jobset=spec.jobset, hypernodes=spec.hypernode_mode in ("crd", "empty"))
+        self.catalog = Catalog(jobset=spec.jobset, hypernodes=spec.hypernode_mode in ("crd", "empty"), dra=spec.dra)
         self.kinds = {k.key: k for k in self.catalog.kinds}
         self.store = Store(spec.watch_history)
         self.foreground: set[tuple[str, str, str]] = set()  # (kind key, namespace, name) deleted in the foreground
@@ -53,12 +54,16 @@ class SimCluster(Deletion):
                 self.create_internal(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
             if spec.jobset:
                 self.create_internal(CRDS, crd_object(JOBSETS, JOBSET_PRINTER_COLUMNS))
-            if spec.hypernode_mode == "crd":
+            if spec.hypernode_mode in ("crd", "empty"):
                 self.create_internal(CRDS, crd_object(HYPERNODES, HYPERNODE_PRINTER_COLUMNS))
             for node in spec.nodes:
                 self.create_internal(NODES, node)
             for hypernode in spec.hypernodes:
                 self.create_internal(HYPERNODES, hypernode)
+            for device_class in spec.device_classes:
+                self.create_internal(DEVICECLASSES, device_class)
+            for resource_slice in spec.resource_slices:
+                self.create_internal(RESOURCESLICES, resource_slice)
 
     def wake(self) -> None:
         self._wake()

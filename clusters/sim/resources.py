@@ -129,6 +129,19 @@ ROLES = Kind(_RBAC, "v1", "Role", "roles", "role", True, status_subresource=Fals
 ROLEBINDINGS = Kind(_RBAC, "v1", "RoleBinding", "rolebindings", "rolebinding", True, status_subresource=False,
                     columns=CLUSTERROLEBINDINGS.columns)
 RBAC_KINDS = (SERVICEACCOUNTS, SECRETS, CLUSTERROLES, CLUSTERROLEBINDINGS, ROLES, ROLEBINDINGS)
+# Dynamic Resource Allocation (resource.k8s.io/v1, GA in Kubernetes 1.34): a member older than that serves none
+RESOURCESLICES = Kind("resource.k8s.io", "v1", "ResourceSlice", "resourceslices", "resourceslice", False,
+                      status_subresource=False, generation=True,
+                      columns=(("Node", "string", lambda o: _get(o, "spec", "nodeName", default="")),
+                               ("Driver", "string", lambda o: _get(o, "spec", "driver", default="")),
+                               ("Pool", "string", lambda o: _get(o, "spec", "pool", "name", default="")), AGE))
+DEVICECLASSES = Kind("resource.k8s.io", "v1", "DeviceClass", "deviceclasses", "deviceclass", False,
+                     status_subresource=False, generation=True, columns=(AGE,))
+RESOURCECLAIMS = Kind("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims", "resourceclaim", True,
+                      columns=(AGE,))
+RESOURCECLAIMTEMPLATES = Kind("resource.k8s.io", "v1", "ResourceClaimTemplate", "resourceclaimtemplates",
+                              "resourceclaimtemplate", True, status_subresource=False, columns=(AGE,))
+DRA_KINDS = (RESOURCESLICES, DEVICECLASSES, RESOURCECLAIMS, RESOURCECLAIMTEMPLATES)
 
 
 def crd_object(kind: Kind, printer_columns: list[dict]) -> dict:
@@ -170,10 +183,10 @@ HYPERNODE_PRINTER_COLUMNS = [
 
 
 class Catalog:
-    """Which kinds one cluster serves (JobSet and HyperNode are optional, as CRDs are)."""
+    """Which kinds one cluster serves (JobSet and HyperNode are optional, as CRDs are; DRA as its version has it)."""
 
-    def __init__(self, jobset: bool, hypernodes: bool) -> None:
-        kinds = [NAMESPACES, NODES, PODS, SERVICES, JOBS, CRDS, *RBAC_KINDS]
+    def __init__(self, jobset: bool, hypernodes: bool, dra: bool = False) -> None:
+        kinds = [NAMESPACES, NODES, PODS, SERVICES, JOBS, CRDS, *RBAC_KINDS, *(DRA_KINDS if dra else ())]
         if jobset:
             kinds.append(JOBSETS)
         if hypernodes:

@@ -22,6 +22,11 @@ clusters:
                                  # served, no objects (Volcano with no tree yet) | labels: neither | none: neither,
                                  # and no leaf/spine labels
   pools: [{name_prefix: cpu, nodes: 4, node: {...}, node_labels: {}, taints: [], topology: {...}, zones: []}]
+  devices: {driver: gpu.example.com, count: 8, attributes: {productName: NVIDIA H100}, capacity: {memory: 80Gi}}
+                                 # each node's devices, published as a ResourceSlice (resource.k8s.io/v1, one pool per
+                                 # node) with a DeviceClass per driver; a pool key too
+  dra: true                      # whether it serves resource.k8s.io/v1 (default: when a pool has devices); false: a
+                                 # member older than Kubernetes 1.34
   jobset: true                   # false: JobSet CRD not installed
   version: v1.31.4               # /version gitVersion and kubelet version
   duration: 60s                  # default simulated run time of a pod
@@ -71,8 +76,8 @@ JOBSET_COUNTS = ("current", "omitted", "lagging")
 _KEYS = {"name", "labels", "nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology",
          "hypernodes", "pools", "jobset", "version", "duration", "token", "watch_history", "jobset_counts",
          "controller_lag", "unpullable_images", "access_reviews", "aliases", "pod_termination",
-         "jobset_refuses", "fabric"}
-_POOL_KEYS = {"nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology", "fabric"}
+         "jobset_refuses", "fabric", "devices", "dra"}
+_POOL_KEYS = {"nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology", "fabric", "devices"}
 FABRICS = ("archipelago", "aws", "gke", "nvlink")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -96,6 +101,9 @@ class ClusterSpec:
     unpullable_images: tuple[str, ...] = ()
     access_reviews: bool = True
     aliases: tuple[str, ...] = ()  # more names it is served under (/clusters/<alias>), as a second address would
+    dra: bool = False  # serves resource.k8s.io/v1
+    device_classes: list[dict] = field(default_factory=list)
+    resource_slices: list[dict] = field(default_factory=list)
 
 
 def load(source: dict | str | Path) -> list[ClusterSpec]:
@@ -141,6 +149,9 @@ def build_cluster(entry: dict[str, Any]) -> ClusterSpec:
             raise ValueError(f"cluster {name}: unknown pool keys {sorted(unknown)}")
         builder.pool({**{k: v for k, v in entry.items() if k in ("zones", "topology", "fabric")}, **pool})
     nodes = builder.nodes
+    dra = bool(entry.get("dra", bool(builder.slices)))
+    if builder.slices and not dra:
+        raise ValueError(f"cluster {name}: devices need dra (resource.k8s.io/v1)")
     if len({n["metadata"]["name"] for n in nodes}) != len(nodes):
         raise ValueError(f"cluster {name}: node names are not unique")
     spec = ClusterSpec(name=name, labels=labels, nodes=nodes,
@@ -154,7 +165,8 @@ def build_cluster(entry: dict[str, Any]) -> ClusterSpec:
                        jobset_refuses=tuple(str(f) for f in entry.get("jobset_refuses") or ()),
                        unpullable_images=tuple(str(i) for i in entry.get("unpullable_images") or ()),
                        access_reviews=bool(entry.get("access_reviews", True)),
-                       aliases=tuple(str(a) for a in entry.get("aliases") or ()))
+                       aliases=tuple(str(a) for a in entry.get("aliases") or ()), dra=dra,
+                       device_classes=device_classes(builder.slices), resource_slices=builder.slices)
     for alias in spec.aliases:
         if not _LABEL.match(alias):
             raise ValueError(f"cluster {name}: alias {alias!r} must be a DNS-1123 label")
@@ -174,6 +186,7 @@ class _NodeBuilder:
         self.cluster, self.region = cluster, cluster_labels.get("region")
         self.topology, self.version = topology, version
         self.nodes: list[dict] = []
+        self.slices: list[dict] = []  # each node's devices, one ResourceSlice a node
         self.leaf_base = self.spine_base = 0
 
     def pool(self, pool: dict) -> None:
@@ -223,6 +236,8 @@ class _NodeBuilder:
                 spec["taints"] = node_taints
             if item.get("unschedulable"):
                 spec["unschedulable"] = True
+            if pool.get("devices"):
+                self.slices.append(resource_slice(name, pool["devices"]))
             self.nodes.append({
                 "apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": labels},
@@ -248,6 +263,35 @@ class _NodeBuilder:
         if fabric == "nvlink":  # the fabric manager's <cluster UUID>.<clique id>
             return {CLIQUE: f"{_uuid(self.cluster)}.{leaf.rpartition('-')[2]}"}
         return {LEAF: leaf, SPINE: spine}
+
+
+def resource_slice(node: str, devices: dict) -> dict:
+    """One node's devices as its DRA driver publishes them: one pool per node, named after it, in one slice."""
+    driver = str(devices.get("driver", "gpu.example.com"))
+    attributes = {str(k): _attribute(v) for k, v in (devices.get("attributes") or {}).items()}
+    capacity = {str(k): {"value": str(v)} for k, v in (devices.get("capacity") or {}).items()}
+    items = [{"name": f"gpu-{i}", **({"attributes": attributes} if attributes else {}),
+              **({"capacity": capacity} if capacity else {})} for i in range(int(devices.get("count", 1)))]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{driver.replace('.', '-')}"},
+            "spec": {"driver": driver, "nodeName": node, "pool": {"name": node, "generation": 1,
+                                                                  "resourceSliceCount": 1},
+                     "devices": items}}
+
+
+def device_classes(slices: list[dict]) -> list[dict]:
+    """A DeviceClass per driver, selecting its devices (as the drivers' Helm charts install them)."""
+    drivers = sorted({s["spec"]["driver"] for s in slices})
+    return [{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": driver},
+             "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}} for driver in drivers]
+
+
+def _attribute(value) -> dict:
+    if isinstance(value, bool):
+        return {"bool": value}
+    if isinstance(value, int):
+        return {"int": value}
+    return {"string": str(value)}
 
 
 def _network_node(cluster: str, domain: str) -> str:

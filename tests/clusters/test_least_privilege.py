@@ -35,7 +35,7 @@ def _granted(rules: list[dict]) -> set[Permission]:
 def test_member_rbac_yaml_grants_exactly_what_registration_requires():
     assert MEMBER_RBAC.read_text() == access.member_rbac_yaml()
     objects = {o["kind"]: o for o in yaml.safe_load_all(MEMBER_RBAC.read_text())}
-    assert _granted(objects["ClusterRole"]["rules"]) == set(access.required(hypernodes=True))
+    assert _granted(objects["ClusterRole"]["rules"]) == set(access.required(hypernodes=True, dra=True))
     assert all(o["metadata"]["name"].startswith("archipelago-") for o in objects.values())
     assert objects["ClusterRoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": "archipelago-broker",
                                                           "namespace": "archipelago-system"}]

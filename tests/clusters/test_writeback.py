@@ -138,6 +138,6 @@ def test_a_member_that_forbids_the_write_says_so_on_the_cluster(api, sim, db, wa
 def test_the_member_rbac_for_write_back_is_its_own_file_and_role():
     rendered = Path(__file__).resolve().parents[2] / "deploy" / "member-topology-rbac.yaml"
     assert rendered.read_text() == access.member_topology_rbac_yaml()
-    assert {p for p in access.required(True, write_back=True)} - set(access.required(True)) == {
+    assert set(access.required(True, write_back=True)) - set(access.required(True)) == {
         access.Permission(verb, "topology.volcano.sh", resource) for verb, resource in
         (("create", "hypernodes"), ("delete", "hypernodes"), ("patch", "hypernodes"), ("patch", "hypernodes/status"))}

@@ -19,11 +19,11 @@ from broker.store.inventory.registration import (FOR_CLUSTER_WRITE, Registration
                                                  store_registration)
 from broker.store.inventory.sync import (PodHold, WriteResult, member_inventory, node_row, pod_usage, record_probe,
                                          record_sync_error, resolve_topology, write_inventory)
-from broker.store.inventory.views import cluster_capacity, cluster_view, list_views, topology_view
+from broker.store.inventory.views import cluster_capacity, cluster_view, devices_view, list_views, topology_view
 
 __all__ = ["FOR_CLUSTER_WRITE", "Discovery", "PodHold", "check_choice", "create_recipe", "delete_recipe",
            "discovery_of", "list_recipes", "RegistrationError", "WriteResult", "agent_cluster", "check_registration",
-           "cluster_capacity", "cluster_to_change", "cluster_view", "connect", "cordon_cluster", "drain_cluster",
+           "cluster_capacity", "cluster_to_change", "cluster_view", "connect", "devices_view", "cordon_cluster", "drain_cluster",
            "get_cluster", "kubeconfig_policy", "list_views", "member_inventory", "node_row", "pod_usage",
            "record_probe", "record_sync_error", "register_cluster", "register_pull_cluster", "remove_cluster",
            "resolve_topology", "store_registration", "topology_view", "uncordon_cluster", "update_cluster",

@@ -109,7 +109,7 @@ def inspect_member(client: MemberClient, write_back: bool = False) -> tuple[Memb
                                     f"{client.api_server} does not serve hypernodes.topology.volcano.sh/v1alpha1, so "
                                     "its tree cannot be written back to it; install Volcano's HyperNode CRD, or "
                                     "leave topology_write_back off")
-        absent = access.missing(client, hypernodes=facts.hypernode_crd, write_back=write_back)
+        absent = access.missing(client, hypernodes=facts.hypernode_crd, dra=facts.dra, write_back=write_back)
         uid = client.cluster_uid() if not absent else None
     except MemberError as exc:
         status, title = _MEMBER_PROBLEMS.get(exc.reason, (502, "Member error"))

@@ -12,8 +12,9 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from broker.store import events
-from broker.store.db.models import Cluster, HyperNode, Node, as_utc, inventory_changed
+from broker.store.db.models import Cluster, CounterSet, Device, DeviceClass, HyperNode, Node, as_utc, inventory_changed
 from clusters import jobsets
+from clusters.devices import DeviceInventory
 from clusters.rules.pods import effective_requests
 from clusters.rules.quantity import add_into, to_milli
 from broker.store.inventory.recipes import Discovery
@@ -56,6 +57,7 @@ class MemberInventory:
     nodes: dict[str, dict[str, Any]]  # name -> node_row(...) plus "used"
     topology: Topology
     hypernode_source: str  # crd, labels:<recipe>, labels or none
+    devices: DeviceInventory = field(default_factory=DeviceInventory)  # none where the member serves no DRA
 
 
 def resolve_topology(node_labels: Mapping[str, Mapping[str, str]], hypernodes: Iterable[Mapping] | None,
@@ -69,8 +71,8 @@ def resolve_topology(node_labels: Mapping[str, Mapping[str, str]], hypernodes: I
     return discovery.discover(node_labels)
 
 
-def member_inventory(nodes: Mapping[str, dict[str, Any]], holds: Iterable[PodHold],
-                     topology: Topology, source: str) -> MemberInventory:
+def member_inventory(nodes: Mapping[str, dict[str, Any]], holds: Iterable[PodHold], topology: Topology, source: str,
+                     devices: DeviceInventory | None = None) -> MemberInventory:
     """Rows from a member's nodes (name -> node_row) and its pods' holds (pod_usage): `used` by every
     pod, and `placement_used` the part of it held by the pods of each of the broker's placements."""
     rows = {name: {**row, "used": {}, "placement_used": {}} for name, row in nodes.items()}
@@ -79,9 +81,11 @@ def member_inventory(nodes: Mapping[str, dict[str, Any]], holds: Iterable[PodHol
             add_into(rows[hold.node]["used"], hold.requests)
             if hold.placement is not None:
                 add_into(rows[hold.node]["placement_used"].setdefault(hold.placement, {}), hold.requests)
-    return MemberInventory(rows, topology, source)
+    return MemberInventory(rows, topology, source, devices or DeviceInventory())
 
 
+_DEVICE_FIELDS = ("driver", "pool", "device", "generation", "node", "attributes", "capacity", "consumes", "taints",
+                  "allocated_by")
 _NODE_FIELDS = ("labels", "taints", "unschedulable", "ready", "allocatable", "used", "placement_used")
 
 
@@ -91,11 +95,13 @@ class WriteResult:
     nodes_changed: int = 0
     nodes_removed: int = 0
     hypernodes_changed: int = 0
+    devices_changed: int = 0
     new_warnings: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
-        return bool(self.nodes_added or self.nodes_changed or self.nodes_removed or self.hypernodes_changed)
+        return bool(self.nodes_added or self.nodes_changed or self.nodes_removed or self.hypernodes_changed
+                    or self.devices_changed)
 
 
 def _write_rows(session: Session, model: type[Node] | type[HyperNode], cluster_id: int,
@@ -124,9 +130,14 @@ def write_inventory(session: Session, cluster: Cluster, inventory: MemberInvento
     result = WriteResult()
     result.nodes_added, result.nodes_changed, result.nodes_removed = _write_rows(
         session, Node, cluster.id, inventory.nodes, _NODE_FIELDS)
+    devices = inventory.devices
+    result.devices_changed = (sum(_write_rows(session, Device, cluster.id, devices.devices, _DEVICE_FIELDS))
+                              + sum(_write_rows(session, DeviceClass, cluster.id, devices.classes, ("selectors",)))
+                              + sum(_write_rows(session, CounterSet, cluster.id, devices.counter_sets,
+                                                ("driver", "pool", "counters"))))
     result.hypernodes_changed, result.new_warnings = write_topology(session, cluster, inventory.topology,
-                                                                    inventory.hypernode_source)
-    if result.nodes_added or result.nodes_changed or result.nodes_removed:
+                                                                    inventory.hypernode_source, devices.warnings)
+    if result.nodes_added or result.nodes_changed or result.nodes_removed or result.devices_changed:
         session.execute(inventory_changed(cluster.id))
     if cluster.state == "Pending":
         cluster.state = cluster.cordon or "Ready"
@@ -137,18 +148,21 @@ def write_inventory(session: Session, cluster: Cluster, inventory: MemberInvento
     return result
 
 
-def write_topology(session: Session, cluster: Cluster, topology: Topology, source: str) -> tuple[int, list[str]]:
-    """Make the stored HyperNodes of `cluster` equal `topology` and record its source and warnings (an event for new
-    ones); (HyperNode rows changed, new warnings)."""
+def write_topology(session: Session, cluster: Cluster, topology: Topology, source: str,
+                   device_warnings: list[str] = ()) -> tuple[int, list[str]]:
+    """Make the stored HyperNodes of `cluster` equal `topology` and record its source and warnings, the topology's and
+    the devices' (an event for new ones); (HyperNode rows changed, new warnings)."""
     tree = {h.name: {"tier": h.tier, "parent": h.parent, "nodes": list(h.nodes)} for h in topology.hypernodes}
     changed = sum(_write_rows(session, HyperNode, cluster.id, tree, ("tier", "parent", "nodes")))
     if changed:
         session.execute(inventory_changed(cluster.id))
-    new_warnings = [w for w in topology.warnings if w not in (cluster.warnings or [])]
+    warnings = [*topology.warnings, *device_warnings]
+    new_warnings = [w for w in warnings if w not in (cluster.warnings or [])]
     if new_warnings:
-        events.record(session, "cluster", cluster.name, "TopologyInvalid", "; ".join(new_warnings), warning=True)
-    if cluster.warnings != topology.warnings:
-        cluster.warnings = topology.warnings
+        reason = "TopologyInvalid" if any(w in topology.warnings for w in new_warnings) else "DevicesInvalid"
+        events.record(session, "cluster", cluster.name, reason, "; ".join(new_warnings), warning=True)
+    if cluster.warnings != warnings:
+        cluster.warnings = warnings
     if cluster.hypernode_source != source:
         cluster.hypernode_source = source
     return changed, new_warnings

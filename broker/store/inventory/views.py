@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from broker.store.db.models import Cluster, HyperNode, Node, as_utc
+from broker.store.db.models import Cluster, CounterSet, Device, DeviceClass, HyperNode, Node, as_utc
 from broker.store.inventory.registration import get_cluster
 from clusters.rules.quantity import add_into, format_quantity
 
@@ -128,7 +128,19 @@ def cluster_view(session: Session, cluster: Cluster, *, tree: bool = True,
     }
     if tree:
         view["hypernodes"] = hypernode_tree([e for e in entries if e.kind == "hypernode"])
+        view["devices"] = device_counts(session, cluster.id)
     return view
+
+
+def device_counts(session: Session, cluster_id: int) -> dict[str, dict[str, int]]:
+    """Per DRA driver, how many devices the member publishes and how many a ResourceClaim holds."""
+    counts: dict[str, dict[str, int]] = {}
+    for driver, allocated_by in session.execute(select(Device.driver, Device.allocated_by)
+                                                .where(Device.cluster_id == cluster_id)):
+        entry = counts.setdefault(driver, {"devices": 0, "allocated": 0})
+        entry["devices"] += 1
+        entry["allocated"] += bool(allocated_by)
+    return counts
 
 
 def hypernode_tree(entries: list[Capacity]) -> list[dict[str, Any]]:
@@ -179,4 +191,25 @@ def topology_view(session: Session, cluster: str) -> dict[str, Any]:
         "nodes": [{"name": e.name, "hypernode": leaf_of.get(e.name), "ready": health.get(e.name, (True, False))[0],
                    "unschedulable": health.get(e.name, (True, False))[1], **amounts(e)}
                   for e in sorted(capacity, key=lambda e: e.name) if e.kind == "node"],
+    }
+
+
+def devices_view(session: Session, cluster: str) -> dict[str, Any]:
+    """A cluster's devices as its DRA drivers publish them: the device classes, every device (its node, attributes,
+    capacity, taints and the claims holding it), the counter sets partitionable ones share, and per driver how many
+    there are and how many are held. Empty for a member that serves no resource.k8s.io/v1."""
+    row = get_cluster(session, cluster)
+    devices = session.scalars(select(Device).where(Device.cluster_id == row.id).order_by(Device.name)).all()
+    return {
+        "cluster": row.name,
+        "drivers": device_counts(session, row.id),
+        "classes": [{"name": name, "selectors": selectors} for name, selectors in session.execute(
+            select(DeviceClass.name, DeviceClass.selectors).where(DeviceClass.cluster_id == row.id)
+            .order_by(DeviceClass.name))],
+        "devices": [{"driver": d.driver, "pool": d.pool, "name": d.device, "node": d.node,
+                     "attributes": d.attributes, "capacity": d.capacity, "consumes_counters": d.consumes,
+                     "taints": d.taints, "allocated_by": d.allocated_by} for d in devices],
+        "counter_sets": [{"driver": c.driver, "pool": c.pool, "name": c.name.rsplit("/", 1)[1], "counters": c.counters}
+                         for c in session.scalars(select(CounterSet).where(CounterSet.cluster_id == row.id)
+                                                  .order_by(CounterSet.name))],
     }
