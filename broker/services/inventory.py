@@ -85,9 +85,9 @@ def write_back(database: Database, cluster_id: int, member: _Member) -> None:
     sync error, and the next write tries again."""
     mirror = member.mirror
     with mirror.lock:
-        if member.client is None or mirror._topology is None:
+        if member.client is None or mirror.tree is None:
             return
-        topology, source = mirror._topology
+        topology, source = mirror.tree
         wanted = mirror.write_back and source.startswith("labels:")
         if wanted and not mirror.has_hypernodes:
             error = ("topology write-back: the member serves no HyperNode CRD (topology.volcano.sh/v1alpha1); "

@@ -36,8 +36,8 @@ class MemberMirror:
         self.has_dra = False  # whether it serves resource.k8s.io/v1 (Kubernetes 1.34 and later)
         self.listed: dict[str, int] = {}  # kind -> resourceVersion of its last list
         self.resume: dict[str, str] = {}  # kind -> resourceVersion to watch from
-        self._topology: tuple[Topology, str] | None = None
-        self._discovery: Discovery | None = None  # what `_topology` was found by
+        self.tree: tuple[Topology, str] | None = None  # the resolved HyperNode tree and its source, while it holds
+        self._discovery: Discovery | None = None  # what `tree` was found by
         self._devices: DeviceInventory | None = None
         self.write_back = False  # the cluster's topology_write_back, as its last write read it
 
@@ -58,7 +58,7 @@ class MemberMirror:
                 self.dra[kind] = {_key(o["metadata"]): o for o in items}
                 self._devices = None
             if kind in ("nodes", "hypernodes"):
-                self._topology = None
+                self.tree = None
             self.listed[kind] = _int(resource_version)
             self.resume[kind] = resource_version
 
@@ -95,7 +95,7 @@ class MemberMirror:
                 if old == row:
                     return False
                 if old is None or row is None or old["labels"] != row["labels"]:
-                    self._topology = None
+                    self.tree = None
                 return True
             objects = self.hypernodes if kind == "hypernodes" else self.dra[kind]
             key = name if kind == "hypernodes" else _key(metadata)
@@ -104,7 +104,7 @@ class MemberMirror:
             else:
                 objects[key] = obj
             if kind == "hypernodes":
-                self._topology = None
+                self.tree = None
             else:
                 self._devices = None
             return True
@@ -113,16 +113,16 @@ class MemberMirror:
         """The rows to write: nodes with their used resources, the resolved HyperNode tree (found again when the
         nodes' labels, the HyperNodes or how the cluster's tree is to be found changed), and the devices."""
         with self.lock:
-            if self._topology is None or self._discovery != discovery:
+            if self.tree is None or self._discovery != discovery:
                 labels = {name: row["labels"] for name, row in self.nodes.items()}
-                self._topology = resolve_topology(labels, self.hypernodes.values() if self.has_hypernodes else None,
+                self.tree = resolve_topology(labels, self.hypernodes.values() if self.has_hypernodes else None,
                                                   discovery)
                 self._discovery = discovery
             if self._devices is None:
                 self._devices = device_inventory(self.dra["resourceslices"].values(),
                                                  self.dra["resourceclaims"].values(),
                                                  self.dra["deviceclasses"].values()) if self.has_dra else DeviceInventory()
-            return member_inventory(self.nodes, list(self.pods.values()), *self._topology, devices=self._devices)
+            return member_inventory(self.nodes, list(self.pods.values()), *self.tree, devices=self._devices)
 
 
 def _key(metadata: dict) -> str:
