@@ -15,6 +15,7 @@ import yaml
 from clusters.kubeconfig import LoadedKubeconfig
 from clusters.member import DRA_GROUP, HYPERNODE_GROUP, JOBSET_GROUP, MemberClient, MemberError, Resource
 from clusters.system import MANAGED_BY, SYSTEM_NAMESPACE
+from clusters.topology_writeback import remove_ours
 
 NAME = "archipelago-broker"
 DEFAULT_NAMESPACE = SYSTEM_NAMESPACE
@@ -227,8 +228,12 @@ def join(client: MemberClient, namespace: str, token_wait: float = TOKEN_WAIT, *
 
 
 def unjoin(client: MemberClient, namespace: str) -> None:
-    """Delete the broker's objects from the member (the namespace takes the ServiceAccount and its token);
-    those already gone are fine."""
+    """Delete the broker's objects from the member (the namespace takes the ServiceAccount and its token), and the
+    HyperNodes it wrote back there; those already gone are fine."""
+    try:  # the HyperNodes it wrote back: nothing keeps them true now
+        remove_ours(client)
+    except MemberError as exc:
+        raise JoinError(f"the HyperNodes the broker wrote on {client.api_server} could not be deleted: {exc}") from None
     objects = member_objects(namespace)
     for obj in [*reversed(topology_objects(namespace)), objects[3], objects[2], objects[0]]:
         try:

@@ -228,13 +228,18 @@ class MemberClient:
         return self._json(what, self._call(what, self._addressed("read", resource, name, namespace)))
 
     def create(self, resource: Resource, body: dict) -> dict:
-        """Create one object of a built-in kind: 409 AlreadyExists where the name is taken (an apply would take
-        over whatever holds it)."""
+        """Create one object: 409 AlreadyExists where the name is taken (an apply would take over whatever holds
+        it)."""
         meta = body["metadata"]
         what = f"create {resource} {meta.get('namespace', '') and meta['namespace'] + '/'}{meta['name']}"
         api = self._typed(resource)
-        method = (partial(getattr(api, f"create_namespaced_{resource.snake}"), meta["namespace"])
-                  if resource.namespaced else getattr(api, f"create_{resource.snake}"))
+        if api is None:
+            where = (resource.group, resource.version) + ((meta["namespace"],) if resource.namespaced else ())
+            method = partial(getattr(self._custom, f"create_{'namespaced' if resource.namespaced else 'cluster'}"
+                                                   "_custom_object"), *where, resource.plural)
+        else:
+            method = (partial(getattr(api, f"create_namespaced_{resource.snake}"), meta["namespace"])
+                      if resource.namespaced else getattr(api, f"create_{resource.snake}"))
         return self._json(what, self._call(what, method, body=body))
 
     def apply(self, resource: Resource, body: dict, field_manager: str, *, dry_run: bool = False) -> dict:
@@ -396,11 +401,14 @@ def _transport_error(server: str, exc: Exception) -> MemberError:
 
 def _status_error(server: str, what: str, status: int, data: bytes | str | None) -> MemberError:
     try:
-        message = json.loads(data).get("message") or ""
+        status_object = json.loads(data)
+        message, said_reason = status_object.get("message") or "", status_object.get("reason")
     except (TypeError, ValueError, AttributeError):
-        message = ""
+        message, said_reason = "", None
     reason = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 410: "Gone", 429: "Throttled"}.get(
         status, "ServerError" if status >= 500 else "BadResponse")
+    if status == 409:  # a name taken (AlreadyExists), or an object changed since it was read (Conflict)
+        reason = "AlreadyExists" if said_reason == "AlreadyExists" else "Conflict"
     said = {401: "rejected the credentials (401 Unauthorized)", 403: "forbids it (403 Forbidden)",
             429: "is overloaded (429 Too Many Requests)"}.get(status, f"answered {status}")
     return MemberError(reason, f"{what}: {server} {said}{': ' + message if message else ''}", status)

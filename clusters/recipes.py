@@ -107,7 +107,7 @@ def parse_recipe(name: str, body: Mapping[str, Any]) -> Recipe:
                 raise RecipeError(f"tier {number}: {key} is in another tier too; a key names one tier's domains")
             seen.add(key)
         parsed.append(Tier(tuple(keys), _prefix(keys[0])))
-    return Recipe(name, tuple(parsed), frozenset())
+    return Recipe(name, tuple(parsed))
 
 
 def discover(node_labels: Mapping[str, Mapping[str, str]], choice: str, recipes: Mapping[str, Recipe],
@@ -176,8 +176,11 @@ def derive(node_labels: Mapping[str, Mapping[str, str]], recipe: Recipe) -> Topo
                 continue
             name = names.get((number, value))
             if name is None:
-                base = hypernode_name(tier.prefix, value)
-                name = base if base not in tier_of else f"{base}-tier{number}"
+                name = base = hypernode_name(tier.prefix, value)
+                suffix = 1
+                while name in tier_of:  # another domain has it: <name>-tier<N>, then -tier<N>-2, …
+                    name = f"{base}-tier{number}" + (f"-{suffix}" if suffix > 1 else "")
+                    suffix += 1
                 names[(number, value)], tier_of[name], members[name] = name, number, set()
             members[name].add(node)
             if below is not None and parent.setdefault(below, name) != name:

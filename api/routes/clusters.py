@@ -120,8 +120,12 @@ def get_cluster(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, An
 
 @router.get("/clusters/{name}/devices", responses=problems(401, 404),
             summary="One cluster's devices as its DRA drivers publish them, and the claims that hold them")
-def get_devices(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
-    return inventory.devices_view(session, name)
+def get_devices(name: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
+    view = inventory.devices_view(session, name)
+    if not principal.is_admin:  # which claims hold a device: other tenants' namespaces and names, not theirs to read
+        for device in view["devices"]:
+            device["allocated_by"] = ["a ResourceClaim"] * len(device["allocated_by"])
+    return view
 
 
 @router.patch("/clusters/{name}", responses=problems(*ADMIN_ERRORS, 422),

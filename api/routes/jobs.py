@@ -138,8 +138,8 @@ def dry_run(request: Request, session: SessionDep, credentials: CredentialsDep, 
         raise Invalid(exc.path, exc.message) from None
     forecast = None
     if also is not None:  # when would it start: the fleet played forward with it submitted now
-        played = request.app.state.fleet_forecast.play(request.app.state.db, now, also)
-        if also[0].id in played.expected:
+        played = request.app.state.fleet_forecast.play(request.app.state.db, now, also, wait=False)
+        if played is not None and also[0].id in played.expected:
             forecast = stored_forecast(played.expected[also[0].id], played.runtimes.get(also[0].id), now)
     waiting = answer.waiting
     previews = [preview(rules, labels.get(p.cluster, {}), manifest, namespace=namespace, cluster=p.cluster,

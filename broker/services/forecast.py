@@ -38,6 +38,7 @@ class ForecastService(LoopService):
     def run_once(self) -> ForecastOutcome:
         now = self.now()
         played = self.fleet.play(self.database, now)
+        assert played is not None  # it waits its turn
         written = write_forecasts(self.database, played.expected, played.runtimes, now,
                                   cleared=self.forecast_ids - played.expected.keys())
         self.forecast_ids = set(played.expected)

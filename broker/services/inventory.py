@@ -56,8 +56,9 @@ def flush(database: Database, settings: Settings, cluster_id: int, mirror: Membe
         inventory = mirror.inventory(discovery_of(session, cluster, settings.topology_tier_labels))
         mirror.write_back = cluster.topology_write_back
         result = write_inventory(session, cluster, inventory, utcnow())
-        if cluster.last_error is not None and cluster.unreachable_since is None:
-            cluster.last_error = None  # the sync that failed before works again
+        if cluster.last_error is not None and cluster.unreachable_since is None and \
+                not cluster.last_error.startswith(WRITE_BACK_ERROR):
+            cluster.last_error = None  # the sync that failed before works again (a write-back's is its own to clear)
         return result
 
 
@@ -76,13 +77,22 @@ class _Member:
     failures: int = 0
     watches: list[_Watch] | None = None
     client: MemberClient | None = None  # as its last sync reached it
+    write_back_error: str | None = None  # the last write-back's failure, the cluster's last_error until one works
+    write_back_retry: float = 0.0  # no write-back before then (monotonic), after a failure
+
+
+WRITE_BACK_ERROR = "topology write-back: "
+WRITE_BACK_RETRY_S = 30.0
 
 
 def write_back(database: Database, cluster_id: int, member: _Member) -> None:
     """The cluster's discovered tree onto the member as HyperNode objects, where it opted in
     (`clusters.topology_writeback`); the broker's own objects deleted where it opted out, or its tree is the member's
-    own. Only what differs from the member's objects, as the mirror has them, is written; a failure is the cluster's
-    sync error, and the next write tries again."""
+    own. Only what differs from the member's objects, as the mirror has them, is written. A failure is the cluster's
+    last_error (an event when it changes) until a write-back works, and is not tried again for WRITE_BACK_RETRY_S:
+    each pod event would otherwise ask the member again."""
+    if member.write_back_error is not None and time.monotonic() < member.write_back_retry:
+        return
     mirror = member.mirror
     with mirror.lock:
         if member.client is None or mirror.tree is None:
@@ -90,24 +100,30 @@ def write_back(database: Database, cluster_id: int, member: _Member) -> None:
         topology, source = mirror.tree
         wanted = mirror.write_back and source.startswith("labels:")
         if wanted and not mirror.has_hypernodes:
-            error = ("topology write-back: the member serves no HyperNode CRD (topology.volcano.sh/v1alpha1); "
+            error = (f"{WRITE_BACK_ERROR}the member serves no HyperNode CRD (topology.volcano.sh/v1alpha1); "
                      "install Volcano's, or turn write-back off")
         else:
             error = None
             steps = writeback.plan(writeback.desired(topology, source.partition(":")[2]) if wanted else {},
                                    mirror.hypernodes)
     if error is None:
-        if not (steps.apply or steps.status or steps.delete):
-            return
         try:
-            writeback.write_back(member.client, steps)
-            return
+            if steps.create or steps.apply or steps.status or steps.delete:
+                writeback.write_back(member.client, steps)
         except MemberError as exc:
-            error = f"topology write-back: {exc}"
+            error = f"{WRITE_BACK_ERROR}{exc}"
+    if error is None and member.write_back_error is None:
+        return
     with database.write() as session:
         cluster = cluster_to_change(session, cluster_id)
-        if cluster is not None:
+        if cluster is None:
+            return
+        if error is not None:
             record_sync_error(session, cluster, error)
+            member.write_back_retry = time.monotonic() + WRITE_BACK_RETRY_S
+        elif cluster.last_error == member.write_back_error:
+            cluster.last_error = None  # it works again
+    member.write_back_error = error
 
 
 def _kept_by_watches(client: MemberClient, member: _Member) -> bool:
@@ -116,7 +132,10 @@ def _kept_by_watches(client: MemberClient, member: _Member) -> bool:
     HyperNodes exactly when they are watched (one discovery request tells)."""
     if not member.watches or not all(watch.open and watch.is_alive() for watch in member.watches):
         return False
-    return served(client) == (member.mirror.has_hypernodes, member.mirror.has_dra)
+    mirror = member.mirror
+    if mirror.dra_refused:  # relisted at each resync until the broker may read the devices: a grant is seen then
+        return False
+    return served(client) == (mirror.has_hypernodes, mirror.has_dra)
 
 
 class InventorySyncService(LoopService):

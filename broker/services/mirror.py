@@ -11,7 +11,7 @@ from typing import Any
 from broker.store.inventory import Discovery, PodHold, member_inventory, node_row, pod_usage, resolve_topology
 from clusters.devices import DeviceInventory, device_inventory
 from clusters.member import (ACTIVE_PODS, DEVICECLASSES, DRA_GROUP, DRA_VERSION, HYPERNODE_GROUP, HYPERNODE_VERSION,
-                             HYPERNODES, NODES, PODS, RESOURCECLAIMS, RESOURCESLICES, MemberClient)
+                             HYPERNODES, NODES, PODS, RESOURCECLAIMS, RESOURCESLICES, MemberClient, MemberError)
 from clusters.topology import Topology
 
 DRA_KINDS = ("resourceslices", "deviceclasses", "resourceclaims")
@@ -33,7 +33,8 @@ class MemberMirror:
         self.hypernodes: dict[str, dict] = {}  # name -> object
         self.dra: dict[str, dict[str, dict]] = {kind: {} for kind in DRA_KINDS}  # kind -> namespace/name -> object
         self.has_hypernodes = False  # whether the member serves HyperNodes
-        self.has_dra = False  # whether it serves resource.k8s.io/v1 (Kubernetes 1.34 and later)
+        self.has_dra = False  # whether it serves resource.k8s.io/v1 (Kubernetes 1.34 and later), and may be read there
+        self.dra_refused: str | None = None  # it serves DRA, but the broker's identity may not list it: why
         self.listed: dict[str, int] = {}  # kind -> resourceVersion of its last list
         self.resume: dict[str, str] = {}  # kind -> resourceVersion to watch from
         self.tree: tuple[Topology, str] | None = None  # the resolved HyperNode tree and its source, while it holds
@@ -121,7 +122,8 @@ class MemberMirror:
             if self._devices is None:
                 self._devices = device_inventory(self.dra["resourceslices"].values(),
                                                  self.dra["resourceclaims"].values(),
-                                                 self.dra["deviceclasses"].values()) if self.has_dra else DeviceInventory()
+                                                 self.dra["deviceclasses"].values()) if self.has_dra else \
+                    DeviceInventory(warnings=[f"devices not read: {self.dra_refused}"] if self.dra_refused else [])
             return member_inventory(self.nodes, list(self.pods.values()), *self.tree, devices=self._devices)
 
 
@@ -174,8 +176,18 @@ def reported_mirror(objects: dict[str, list[dict] | None]) -> MemberMirror:
 
 
 def relist_all(client: MemberClient, mirror: MemberMirror) -> None:
-    """List every kind the member serves into the mirror."""
+    """List every kind the member serves into the mirror. A member registered before the broker read devices may not
+    let it list them: its devices are then not read, and its cluster says why (the rest syncs as before)."""
     mirror.has_hypernodes, mirror.has_dra = served(client)
+    mirror.dra_refused = None
     for kind in MemberMirror.KINDS:
-        if mirror.serves(kind):
+        if not mirror.serves(kind):
+            continue
+        try:
             relist(client, mirror, kind)
+        except MemberError as exc:
+            if kind not in DRA_KINDS or exc.reason != "Forbidden":
+                raise
+            mirror.has_dra, mirror._devices = False, None
+            mirror.dra_refused = (f"the broker's identity may not list {kind}.{DRA_GROUP} ({exc}); grant it the "
+                                  "ClusterRole of deploy/member-rbac.yaml again")

@@ -36,10 +36,14 @@ class FleetForecast:
         self.clusters = KeptClusters(settings.scheduler_resync_interval)
         self.lock = threading.Lock()
 
-    def play(self, database: Database, now: datetime, also: tuple[PendingJob, RuntimeFacts] | None = None) -> Played:
+    def play(self, database: Database, now: datetime, also: tuple[PendingJob, RuntimeFacts] | None = None, *,
+             wait: bool = True) -> Played | None:
         """Every waiting job's expected start, within `forecast_budget` seconds of play. `also`: a job not submitted
-        (a dry run's), with what its runtime is made of, played as if it had been submitted `now`."""
-        with self.lock:
+        (a dry run's), with what its runtime is made of, played as if it had been submitted `now`. `wait`: False to
+        give up (None) while another play is under way — a dry run answers without its start rather than queue."""
+        if not self.lock.acquire(blocking=wait):
+            return None
+        try:
             with database.read() as session:
                 inventory = read_inventory(session, now=now.timestamp(), pending=self.pending, kept=self.clusters)
                 running = list(inventory.inputs[3].values())
@@ -63,3 +67,5 @@ class FleetForecast:
                                 {job_id: r.seconds for job_id, r in expected_runtimes.items()}, self.config,
                                 self.limits, out_of_time=lambda: time.perf_counter() > budget)
             return Played(expected, expected_runtimes, time.perf_counter() - began)
+        finally:
+            self.lock.release()

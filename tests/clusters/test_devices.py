@@ -81,6 +81,11 @@ def test_another_workloads_claim_holds_devices_and_watches_follow_claims_and_sli
         _wait_for(lambda: devices(api, "dra")["drivers"]["gpu.nvidia.com"]["allocated"] == 2)
         held = {d["name"]: d["allocated_by"] for d in devices(api, "dra")["devices"] if d["pool"] == "node-01"}
         assert held == {"gpu-0": ["ml/theirs"], "gpu-1": ["ml/theirs"], "gpu-2": [], "gpu-3": []}
+        assert api.post("/api/v1/tenants", json={"name": "research"}).status_code == 201
+        token = api.post("/api/v1/tokens", json={"role": "tenant", "tenant": "research"}).json()["token"]
+        seen = api.get("/api/v1/clusters/dra/devices", headers={"Authorization": f"Bearer {token}"}).json()
+        assert {d["name"]: d["allocated_by"] for d in seen["devices"] if d["pool"] == "node-01"} == {
+            "gpu-0": ["a ResourceClaim"], "gpu-1": ["a ResourceClaim"], "gpu-2": [], "gpu-3": []}  # not whose
         # the driver rewrites node-00's pool: a new generation with two devices; the old one no longer counts
         rewritten = copy.deepcopy(member.get(RESOURCESLICES, "", "node-00-gpu-nvidia-com"))
         rewritten["spec"]["pool"]["generation"] = 2
@@ -106,6 +111,28 @@ def test_registration_asks_for_the_device_reads_only_where_the_member_serves_dra
     assert "list resourceslices.resource.k8s.io; watch resourceslices.resource.k8s.io" in refused.json()["detail"]
     fine = api.post("/api/v1/clusters", json={"name": "old", "kubeconfig": sim.service_account("old", "a", without)})
     assert fine.status_code == 201, fine.text
+
+
+def test_a_member_registered_before_devices_were_read_syncs_as_before_and_says_what_to_grant(api, sim, db, syncer):
+    """An identity whose ClusterRole lacks the DRA reads (granted before the broker read devices): its nodes still
+    sync, and the cluster says what to grant; once granted, the next resync reads the devices."""
+    from clusters.sim.resources import CLUSTERROLES
+    assert api.post("/api/v1/clusters", json={"name": "dra", "kubeconfig": sim.service_account(
+        "dra", "broker", access.cluster_role_rules())}).status_code == 201
+    member = sim.cluster("dra")
+    role = copy.deepcopy(member.get(CLUSTERROLES, "", "broker"))
+    role["rules"] = [r for r in role["rules"] if r["apiGroups"] != ["resource.k8s.io"]]
+    member.update(CLUSTERROLES, "", "broker", role, "kubectl")
+    member.cordon("node-01")
+    syncer.run_once()
+    view = api.get("/api/v1/clusters/dra").json()
+    assert view["state"] == "Ready" and view["devices"] == {}
+    assert any(w.startswith("devices not read: the broker's identity may not list resourceslices.resource.k8s.io")
+               for w in view["warnings"])
+    role = {**copy.deepcopy(member.get(CLUSTERROLES, "", "broker")), "rules": access.cluster_role_rules()}
+    member.update(CLUSTERROLES, "", "broker", role, "kubectl")
+    syncer.run_once()
+    assert api.get("/api/v1/clusters/dra").json()["devices"] == {"gpu.nvidia.com": {"devices": 8, "allocated": 0}}
 
 
 def test_what_a_member_reports_of_its_devices_is_untrusted():

@@ -62,3 +62,22 @@ def test_without_any_recipes_labels_the_global_list_is_the_last_resort():
     topology, source = discover({"n1": {ZONE: "z"}}, "racks", {}, [[LEAF]])
     assert source == "none" and topology.warnings == ["topology recipe racks does not exist; the tree is empty "
                                                       "until it does"]
+
+
+def test_two_domains_never_share_a_name_even_once_one_is_renamed():
+    """n1's leaf is `a` and its spine `a-tier2`; n2's leaf `b` and spine `a`: the spine `a` is renamed, and not into
+    the other spine's name."""
+    from clusters.recipes import derive
+    labels = {"n1": {LEAF: "a", "network.archipelago.io/spine": "a-tier2"},
+              "n2": {LEAF: "b", "network.archipelago.io/spine": "a"}}
+    tree = {h.name: (h.tier, set(h.nodes)) for h in derive(labels, BUILT_IN["archipelago"]).hypernodes}
+    assert len(tree) == 4 and tree["a-tier2"] == (2, {"n1"})
+    assert [nodes for name, (tier, nodes) in tree.items() if tier == 2 and name != "a-tier2"] == [{"n2"}]
+
+
+def test_an_admins_recipe_naming_the_zone_does_not_win_auto_by_the_zone_alone():
+    racks = parse_recipe("racks", {"levels": [{"nodeLabel": ZONE}, {"nodeLabel": "example.com/rack"},
+                                              {"nodeLabel": "kubernetes.io/hostname"}]})
+    gpu = {"cloud.google.com/gce-topology-block": "b1", "cloud.google.com/gce-topology-subblock": "s1", ZONE: "z"}
+    nodes = {**{f"g{i}": gpu for i in range(4)}, **{f"c{i}": {ZONE: "z"} for i in range(5)}}
+    assert choose(nodes, {**BUILT_IN, "racks": racks}).name == "gke"

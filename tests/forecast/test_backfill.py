@@ -9,7 +9,7 @@ from dataclasses import replace
 from broker.engine.forecast import Limits, forecast
 from broker.engine.placement import Config, schedule
 
-from tests.placement.fixtures import cluster, fabric, hard, job, queue, running, snapshot
+from tests.placement.fixtures import GPU, cluster, fabric, hard, job, queue, running, snapshot
 
 NOW = 10_000.0
 EXACT = Limits(resolution_s=1.0, relative_resolution=0.0)
@@ -109,3 +109,17 @@ def test_a_job_placed_earlier_in_the_cycle_counts_its_end_for_the_next_hold():
     result = schedule(snapshot([eu], [queue("a"), queue("b")], running=work, now=NOW), [older, newer])
     assert [p.job_id for p in result.placements] == [older.id]
     assert (result.holds[newer.id].hypernode, result.holds[newer.id].start) == ("leaf-0", NOW + 300)
+
+
+def test_a_daemon_sets_pods_on_the_held_nodes_leave_the_reservation_its_start_unless_the_job_cannot_fit_beside():
+    """Pods the broker did not place are taken to stay: a daemon set's small pod on every node leaves room for the
+    job, so the reservation keeps its start and backfill goes on; half of every node's GPUs taken does not."""
+    eu, work, starving = fleet()
+    short = replace(job("small", gpus=8, submitted_at=NOW), runtime=600.0)
+    with_daemons = replace(eu, nodes=tuple(replace(n, used={"cpu": 100, "pods": 1000}) for n in eu.nodes))
+    result = schedule(snapshot([with_daemons], [queue("big"), queue("small")], running=work, now=NOW),
+                      [starving, short])
+    assert result.holds[starving.id].start == NOW + 1000 and [p.job_id for p in result.placements] == [short.id]
+    half_taken = replace(eu, nodes=tuple(replace(n, used={GPU: 4000}) for n in eu.nodes))
+    result = schedule(snapshot([half_taken], [queue("big"), queue("small")], running=work, now=NOW), [starving, short])
+    assert result.holds[starving.id].start is None

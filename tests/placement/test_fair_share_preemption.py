@@ -98,3 +98,13 @@ def test_a_tenant_that_would_end_above_its_share_takes_nothing_however_far_above
                  running=work, tenants=[Tenant("late", 1.0, "LessThanOrEqualToFinalShare")])
     result = schedule(s, [job("l", gpus=8, tenant="late"), job("o", gpus=8, tenant="other")])
     assert not result.placements and not result.preemptions
+
+
+def test_a_dry_run_of_a_split_job_that_gets_room_by_preemption_answers_and_changes_nothing():
+    """A preemption applies a split job whole and answers it part by part; the dry run takes those parts back."""
+    s = full_federation(Tenant("late", 1.0, "LessThanOrEqualToFinalShare"))
+    split = job("l", parts=(("a", 1, 1, 8), ("b", 1, 1, 8)), tenant="late",
+                annotations={"archipelago.io/placement": "split"})
+    answer = dry_run(s, split)
+    assert answer.placements and {p.rule for p in answer.preemptions} == {"FairSharing"}
+    assert s.tenant_usage["early"]["nvidia.com/gpu"] == 64_000 and not any(s.tenant_usage["late"].values())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -19,6 +19,10 @@ from broker.store.outbox import lock_job_rows
 from clusters import jobsets
 from clusters.kubeconfig import KubeconfigError
 from clusters.member import MemberError
+from clusters.system import MANAGED_BY
+from clusters.topology_writeback import remove_ours
+
+MANAGED_LABEL = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 
 
 def _set_admin_state(session: Session, cluster: Cluster, cordon: str | None, reason: str, message: str) -> None:
@@ -75,6 +79,8 @@ def remove_cluster(session: Session, name: str, *, force: bool = False, settings
                        f"{jobsets.JOB_ID_LABEL} there")
     elif live and settings is not None:
         left_behind = _delete_copies(settings, cluster)
+    if cluster.topology_write_back and cluster.mode == "push" and settings is not None:
+        left_behind += _delete_written_tree(settings, cluster)
     session.delete(cluster)
     message = f"removed{f' with {live} live placement(s) (forced)' if live else ''}{left_behind}"
     events.record(session, "cluster", name, "Removed", message, warning=bool(live))
@@ -94,19 +100,35 @@ def _lock_jobs_placed_on(session: Session, cluster: Cluster) -> None:
 
 
 def _delete_copies(settings: Settings, cluster: Cluster) -> str:
-    """Delete every copy of the broker's on the member; what the event should add if that failed."""
+    """Delete every copy of the broker's on the member; what the event should add."""
+    def delete(client) -> str:
+        items, _ = jobsets.delete_owned(client, kept=lambda placement_ids: set())
+        return f"; its {len(items)} cop{'y' if len(items) == 1 else 'ies'} on the member deleted"
+    return _on_member(settings, cluster, delete, lambda exc: f"; its copies could not be deleted ({exc}): delete "
+                                                             f"JobSets labelled {jobsets.JOB_ID_LABEL} there")
+
+
+def _delete_written_tree(settings: Settings, cluster: Cluster) -> str:
+    """Delete the HyperNodes written back to the member (nothing would keep them true); what the event should add."""
+    return _on_member(settings, cluster, lambda client: f"; the {remove_ours(client)} HyperNodes written back deleted",
+                      lambda exc: f"; the HyperNodes written back could not be deleted ({exc}): delete those "
+                                  f"labelled {MANAGED_LABEL} there")
+
+
+def _on_member(settings: Settings, cluster: Cluster, act: Callable[[Any], str],
+               failed: Callable[[Exception], str]) -> str:
+    """`act` with a client of the member, or what `failed` says when it cannot be reached or refuses."""
     try:
         client = connect(settings, KubeconfigCipher(settings.fernet_key()).decrypt(cluster.kubeconfig_encrypted),
                          cluster.context)
     except (KubeconfigError, MemberError, ValueError) as exc:
-        return f"; its copies could not be deleted ({exc}): delete JobSets labelled {jobsets.JOB_ID_LABEL} there"
+        return failed(exc)
     try:
-        items, _ = jobsets.delete_owned(client, kept=lambda placement_ids: set())
+        return act(client)
     except MemberError as exc:
-        return f"; its copies could not be deleted ({exc}): delete JobSets labelled {jobsets.JOB_ID_LABEL} there"
+        return failed(exc)
     finally:
         client.close()
-    return f"; its {len(items)} cop{'y' if len(items) == 1 else 'ies'} on the member deleted"
 
 
 def update_cluster(session: Session, name: str, *, labels: Mapping[str, str | None] | None = None,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -13,6 +14,8 @@ from broker.store.db.models import Cluster, TopologyRecipe
 from broker.store.errors import Conflict, Invalid, NotFound
 from clusters.recipes import AUTO, BUILT_IN, Recipe, RecipeError, discover, parse_recipe
 from clusters.topology import Topology
+
+log = logging.getLogger("archipelago.inventory")
 
 
 @dataclass(frozen=True)
@@ -28,9 +31,14 @@ class Discovery:
 
 
 def admin_recipes(session: Session) -> tuple[Recipe, ...]:
-    return tuple(parse_recipe(name, {"tiers": tiers})
-                 for name, tiers in session.execute(select(TopologyRecipe.name, TopologyRecipe.tiers)
-                                                    .order_by(TopologyRecipe.name)))
+    """The admins' recipes; one stored that no longer reads (a later built-in took its name) is left out."""
+    recipes = []
+    for name, tiers in session.execute(select(TopologyRecipe.name, TopologyRecipe.tiers).order_by(TopologyRecipe.name)):
+        try:
+            recipes.append(parse_recipe(name, {"tiers": tiers}))
+        except RecipeError:
+            log.warning("topology recipe %s no longer reads; it is left out", name)
+    return tuple(recipes)
 
 
 def discovery_of(session: Session, cluster: Cluster, global_tiers: Sequence[Sequence[str]]) -> Discovery:
@@ -58,7 +66,9 @@ def create_recipe(session: Session, name: str, body: Mapping[str, Any]) -> Recip
 
 
 def delete_recipe(session: Session, name: str) -> None:
-    row = session.scalar(select(TopologyRecipe).where(TopologyRecipe.name == name))
+    """Refused while a cluster is set to it; its row locked first, as `check_choice` locks it: a cluster set to it
+    meanwhile waits, then finds it gone."""
+    row = session.scalar(select(TopologyRecipe).where(TopologyRecipe.name == name).with_for_update())
     if row is None:
         raise NotFound("built-in topology recipes cannot be deleted" if name in BUILT_IN
                        else f"topology recipe {name} does not exist")
@@ -72,7 +82,7 @@ def check_choice(session: Session, choice: str) -> str:
     """A cluster's recipe: auto, a built-in one, or an admin's; else a 422 that lists them."""
     if choice == AUTO or choice in BUILT_IN:
         return choice
-    if session.scalar(select(TopologyRecipe.id).where(TopologyRecipe.name == choice)) is None:
+    if session.scalar(select(TopologyRecipe.id).where(TopologyRecipe.name == choice).with_for_update()) is None:
         known = [AUTO, *BUILT_IN, *session.scalars(select(TopologyRecipe.name).order_by(TopologyRecipe.name))]
         raise Invalid("topology_recipe", f"no topology recipe {choice!r}; one of {', '.join(known)}")
     return choice

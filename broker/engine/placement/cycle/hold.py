@@ -53,7 +53,8 @@ class Holding:
             ends, counted = self._node_ends(cluster)
             for state, allocatable, free, tier in sets:
                 total = allocatable.get(resource, 0)
-                start = _free_by(cluster, state.nodes if state else range(len(cluster.nodes)), ends, counted)
+                start = _free_by(cluster, state.nodes if state else range(len(cluster.nodes)), ends, counted,
+                                 request.parts)
                 candidates.append((math.inf if start is None else start, total - free.get(resource, 0), total, tier,
                                    cluster.name, state.name if state else "", cluster, state))
         for _, in_use, _, _, _, _, cluster, state in sorted(candidates, key=lambda c: c[:6]):
@@ -61,11 +62,12 @@ class Holding:
             eligible = [cluster.eligible(p) for p in job.spec.parts]
             usable = [i for i in positions if any(e[i] for e in eligible)]
             if fits(_empty_capacity(cluster, usable), demand):
-                return self._take(job, cluster, state, usable, amount(resource, in_use))
+                return self._take(job, cluster, state, usable, amount(resource, in_use),
+                                  self._expected_free(cluster, usable, request.parts))
         return None
 
     def _take(self, job: PendingJob, cluster: ClusterIndex, state: HyperNodeState | None, positions: list[int],
-              waiting_for: str) -> Hold:
+              waiting_for: str, start: float | None) -> Hold:
         """Hold the nodes: their free capacity leaves the snapshot and they take no pod of another job."""
         taken = {i: dict(cluster.free[i]) for i in positions}
         free: dict[str, int] = {}
@@ -74,18 +76,18 @@ class Holding:
         self._lock(cluster, taken, +1)
         self.taken[job.id] = (cluster, taken)
         hold = Hold(job.id, cluster.name, state.name if state else None, state.tier if state else None,
-                    tuple(sorted(cluster.nodes[i].name for i in positions)), MappingProxyType(free), waiting_for,
-                    self._expected_free(cluster, positions))
+                    tuple(sorted(cluster.nodes[i].name for i in positions)), MappingProxyType(free), waiting_for, start)
         self.holds[job.id] = hold
         self.held.setdefault(cluster.name, HeldNodes()).add(hold)
         self.blocked.setdefault(cluster.name, set()).update(h.name for i in positions for h in cluster.node_hypernodes[i])
         return hold
 
-    def _expected_free(self, cluster: ClusterIndex, positions: list[int]) -> float | None:
+    def _expected_free(self, cluster: ClusterIndex, positions: list[int], parts) -> float | None:
         """When the running work on these nodes is expected to end (`Hold.start`): the last expected end of the
-        placements there. None when one does not say, when pods the broker did not place are there, or pods of copies
-        being deleted (not in `Snapshot.running`), or no work at all: nothing known to wait for."""
-        start = _free_by(cluster, positions, *self._node_ends(cluster))
+        placements there. None when one does not say, or pods of copies being deleted are there (not in
+        `Snapshot.running`), or the job would not fit beside the pods the broker did not place (they stay: daemon
+        sets), or there is no work at all: nothing known to wait for."""
+        start = _free_by(cluster, positions, *self._node_ends(cluster), parts)
         return None if start is None or start == -math.inf else start
 
     def _node_ends(self, cluster: ClusterIndex) -> tuple[list[float | None], list[int]]:
@@ -108,7 +110,7 @@ class Holding:
             self._count(placement.cluster, placement.node_pods, self._end(job), sign)
         elif sign > 0:
             self.placed.append((placement, job))
-        else:
+        elif (placement, job) in self.placed:  # (a preemption applies a split job whole and takes back its parts)
             self.placed.remove((placement, job))
 
     def _end(self, job: PendingJob) -> float | None:
@@ -164,17 +166,36 @@ class Holding:
             cluster.locks[i] += sign
 
 
-def _free_by(cluster: ClusterIndex, positions, ends: list[float | None], counted: list[int]) -> float | None:
-    """The last expected end of the work on these nodes (`Holding._node_ends`); -inf: none there; None: unknown (see
-    `_expected_free`)."""
+def _free_by(cluster: ClusterIndex, positions, ends: list[float | None], counted: list[int], parts) -> float | None:
+    """The last expected end of the broker's work on these nodes (`Holding._node_ends`); -inf: none there; None:
+    unknown (see `_expected_free`). Pods the broker did not place are taken to stay (a daemon set's on every node):
+    the job's pods must fit beside them, each node counted for as many of its largest pod as it has room for."""
     last = -math.inf
+    others = False
     for i in positions:
         end = ends[i]
-        if end is None or cluster.broker_pods[i] != counted[i] or any(cluster.nodes[i].used.values()):
+        if end is None or cluster.broker_pods[i] != counted[i]:
             return None
         if end > last:
             last = end
-    return last
+        others = others or bool(cluster.nodes[i].used)
+    return None if others and not _fits_beside_others(cluster, positions, parts) else last
+
+
+def _fits_beside_others(cluster: ClusterIndex, positions, parts) -> bool:
+    largest: dict[str, int] = {}
+    for part in parts:
+        for resource, amount_ in part.pod_requests.items():
+            largest[resource] = max(largest.get(resource, 0), amount_)
+    wanted = sum(part.pods for part in parts)
+    room = 0
+    for i in positions:
+        node = cluster.nodes[i]
+        room += max(0, min(((node.allocatable.get(r, 0) - node.used.get(r, 0)) // q
+                            for r, q in largest.items() if q > 0), default=wanted))
+        if room >= wanted:
+            return True
+    return False
 
 
 def _empty_capacity(cluster: ClusterIndex, positions: list[int]) -> dict[str, int]:
