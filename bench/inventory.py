@@ -123,11 +123,12 @@ def kind_of(method: str, path: str, query: dict) -> str:
     segments = path.strip("/").split("/")
     if query.get("watch") == "true":
         return "watches"
-    if method == "GET" and segments[-1] in ("nodes", "pods", "hypernodes", "jobsets"):
+    if method == "GET" and segments[-1] in ("nodes", "pods", "hypernodes", "jobsets", "resourceslices",
+                                            "deviceclasses", "resourceclaims"):
         return "relists"
     if path == "/version":
         return "probes"
-    if method == "GET" and segments[0] == "apis" and len(segments) == 3:
+    if method == "GET" and segments[0] == "apis" and len(segments) in (1, 3):  # /apis, or one group version
         return "discovery"
     return "other"
 
