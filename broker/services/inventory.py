@@ -83,20 +83,22 @@ class _Member:
 
 WRITE_BACK_ERROR = "topology write-back: "
 WRITE_BACK_RETRY_S = 30.0
+WRITE_BACK_AGAIN_S = 1.0
 
 
-def write_back(database: Database, cluster_id: int, member: _Member) -> None:
+def write_back(database: Database, cluster_id: int, member: _Member) -> bool:
     """The cluster's discovered tree onto the member as HyperNode objects, where it opted in
     (`clusters.topology_writeback`); the broker's own objects deleted where it opted out, or its tree is the member's
     own. Only what differs from the member's objects, as the mirror has them, is written. A failure is the cluster's
-    last_error (an event when it changes) until a write-back works, and is not tried again for WRITE_BACK_RETRY_S:
-    each pod event would otherwise ask the member again."""
+    last_error (an event when it changes) until a write-back works. One an admin must fix (no CRD, a refusal) is not
+    tried again for WRITE_BACK_RETRY_S, or each pod event would ask the member again; a passing one (a timeout, a
+    busy member) is, at the next write; True then: the caller asks for one soon, as no event of the member may come."""
     if member.write_back_error is not None and time.monotonic() < member.write_back_retry:
-        return
+        return False
     mirror = member.mirror
     with mirror.lock:
         if member.client is None or mirror.tree is None:
-            return
+            return False
         topology, source = mirror.tree
         wanted = mirror.write_back and source.startswith("labels:")
         if wanted and not mirror.has_hypernodes:
@@ -106,24 +108,27 @@ def write_back(database: Database, cluster_id: int, member: _Member) -> None:
             error = None
             steps = writeback.plan(writeback.desired(topology, source.partition(":")[2]) if wanted else {},
                                    mirror.hypernodes)
+    lasting = error is not None  # no CRD
     if error is None:
         try:
             if steps.create or steps.apply or steps.status or steps.delete:
                 writeback.write_back(member.client, steps)
         except MemberError as exc:
             error = f"{WRITE_BACK_ERROR}{exc}"
+            lasting = exc.reason in ("Forbidden", "Unauthorized", "NotFound", "BadResponse")
     if error is None and member.write_back_error is None:
-        return
+        return False
     with database.write() as session:
         cluster = cluster_to_change(session, cluster_id)
         if cluster is None:
-            return
+            return False
         if error is not None:
             record_sync_error(session, cluster, error)
-            member.write_back_retry = time.monotonic() + WRITE_BACK_RETRY_S
+            member.write_back_retry = time.monotonic() + (WRITE_BACK_RETRY_S if lasting else 0.0)
         elif cluster.last_error == member.write_back_error:
             cluster.last_error = None  # it works again
     member.write_back_error = error
+    return error is not None and not lasting
 
 
 def _kept_by_watches(client: MemberClient, member: _Member) -> bool:
@@ -245,7 +250,10 @@ class InventorySyncService(LoopService):
                         continue
                     try:
                         flush(self.database, self.settings, cluster_id, member.mirror)
-                        write_back(self.database, cluster_id, member)
+                        if write_back(self.database, cluster_id, member):  # a passing failure: again soon
+                            again = threading.Timer(WRITE_BACK_AGAIN_S, self.changed, (cluster_id,))
+                            again.daemon = True
+                            again.start()
                     except Fenced as exc:  # the lease holder stops this service and says why, once
                         log.debug("inventory write of cluster %s refused: %s", cluster_id, exc)
                     except Exception:  # the next change or resync writes it again
