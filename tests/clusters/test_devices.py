@@ -10,14 +10,11 @@ from typing import Iterator
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from broker.services.inventory import InventorySyncService
-from broker.services.members import MemberClients
 from clusters import access
 from clusters.devices import device_inventory
 from clusters.sim.resources import NAMESPACES, RESOURCECLAIMS, RESOURCESLICES
 from clusters.sim.testing import SimHandle, running_simulator
 from tests.clusters.conftest import TOKEN, register
-from tests.clusters.test_sync import _wait_for
 
 H100 = {"driver": "gpu.nvidia.com", "count": 4, "attributes": {"productName": "NVIDIA H100 80GB HBM3", "index": 0},
         "capacity": {"memory": "80Gi"}}
@@ -66,36 +63,34 @@ def test_the_device_classes_and_devices_a_member_publishes_are_in_the_inventory(
     assert api.get("/api/v1/clusters/dra").json()["devices"] == found["drivers"]
 
 
-def test_another_workloads_claim_holds_devices_and_watches_follow_claims_and_slices(api, sim, db, settings):
+def test_another_workloads_claim_holds_devices_and_syncs_follow_claims_and_slices(api, sim, db, syncer):
     register(api, sim, "dra")
     member = sim.cluster("dra")
-    service = InventorySyncService(db, settings.model_copy(update={"cluster_sync_interval": 3600.0}),
-                                   MemberClients(settings))
-    try:
-        service.run_once()
-        member.create(NAMESPACES, "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}, "kubectl")
-        theirs = claim("theirs", "node-01", 0, 1)
-        created = member.create(RESOURCECLAIMS, "ml", {k: v for k, v in theirs.items() if k != "status"}, "kubectl")
-        member.update(RESOURCECLAIMS, "ml", "theirs", {**created, "status": theirs["status"]}, "kube-scheduler",
-                      subresource="status")  # allocated, as the member's scheduler does
-        _wait_for(lambda: devices(api, "dra")["drivers"]["gpu.nvidia.com"]["allocated"] == 2)
-        held = {d["name"]: d["allocated_by"] for d in devices(api, "dra")["devices"] if d["pool"] == "node-01"}
-        assert held == {"gpu-0": ["ml/theirs"], "gpu-1": ["ml/theirs"], "gpu-2": [], "gpu-3": []}
-        assert api.post("/api/v1/tenants", json={"name": "research"}).status_code == 201
-        token = api.post("/api/v1/tokens", json={"role": "tenant", "tenant": "research"}).json()["token"]
-        seen = api.get("/api/v1/clusters/dra/devices", headers={"Authorization": f"Bearer {token}"}).json()
-        assert {d["name"]: d["allocated_by"] for d in seen["devices"] if d["pool"] == "node-01"} == {
-            "gpu-0": ["a ResourceClaim"], "gpu-1": ["a ResourceClaim"], "gpu-2": [], "gpu-3": []}  # not whose
-        # the driver rewrites node-00's pool: a new generation with two devices; the old one no longer counts
-        rewritten = copy.deepcopy(member.get(RESOURCESLICES, "", "node-00-gpu-nvidia-com"))
-        rewritten["spec"]["pool"]["generation"] = 2
-        rewritten["spec"]["devices"] = rewritten["spec"]["devices"][:2]
-        member.update(RESOURCESLICES, "", "node-00-gpu-nvidia-com", rewritten, "gpu-driver")
-        _wait_for(lambda: devices(api, "dra")["drivers"]["gpu.nvidia.com"]["devices"] == 6)
-        member.delete(RESOURCECLAIMS, "ml", "theirs")
-        _wait_for(lambda: devices(api, "dra")["drivers"]["gpu.nvidia.com"]["allocated"] == 0)
-    finally:
-        service.stop()
+    syncer.run_once()  # each change below is followed by one resync, stepped by hand
+    member.create(NAMESPACES, "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}, "kubectl")
+    theirs = claim("theirs", "node-01", 0, 1)
+    created = member.create(RESOURCECLAIMS, "ml", {k: v for k, v in theirs.items() if k != "status"}, "kubectl")
+    member.update(RESOURCECLAIMS, "ml", "theirs", {**created, "status": theirs["status"]}, "kube-scheduler",
+                  subresource="status")  # allocated, as the member's scheduler does
+    syncer.run_once()
+    assert devices(api, "dra")["drivers"]["gpu.nvidia.com"]["allocated"] == 2
+    held = {d["name"]: d["allocated_by"] for d in devices(api, "dra")["devices"] if d["pool"] == "node-01"}
+    assert held == {"gpu-0": ["ml/theirs"], "gpu-1": ["ml/theirs"], "gpu-2": [], "gpu-3": []}
+    assert api.post("/api/v1/tenants", json={"name": "research"}).status_code == 201
+    token = api.post("/api/v1/tokens", json={"role": "tenant", "tenant": "research"}).json()["token"]
+    seen = api.get("/api/v1/clusters/dra/devices", headers={"Authorization": f"Bearer {token}"}).json()
+    assert {d["name"]: d["allocated_by"] for d in seen["devices"] if d["pool"] == "node-01"} == {
+        "gpu-0": ["a ResourceClaim"], "gpu-1": ["a ResourceClaim"], "gpu-2": [], "gpu-3": []}  # not whose
+    # the driver rewrites node-00's pool: a new generation with two devices; the old one no longer counts
+    rewritten = copy.deepcopy(member.get(RESOURCESLICES, "", "node-00-gpu-nvidia-com"))
+    rewritten["spec"]["pool"]["generation"] = 2
+    rewritten["spec"]["devices"] = rewritten["spec"]["devices"][:2]
+    member.update(RESOURCESLICES, "", "node-00-gpu-nvidia-com", rewritten, "gpu-driver")
+    syncer.run_once()
+    assert devices(api, "dra")["drivers"]["gpu.nvidia.com"]["devices"] == 6
+    member.delete(RESOURCECLAIMS, "ml", "theirs")
+    syncer.run_once()
+    assert devices(api, "dra")["drivers"]["gpu.nvidia.com"]["allocated"] == 0
 
 
 def test_a_member_older_than_dra_keeps_to_extended_resources(api, sim):

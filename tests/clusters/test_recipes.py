@@ -11,15 +11,15 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from broker.services.inventory import InventorySyncService
-from broker.services.members import MemberClients
+from broker.services.inventory import flush
+from broker.services.mirror import MemberMirror, relist_all
 from broker.services.scheduler import SchedulerService
 from broker.store.db.models import Cluster, HyperNode, Node, Placement
+from clusters.member import NODES, MemberClient
 from clusters.recipes import hypernode_name
 from clusters.sim.scenario import AWS_LAYER, CLIQUE, GKE_BLOCK, GKE_SUBBLOCK, ZONE
 from clusters.sim.testing import SimHandle, running_simulator
 from tests.clusters.conftest import TOKEN, register
-from tests.clusters.test_sync import _wait_for
 
 NODE = {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"}
 SCENARIO = {
@@ -140,17 +140,42 @@ def test_an_admins_recipe_in_volcanos_shape(api, sim, db):
     assert api.delete("/api/v1/topology-recipes/blocks").status_code == 204
 
 
+class Watched:
+    """nvl's mirror, kept by its real node watch, stepped: `step(n)` reads the next n node events of the member (they
+    are in its watch history already) and writes the inventory, as the flusher would — no wall clock."""
+
+    def __init__(self, sim: SimHandle, db, settings, cluster_id: int) -> None:
+        self.db, self.settings, self.cluster_id = db, settings, cluster_id
+        self.client = MemberClient.from_kubeconfig(sim.kubeconfig("nvl"))
+        self.mirror = MemberMirror()
+        relist_all(self.client, self.mirror)
+        flush(db, settings, cluster_id, self.mirror)
+
+    def step(self, events: int) -> None:
+        stream = self.client.watch(NODES, self.mirror.resume["nodes"], timeout_seconds=60)
+        try:
+            for event in stream:
+                if event.get("type") != "BOOKMARK":
+                    self.mirror.apply("nodes", event)
+                    events -= 1
+                if not events:
+                    break
+        finally:
+            stream.close()
+        flush(self.db, self.settings, self.cluster_id, self.mirror)
+
+
 @pytest.fixture
 def racks(api, sim, db, settings) -> Iterator[tuple]:
     """nvl registered and watched: its two racks' cliques by node, and the tree's names for them."""
     register(api, sim, "nvl")
     nvl = sim.cluster("nvl")
+    with db.sessions() as session:
+        cluster_id = session.scalar(select(Cluster.id).where(Cluster.name == "nvl"))
     clique = {name: nvl.node(name)["metadata"]["labels"][CLIQUE] for name in nvl.node_names()}
-    service = InventorySyncService(db, settings.model_copy(update={"cluster_sync_interval": 3600.0}),
-                                   MemberClients(settings))
-    service.run_once()
-    yield nvl, clique, hypernode_name("clique", clique["node-00"]), hypernode_name("clique", clique["node-04"])
-    service.stop()
+    watched = Watched(sim, db, settings, cluster_id)
+    yield nvl, clique, hypernode_name("clique", clique["node-00"]), hypernode_name("clique", clique["node-04"]), watched
+    watched.client.close()
 
 
 def members_of(db, name: str) -> set[str]:
@@ -158,25 +183,29 @@ def members_of(db, name: str) -> set[str]:
 
 
 def test_a_relabelled_node_moves_in_the_tree_at_the_next_watch_event(db, racks):
-    nvl, clique, first, second = racks
+    nvl, clique, first, second, watched = racks
     nvl.label_node("node-03", {CLIQUE: clique["node-04"]})  # moved to the other rack
-    _wait_for(lambda: "node-03" in members_of(db, second))
+    watched.step(1)
+    assert "node-03" in members_of(db, second)
     assert members_of(db, first) == {"node-00", "node-01", "node-02"}
 
 
 def test_a_node_that_appears_joins_the_tree_and_one_that_vanishes_leaves_it(db, racks):
-    nvl, clique, first, _ = racks
+    nvl, clique, first, _, watched = racks
     nvl.add_node("node-new", resources=NODE, labels={CLIQUE: clique["node-00"], ZONE: "nvl-a"})
-    _wait_for(lambda: "node-new" in members_of(db, first))
+    watched.step(1)
+    assert "node-new" in members_of(db, first)
     nvl.remove_node("node-01")
-    _wait_for(lambda: "node-01" not in members_of(db, "zone-nvl-a"))
+    watched.step(1)
+    assert "node-01" not in members_of(db, "zone-nvl-a")
     assert members_of(db, first) == {"node-00", "node-02", "node-03", "node-new"}
 
 
 def test_a_node_that_loses_a_label_joins_at_the_tiers_it_has_with_a_warning(api, db, racks):
-    nvl, _, first, _ = racks
+    nvl, _, first, _, watched = racks
     nvl.label_node("node-02", {CLIQUE: None})
-    _wait_for(lambda: "node-02" not in members_of(db, first))
+    watched.step(1)
+    assert "node-02" not in members_of(db, first)
     assert "node-02" in members_of(db, "zone-nvl-a")
     assert any(w.startswith("node node-02 has no nvidia.com/gpu.clique (tier 1) label")
                for w in api.get("/api/v1/clusters/nvl").json()["warnings"])
@@ -185,12 +214,13 @@ def test_a_node_that_loses_a_label_joins_at_the_tiers_it_has_with_a_warning(api,
 def test_the_recipe_an_admin_sets_is_kept_by_the_watchs_next_write(api, db, racks):
     """Another recipe (its tree is the same here: a clique is every recipe's closest tier); the watch's next write,
     a cordon that changes no label, keeps it."""
-    nvl, _, _, _ = racks
+    nvl, _, _, _, watched = racks
     found = tree(db, "nvl")
     assert api.patch("/api/v1/clusters/nvl", json={"topology_recipe": "aws"}).json()["hypernode_source"] == \
         "labels:aws"
     nvl.cordon("node-05")
-    _wait_for(lambda: _unschedulable(db, "node-05"))
+    watched.step(1)
+    assert _unschedulable(db, "node-05")
     assert source(api, "nvl") == "labels:aws" and tree(db, "nvl") == found
 
 

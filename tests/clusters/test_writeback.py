@@ -11,7 +11,6 @@ import pytest
 from sqlalchemy import select
 
 from broker.services.inventory import InventorySyncService
-from broker.services.members import MemberClients
 from broker.store.db.models import Cluster, Event
 from clusters import access
 from clusters.recipes import hypernode_name
@@ -20,7 +19,6 @@ from clusters.sim.testing import SimHandle, running_simulator
 from clusters.system import MANAGED_BY
 from tests.clusters.conftest import TOKEN, register
 from tests.clusters.test_recipes import tree
-from tests.clusters.test_sync import _wait_for
 
 NODE = {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"}
 SCENARIO = {
@@ -39,11 +37,10 @@ def sim() -> Iterator[SimHandle]:
 
 
 @pytest.fixture
-def watched(db, settings) -> Iterator[InventorySyncService]:
-    service = InventorySyncService(db, settings.model_copy(update={"cluster_sync_interval": 3600.0}),
-                                   MemberClients(settings))
-    yield service
-    service.stop()
+def watched(syncer) -> InventorySyncService:
+    """The inventory loop stepped by hand: each `run_once()` relists every member, writes it and writes its tree
+    back (the same write a watch event leads to), with no wall clock to wait on."""
+    return syncer
 
 
 def on_member(sim: SimHandle, cluster: str) -> dict[str, dict]:
@@ -63,7 +60,7 @@ def test_the_discovered_tree_is_written_back_and_follows_the_nodes_and_only_the_
     watched.run_once()
     clique = cliques(sim, "nvl")
     first, second = hypernode_name("clique", clique["node-00"]), hypernode_name("clique", clique["node-04"])
-    _wait_for(lambda: set(on_member(sim, "nvl")) == {first, second, "zone-nvl-a"})
+    assert set(on_member(sim, "nvl")) == {first, second, "zone-nvl-a"}
     objects = on_member(sim, "nvl")
     assert objects[first]["metadata"]["labels"] == {**MANAGED_BY, "topology.archipelago.io/recipe": "nvlink"}
     assert objects[first]["spec"] == {"tier": 1, "members": [
@@ -77,8 +74,9 @@ def test_the_discovered_tree_is_written_back_and_follows_the_nodes_and_only_the_
     nvl = sim.cluster("nvl")
     for node in ("node-00", "node-01", "node-02", "node-03"):  # the first rack's nodes move to the second
         nvl.label_node(node, {CLIQUE: clique["node-04"]})
-    _wait_for(lambda: set(on_member(sim, "nvl")) == {second, "zone-nvl-a"}
-              and on_member(sim, "nvl")[second].get("status") == {"nodeCount": 8})
+    watched.run_once()
+    assert set(on_member(sim, "nvl")) == {second, "zone-nvl-a"}
+    assert on_member(sim, "nvl")[second].get("status") == {"nodeCount": 8}
     assert len(on_member(sim, "nvl")[second]["spec"]["members"]) == 8
     assert set(tree(db, "nvl")) == {second, "zone-nvl-a"}
 
@@ -86,7 +84,8 @@ def test_the_discovered_tree_is_written_back_and_follows_the_nodes_and_only_the_
     theirs = {"apiVersion": "topology.volcano.sh/v1alpha1", "kind": "HyperNode", "metadata": {"name": "rack-a"},
               "spec": {"tier": 1, "members": [{"type": "Node", "selector": {"regexMatch": {"pattern": "^node-"}}}]}}
     nvl.create(nvl.kinds["hypernodes.topology.volcano.sh"], "", theirs, "kubectl")
-    _wait_for(lambda: set(on_member(sim, "nvl")) == {"rack-a"})
+    watched.run_once()
+    assert set(on_member(sim, "nvl")) == {"rack-a"}
     assert on_member(sim, "nvl")["rack-a"]["spec"] == theirs["spec"]
     assert api.get("/api/v1/clusters/nvl").json()["hypernode_source"] == "crd"
 
@@ -94,12 +93,11 @@ def test_the_discovered_tree_is_written_back_and_follows_the_nodes_and_only_the_
 def test_removing_the_cluster_deletes_the_hypernodes_written_back_and_leaves_the_members_own(api, sim, db, watched):
     register(api, sim, "nvl", topology_write_back=True)
     watched.run_once()
-    _wait_for(lambda: len(on_member(sim, "nvl")) == 3)
+    assert len(on_member(sim, "nvl")) == 3
     nvl = sim.cluster("nvl")
     theirs = {"apiVersion": "topology.volcano.sh/v1alpha1", "kind": "HyperNode", "metadata": {"name": "rack-a"},
               "spec": {"tier": 1, "members": [{"type": "Node", "selector": {"exactMatch": {"name": "node-00"}}}]}}
     nvl.create(nvl.kinds["hypernodes.topology.volcano.sh"], "", theirs, "kubectl")
-    watched.stop()
     removed = api.delete("/api/v1/clusters/nvl")
     assert removed.status_code in (200, 204), removed.text
     assert set(on_member(sim, "nvl")) == {"rack-a"}
@@ -108,12 +106,11 @@ def test_removing_the_cluster_deletes_the_hypernodes_written_back_and_leaves_the
 def test_write_back_off_deletes_the_brokers_objects(api, sim, db, watched):
     register(api, sim, "nvl", topology_write_back=True)
     watched.run_once()
-    _wait_for(lambda: len(on_member(sim, "nvl")) == 3)
+    assert len(on_member(sim, "nvl")) == 3
     answer = api.patch("/api/v1/clusters/nvl", json={"topology_write_back": False})
     assert answer.status_code == 200 and answer.json()["topology_write_back"] is False
-    watched.members[next(iter(watched.members))].due = 0.0
     watched.run_once()
-    _wait_for(lambda: on_member(sim, "nvl") == {})
+    assert on_member(sim, "nvl") == {}
     assert set(tree(db, "nvl")) == {hypernode_name("clique", c) for c in set(cliques(sim, "nvl").values())} | \
         {"zone-nvl-a"}  # the broker's own tree stays
 
@@ -143,7 +140,6 @@ def test_a_member_that_forbids_the_write_says_so_on_the_cluster(api, sim, db, wa
     assert api.patch("/api/v1/clusters/nvl", json={"topology_write_back": True}).status_code == 200
     watched.run_once()
     for _ in range(2):  # each sync tries (or, within its retry time, does not): one event, the error kept
-        watched.members[next(iter(watched.members))].due = 0.0
         watched.run_once()
     with db.sessions() as session:
         cluster = session.scalar(select(Cluster).where(Cluster.name == "nvl"))
