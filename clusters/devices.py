@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from clusters.jobsets import PLACEMENT_ID_LABEL
 from clusters.topology import Warnings
 
 
@@ -83,13 +84,15 @@ def _add_slice(out: DeviceInventory, warnings: Warnings, driver: str, pool: str,
                          for c in _list(device.get("consumesCounters")) if isinstance(c, Mapping)],
             "taints": [{k: t[k] for k in ("key", "value", "effect") if k in t}
                        for t in _list(device.get("taints")) if isinstance(t, Mapping)],
-            "allocated_by": []}
+            "allocated_by": [], "held_for": []}
 
 
 def _add_claim(out: DeviceInventory, warnings: Warnings, obj: Mapping) -> None:
     """The devices a claim's allocation holds (any claim: the broker's tenants', or another workload's)."""
     meta = _mapping(_mapping(obj).get("metadata"))
     claim = f"{meta.get('namespace')}/{meta.get('name')}"
+    # made from a template the broker sent (`clusters.jobsets.claim_templates`): its placement's, counted with it
+    placement = _mapping(meta.get("labels")).get(PLACEMENT_ID_LABEL)
     allocation = _mapping(_mapping(_mapping(obj).get("status")).get("allocation"))
     for result in _list(_mapping(allocation.get("devices")).get("results")):
         if not isinstance(result, Mapping):
@@ -97,6 +100,8 @@ def _add_claim(out: DeviceInventory, warnings: Warnings, obj: Mapping) -> None:
         key = f"{result.get('driver')}/{result.get('pool')}/{result.get('device')}"
         if key in out.devices:
             out.devices[key]["allocated_by"].append(claim)
+            if isinstance(placement, str) and placement not in out.devices[key]["held_for"]:
+                out.devices[key]["held_for"].append(placement)
         else:
             warnings.add("claim", f"ResourceClaim {claim} holds {key}, which no ResourceSlice publishes")
 

@@ -21,9 +21,11 @@ from broker.store.db.models import Job, as_utc, utcnow
 from broker.store.errors import Invalid, NotFound
 from broker.store.retention import history_from
 from broker.store.forecast import stored_forecast
+from broker.store.inventory.devices import class_mappings
 from broker.store.scheduling import RULE_WORDS, dry_run_manifest, engine_config, probe
 from broker.store.tenancy import Principal, Submitter, submitter_named
 from clusters.rules.documents import DocumentError, load_json, load_yaml_all
+from clusters.rules.dra import TEMPLATE_KIND
 
 router = APIRouter(prefix="/api/v1")
 
@@ -67,7 +69,7 @@ def decode_jobsets(content_type: str, body: bytes) -> tuple[list[Any], bool]:
     elif len(documents) == 1 and isinstance(documents[0], dict) and documents[0].get("kind") == "List":
         documents, batch = documents[0].get("items"), True
         if not isinstance(documents, list):
-            raise Invalid("items", "a List needs `items`, a list of JobSets")
+            raise Invalid("items", "a List needs `items`, a list of JobSets (and the ResourceClaimTemplates they name)")
     if not documents:
         raise Invalid("", "the body holds no JobSet")
     return documents, batch
@@ -103,7 +105,8 @@ def submit(request: Request, credentials: CredentialsDep, body: BodyDep,
         principal, own = submitter_of(session, settings, credentials)
         manifests, batch = decode_jobsets(request.headers.get("content-type", ""), body)
         owner = _submitting_tenant(session, principal, own, tenant)
-        accepted = job_service.accept_jobs(owner, manifests, settings, capacity, queue_override=queue, batch=batch)
+        accepted = job_service.accept_jobs(owner, manifests, settings, capacity, queue_override=queue, batch=batch,
+                                           mappings=lambda: class_mappings(session))
         submitted = job_service.store_jobs(session, owner, accepted, settings)
         request.app.state.services.jobs_queued(session)
     answer = schemas.SubmitResult(items=[job_out(job, owner.name, queue_name, []) for job, queue_name in submitted])
@@ -117,13 +120,16 @@ def dry_run(request: Request, session: SessionDep, credentials: CredentialsDep, 
             queue: str | None = Query(None, description="overrides the kueue.x-k8s.io/queue-name label")):
     principal, own = submitter_of(session, settings, credentials)
     manifests, batch = decode_jobsets(request.headers.get("content-type", ""), body)
+    if any(isinstance(m, dict) and m.get("kind") == TEMPLATE_KIND for m in manifests):
+        raise Invalid("", "a dry run of a JobSet with ResourceClaimTemplates is not supported yet: submit it, and "
+                          "`archipelago jobs get` says where it goes or why it waits")
     if batch:
         kinds = [str(m.get("kind")) if isinstance(m, dict) else type(m).__name__ for m in manifests]
         held = (f"none is a JobSet ({', '.join(sorted(set(kinds)))})" if "JobSet" not in kinds else
                 "submit them without a dry run, or ask for one at a time")
         raise Invalid("", f"a dry run takes one JobSet; this body holds {len(manifests)} documents: {held}")
     owner = _submitting_tenant(session, principal, own, tenant)
-    _, chosen, namespace, _ = job_service.validate_submission(owner, manifests[0], "", queue, settings,
+    _, chosen, namespace, _, _ = job_service.validate_submission(owner, manifests[0], "", queue, settings,
                                                               request.app.state.capacity.get(session), engine_config(settings))
     manifest = job_service.with_queue_label(manifests[0], chosen.name)
     now = utcnow()

@@ -77,6 +77,7 @@ class PartSpec:
     node_affinity: tuple[NodeSelectorTerm, ...] | None = None
     # may its pods use control-plane nodes? Only a privileged tenant's may (`on_control_planes`).
     control_plane: bool = False
+    devices: str | None = None  # its pods' DRA device requests in words, when they have claims (broker.engine.claims)
     # the whole part's demand: `replicas × parallelism` pods of `pod_requests` (computed once: the scheduler
     # asks for it several times per pending job and cycle)
     requests: Mapping[str, int] = field(init=False, repr=False, compare=False)
@@ -158,7 +159,7 @@ def placement_record(spec: PlacementSpec) -> str:
         "parts": [{"name": p.name, "replicas": p.replicas, "parallelism": p.parallelism, "completions": p.completions,
                    "podRequests": dict(p.pod_requests), "tolerations": [dict(t) for t in p.tolerations],
                    "nodeSelector": dict(p.node_selector), "exclusiveTopology": p.exclusive_topology,
-                   "controlPlane": p.control_plane, "nodeAffinity": None if p.node_affinity is None else [
+                   "controlPlane": p.control_plane, "devices": p.devices, "nodeAffinity": None if p.node_affinity is None else [
                        [_requirements(term.expressions), _requirements(term.fields)] for term in p.node_affinity]}
                   for p in spec.parts]}, separators=(",", ":"))
 
@@ -173,7 +174,7 @@ def from_placement_record(text: str) -> PlacementSpec:
         name=p["name"], replicas=p["replicas"], parallelism=p["parallelism"], completions=p["completions"],
         pod_requests=MappingProxyType(p["podRequests"]), tolerations=tuple(map(MappingProxyType, p["tolerations"])),
         node_selector=MappingProxyType(p["nodeSelector"]), exclusive_topology=p["exclusiveTopology"],
-        control_plane=p["controlPlane"], node_affinity=None if p["nodeAffinity"] is None else tuple(
+        control_plane=p["controlPlane"], devices=p.get("devices"), node_affinity=None if p["nodeAffinity"] is None else tuple(
             NodeSelectorTerm(_selector(expressions), _selector(fields)) for expressions, fields in p["nodeAffinity"]))
         for p in record["parts"])
     return PlacementSpec(placement=record["placement"], cluster_selector=_selector(record["clusterSelector"]),

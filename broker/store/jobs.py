@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -22,9 +22,11 @@ from broker.engine.placement import Config
 from broker.process.settings import Settings
 from broker.store import events
 from broker.store.capacity import FederationCapacity
+from broker.store.claims import NO_CLAIMS, DeviceDemands, SentClaims
 from broker.store.db.models import (JOB_FINISHED_STATES, JOB_STATES, PLACEMENT_ACTIVE_STATES, PLACEMENT_LIVE_STATES,
                                     Event, Job, Placement, Queue, Tenant, utcnow)
 from broker.store.errors import Conflict, Invalid, NotFound
+from broker.store.inventory.devices import register_shapes
 from broker.store.scheduling import engine_config
 from broker.store.tenancy import Principal, QueueChoice, Submitter
 from clusters.rules.labels import parse_selector
@@ -68,10 +70,11 @@ def _bounded(manifest: Any, where: str, settings: Settings) -> None:
 
 
 def validate_submission(tenant: Submitter, manifest: Any, where: str, queue_override: str | None,
-                        settings: Settings, capacity: FederationCapacity,
-                        config: Config) -> tuple[JobSpec, QueueChoice, str, int]:
-    """Everything a submission must pass; returns its spec, queue, namespace and priority. `config` is
-    `engine_config(settings)`, made once per request: a batch validates hundreds of JobSets with it."""
+                        settings: Settings, capacity: FederationCapacity, config: Config,
+                        claims: SentClaims = NO_CLAIMS) -> tuple[JobSpec, QueueChoice, str, int, DeviceDemands]:
+    """Everything a submission must pass; returns its spec, queue, namespace, priority and device demands. `config` is
+    `engine_config(settings)`, made once per request: a batch validates hundreds of JobSets with it. `claims`: the
+    ResourceClaimTemplates sent with it (`broker.store.claims`)."""
     _bounded(manifest, where, settings)
     try:
         spec = parse_jobset(manifest)
@@ -106,7 +109,8 @@ def validate_submission(tenant: Submitter, manifest: Any, where: str, queue_over
     refusal = capacity.refusal(spec, config)
     if refusal:
         raise Invalid(f"{where}{refusal.path}", refusal.message, clusters=refusal.clusters)
-    return spec, queue, namespace, settings.priority_classes[priority_class]
+    spec, devices = claims.apply(spec, manifest, where)  # after the refusal: a new demand is not counted anywhere yet
+    return spec, queue, namespace, settings.priority_classes[priority_class], devices
 
 
 def _queue_for(tenant: Submitter, name: str | None, where: str) -> QueueChoice:
@@ -143,15 +147,23 @@ def submit_jobs(session: Session, tenant: Submitter, manifests: list[Any], setti
 
 
 def accept_jobs(tenant: Submitter, manifests: list[Any], settings: Settings,
-                capacity: FederationCapacity, *, queue_override: str | None = None, batch: bool = False) -> list:
-    """Every manifest validated (nothing read but the tenant's queues), ready for `store_jobs`."""
+                capacity: FederationCapacity, *, queue_override: str | None = None, batch: bool = False,
+                mappings: Callable[[], dict[str, list[str]]] = dict) -> list:
+    """Every manifest validated (nothing read but the tenant's queues, and `mappings` — the device-class quota
+    mappings — when ResourceClaimTemplates come with them), ready for `store_jobs`."""
     accepted, config = [], engine_config(settings)
+    claims = SentClaims.of(manifests, batch, mappings)
     for index, manifest in enumerate(manifests):
+        if index in claims.positions:
+            continue
         where = f"[{index}]." if batch else ""
-        spec, queue, namespace, priority = validate_submission(tenant, manifest, where, queue_override,
-                                                               settings, capacity, config)
-        accepted.append((where, spec, queue, namespace, priority, manifest))
-    _refuse_names_twice_in_batch([(w, ns, spec.name) for w, spec, _, ns, _, _ in accepted])
+        spec, queue, namespace, priority, devices = validate_submission(tenant, manifest, where, queue_override,
+                                                                        settings, capacity, config, claims)
+        accepted.append((where, spec, queue, namespace, priority, manifest, devices))
+    if not accepted:
+        raise Invalid("", "the body holds ResourceClaimTemplates but no JobSet")
+    claims.check_all_used(accepted)
+    _refuse_names_twice_in_batch([(w, ns, spec.name) for w, spec, _, ns, _, _, _ in accepted])
     return accepted
 
 
@@ -164,16 +176,18 @@ _INSERT_EVENTS = insert(Event.__table__)
 
 def store_jobs(session: Session, tenant: Submitter, accepted: list, settings: Settings) -> list[tuple[Job, str]]:
     """Insert accepted jobs as Queued, with their events; the caller commits."""
-    names = [(w, ns, spec.name) for w, spec, _, ns, _, _ in accepted]
+    names = [(w, ns, spec.name) for w, spec, _, ns, _, _, _ in accepted]
+    register_shapes(session, [demand for *_, devices in accepted for demand in devices.demands])
     now = utcnow()
     rows = [{"tenant_id": tenant.id, "queue_id": queue.id, "name": spec.name, "namespace": namespace,
              "manifest": manifest, "priority_class": spec.priority_class or settings.default_priority_class,
              "priority": priority, "placement_mode": spec.placement, "placement_spec": placement_record(spec),
              "demand": dict(spec.requests), "state": "Queued", "declared_runtime": declared_runtime(manifest),
              "runtime_bound": deadline(manifest),
-             "waiting_reasons": {}, "status": {}, "restart_count": 0, "evictions": 0, "avoid": {}, "submitted_at": now}
-            for _, spec, queue, namespace, priority, manifest in accepted]
-    queues = [queue.name for _, _, queue, _, _, _ in accepted]
+             "waiting_reasons": {}, "status": {}, "restart_count": 0, "evictions": 0, "avoid": {}, "submitted_at": now,
+             "claim_templates": devices.templates}
+            for _, spec, queue, namespace, priority, manifest, devices in accepted]
+    queues = [queue.name for _, _, queue, _, _, _, _ in accepted]
     # A live job of the same namespace/name trips the unique index; only then do we look for it, to name it. (Any
     # other integrity error here is a race too, the queue or tenant removed at the same moment: the retry says so.)
     try:
@@ -193,7 +207,7 @@ def _queued_job_statement():
     # every column a row sets: SQLAlchemy's own defaults are not filled in for an INSERT in a CTE beside another
     columns = ("tenant_id", "queue_id", "name", "namespace", "manifest", "priority_class", "priority",
                "placement_mode", "placement_spec", "demand", "state", "waiting_reasons", "status", "restart_count",
-               "evictions", "avoid", "submitted_at", "declared_runtime", "runtime_bound")
+               "evictions", "avoid", "submitted_at", "declared_runtime", "runtime_bound", "claim_templates")
     job = (insert(Job.__table__).values({name: bindparam(name) for name in columns})
            .returning(Job.id, Job.tenant_id, Job.queue_id, Job.namespace, Job.name, Job.submitted_at).cte("job"))
     queued = insert(Event.__table__).from_select(

@@ -102,6 +102,9 @@ class Node(Base):
     used: Mapped[dict[str, int]] = mapped_column(Json, default=dict)  # by every pod on the node
     # the part of `used` held by the pods of each of the broker's placements: placement id -> resources
     placement_used: Mapped[dict[str, dict[str, int]]] = mapped_column(Json, default=dict)
+    # what its DRA devices hold of each pod device demand and device-class quota resource, kept apart from the
+    # node's own resources (`clusters.devices.device_use`): {"allocatable": {}, "used": {}, "placement_used": {}}
+    device_use: Mapped[dict[str, Any]] = mapped_column(Json, default=dict, server_default="{}")
 
     cluster: Mapped[Cluster] = relationship(back_populates="nodes")
 
@@ -236,6 +239,8 @@ class Job(Base):
     name: Mapped[str] = mapped_column(String(63))
     namespace: Mapped[str] = mapped_column(String(63))
     manifest: Mapped[dict[str, Any]] = mapped_column(Json)
+    # the ResourceClaimTemplates its pods name, sent with it: they go to its member before it
+    claim_templates: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list, server_default="[]")
     # what the scheduler reads of the manifest (`broker.engine.jobset.placement_record`), written at submission; None for
     # jobs submitted before it was (their manifest is parsed)
     placement_spec: Mapped[str | None] = mapped_column(Text)
@@ -361,6 +366,7 @@ class Device(_OfCluster, Base):
     consumes: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)  # from shared counter sets
     taints: Mapped[list[dict[str, str]]] = mapped_column(Json, default=list)
     allocated_by: Mapped[list[str]] = mapped_column(Json, default=list)  # the ResourceClaims holding it, ns/name
+    held_for: Mapped[list[str]] = mapped_column(Json, default=list, server_default="[]")  # placements whose claims
 
 
 class DeviceClass(_OfCluster, Base):
@@ -379,6 +385,27 @@ class CounterSet(_OfCluster, Base):
     driver: Mapped[str] = mapped_column(String(253))
     pool: Mapped[str] = mapped_column(String(512))
     counters: Mapped[dict[str, str]] = mapped_column(Json, default=dict)
+
+
+class DeviceShape(Base):
+    """A pod device demand some job made (`clusters.rules.dra.DeviceDemand`): the inventory counts, per node, how many
+    pods of each the node's devices hold (the resource `key` names)."""
+
+    __tablename__ = "device_shapes"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    demand: Mapped[dict[str, Any]] = mapped_column(Json)
+    description: Mapped[str] = mapped_column(Text)
+
+
+class DeviceClassMapping(Base):
+    """An admin's mapping of device classes to a quota resource name (Kueue's deviceClassMappings): devices of these
+    classes count as `resource` in quotas, fair shares and the dashboard."""
+
+    __tablename__ = "device_class_mappings"
+
+    resource: Mapped[str] = mapped_column(String(253), primary_key=True)
+    device_classes: Mapped[list[str]] = mapped_column(Json)
 
 
 class TopologyRecipe(Base):

@@ -17,6 +17,7 @@ from clusters import jobsets
 from clusters.devices import DeviceInventory
 from clusters.rules.pods import effective_requests
 from clusters.rules.quantity import add_into, to_milli
+from broker.store.inventory.devices import node_device_use
 from broker.store.inventory.recipes import Discovery
 from clusters.topology import Topology, resolve_hypernodes
 from clusters.system import made_by_us
@@ -86,7 +87,7 @@ def member_inventory(nodes: Mapping[str, dict[str, Any]], holds: Iterable[PodHol
 
 _DEVICE_FIELDS = ("driver", "pool", "device", "generation", "node", "attributes", "capacity", "consumes", "taints",
                   "allocated_by")
-_NODE_FIELDS = ("labels", "taints", "unschedulable", "ready", "allocatable", "used", "placement_used")
+_NODE_FIELDS = ("labels", "taints", "unschedulable", "ready", "allocatable", "used", "placement_used", "device_use")
 
 
 @dataclass
@@ -128,9 +129,11 @@ def _write_rows(session: Session, model: type[Node] | type[HyperNode], cluster_i
 def write_inventory(session: Session, cluster: Cluster, inventory: MemberInventory, now: datetime) -> WriteResult:
     """Make the stored nodes and HyperNodes of `cluster` equal `inventory`, writing only the differences."""
     result = WriteResult()
-    result.nodes_added, result.nodes_changed, result.nodes_removed = _write_rows(
-        session, Node, cluster.id, inventory.nodes, _NODE_FIELDS)
     devices = inventory.devices
+    use = node_device_use(session, devices)
+    nodes = {name: {**row, "device_use": use.get(name, {})} for name, row in inventory.nodes.items()}
+    result.nodes_added, result.nodes_changed, result.nodes_removed = _write_rows(
+        session, Node, cluster.id, nodes, _NODE_FIELDS)
     result.devices_changed = (sum(_write_rows(session, Device, cluster.id, devices.devices, _DEVICE_FIELDS))
                               + sum(_write_rows(session, DeviceClass, cluster.id, devices.classes, ("selectors",)))
                               + sum(_write_rows(session, CounterSet, cluster.id, devices.counter_sets,

@@ -115,14 +115,19 @@ class KeptClusters:
             for row in session.execute(select(NodeRow.cluster_id, NodeRow.name, json_text(NodeRow.labels),
                                               json_text(NodeRow.taints), NodeRow.unschedulable, NodeRow.ready,
                                               json_text(NodeRow.allocatable), json_text(NodeRow.used),
-                                              json_text(NodeRow.placement_used)).where(NodeRow.cluster_id.in_(chunk))
+                                              json_text(NodeRow.placement_used), json_text(NodeRow.device_use))
+                                       .where(NodeRow.cluster_id.in_(chunk))
                                        .order_by(NodeRow.cluster_id, NodeRow.name)):
                 if not read % NODES_BETWEEN_PAUSES:
                     pause()
                 read += 1
-                node = Node(row.name, texts(row.allocatable), texts(row.used), texts(row.labels),
-                            tuple(texts(row.taints)), row.unschedulable or not row.ready)
-                nodes[row.cluster_id].append(_NodeRow(node, texts(row.placement_used) or {}))
+                allocatable, used, placement_used = texts(row.allocatable), texts(row.used), texts(row.placement_used)
+                devices = texts(row.device_use)
+                if devices:  # what its DRA devices hold, counted as resources beside its own (clusters.device_use)
+                    allocatable, used, placement_used = _with_devices(allocatable, used, placement_used, devices)
+                node = Node(row.name, allocatable, used, texts(row.labels), tuple(texts(row.taints)),
+                            row.unschedulable or not row.ready)
+                nodes[row.cluster_id].append(_NodeRow(node, placement_used or {}))
             for row in session.execute(select(HyperNodeRow.cluster_id, HyperNodeRow.name, HyperNodeRow.tier,
                                               HyperNodeRow.parent, json_text(HyperNodeRow.nodes))
                                        .where(HyperNodeRow.cluster_id.in_(chunk))
@@ -175,6 +180,17 @@ _LIVE_PLACEMENT = (select(PlacementRow.id, PlacementRow.job_id, PlacementRow.par
                           Job.declared_runtime, Job.runtime_bound)
                    .join(Job, Job.id == PlacementRow.job_id).join(QueueRow, QueueRow.id == Job.queue_id)
                    .join(TenantRow, TenantRow.id == Job.tenant_id))
+
+
+def _with_devices(allocatable: Mapping[str, int], used: Mapping[str, int],
+                  placement_used: Mapping[str, Mapping[str, int]] | None, devices: Mapping[str, Any]) -> tuple:
+    allocatable, used = dict(allocatable), dict(used)
+    add_into(allocatable, devices.get("allocatable") or {})
+    add_into(used, devices.get("used") or {})
+    placements = {p: dict(amounts) for p, amounts in (placement_used or {}).items()}
+    for placement, amounts in (devices.get("placement_used") or {}).items():
+        add_into(placements.setdefault(placement, {}), amounts)
+    return allocatable, used, placements
 
 
 def _running(row: Any, change: Any, pods_of: Mapping[str, Mapping[str, Mapping[str, int]]]) -> RunningPlacement:

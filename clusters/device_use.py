@@ -1,0 +1,82 @@
+"""What a node's DRA devices hold, in the placement engine's terms: for each pod device demand some job made (its
+`DeviceDemand.key`), how many such pods the node's devices take at once (`allocatable`, a pod counting 1000 milli),
+how many of those the devices held now take away (`used`), and the part each of the broker's placements holds
+(`placement_used`); and for each device-class quota resource (an admin's mapping), the devices of those classes.
+
+The engine then fits pods with claims as it fits pods with extended resources: a pod of demand K asks for 1000 of K.
+Counting by demand, not by device, keeps what one pod needs together: two 3g.40gb slices and one 1g.10gb on one GPU
+fit a pod only if the GPU's counters allow the three at once, which counting each profile apart would not see.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from clusters.rules.allocation import NodeDevices, counters_of, device_of
+from clusters.rules.dra import DeviceDemand
+
+UNIT = 1000  # one pod of a demand, in milli-units as the engine counts
+
+
+def device_use(devices: Mapping[str, Mapping[str, Any]], counter_sets: Mapping[str, Mapping[str, Any]],
+               classes: Mapping[str, Mapping[str, Any]], shapes: Mapping[str, DeviceDemand],
+               mappings: Mapping[str, Sequence[str]]) -> dict[str, dict[str, Any]]:
+    """Per node with devices: {"allocatable", "used", "placement_used"} over demand keys and quota resources.
+    `devices`, `counter_sets` and `classes` are inventory rows (`clusters.devices`); a device's `allocated_by` says it
+    is held, its `held_for` by which of the broker's placements."""
+    by_node: dict[str, list[Mapping[str, Any]]] = {}
+    for row in devices.values():
+        if row.get("node"):
+            by_node.setdefault(row["node"], []).append(row)
+    counters = counters_of(counter_sets)
+    selectors = {name: tuple(row.get("selectors") or ()) for name, row in classes.items()}
+    return {node: _node_use(rows, counters, selectors, shapes, mappings) for node, rows in sorted(by_node.items())}
+
+
+def _node_use(rows: list[Mapping[str, Any]], counters: Mapping[str, Mapping[str, int]],
+              classes: Mapping[str, Sequence[str]], shapes: Mapping[str, DeviceDemand],
+              mappings: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    devices = [device_of(row) for row in rows]
+    mine = {s for d in devices for s, _ in d.consumes}
+    counters = {s: amounts for s, amounts in counters.items() if s in mine}
+    held = {device_of(r).id for r in rows if r.get("allocated_by")}
+    by_placement: dict[str, set[str]] = {}
+    for row, device in zip(rows, devices):
+        for placement in row.get("held_for") or ():
+            by_placement.setdefault(str(placement), set()).add(device.id)
+    empty = NodeDevices(devices, counters, classes)
+    now = NodeDevices(devices, counters, classes, held)
+    allocatable: dict[str, int] = {}
+    used: dict[str, int] = {}
+    placement_used: dict[str, dict[str, int]] = {}
+    for key, demand in shapes.items():
+        room = empty.room(demand)
+        if not room:
+            continue
+        left = now.room(demand)
+        allocatable[key], used[key] = room * UNIT, (room - left) * UNIT
+        for placement, theirs in by_placement.items():
+            without = NodeDevices(devices, counters, classes, held - theirs).room(demand)
+            if without > left:
+                placement_used.setdefault(placement, {})[key] = (without - left) * UNIT
+    for resource, names in mappings.items():
+        of_class = [d for d in devices if any(empty.in_class(d, name) for name in names)]
+        if not of_class:
+            continue
+        allocatable[resource] = len(of_class) * UNIT
+        used[resource] = sum(d.id in held for d in of_class) * UNIT
+        for placement, theirs in by_placement.items():
+            count = sum(d.id in theirs for d in of_class)
+            if count:
+                placement_used.setdefault(placement, {})[resource] = count * UNIT
+    return {"allocatable": allocatable, "used": used, "placement_used": placement_used}
+
+
+def quota_demand(demand: DeviceDemand, mappings: Mapping[str, Sequence[str]]) -> dict[str, int]:
+    """What one pod of `demand` is charged in quota resources: its devices of each mapped class (milli-units)."""
+    out: dict[str, int] = {}
+    for device_class, count in demand.classes().items():
+        for resource, names in mappings.items():
+            if device_class in names:
+                out[resource] = out.get(resource, 0) + count * UNIT
+    return out
