@@ -66,6 +66,7 @@ HYPERNODES = Resource(HYPERNODE_GROUP, HYPERNODE_VERSION, "hypernodes", "HyperNo
 RESOURCESLICES = Resource(DRA_GROUP, DRA_VERSION, "resourceslices", "ResourceSlice", False)
 DEVICECLASSES = Resource(DRA_GROUP, DRA_VERSION, "deviceclasses", "DeviceClass", False)
 RESOURCECLAIMS = Resource(DRA_GROUP, DRA_VERSION, "resourceclaims", "ResourceClaim", True)
+RESOURCECLAIMTEMPLATES = Resource(DRA_GROUP, DRA_VERSION, "resourceclaimtemplates", "ResourceClaimTemplate", True)
 _BUILT_IN = {("", "v1"): CoreV1Api, ("rbac.authorization.k8s.io", "v1"): RbacAuthorizationV1Api}
 
 

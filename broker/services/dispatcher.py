@@ -45,6 +45,7 @@ from broker.store.outbox import (Changes, StartupPolicy, Unready, Work, cancella
                                  evict_all_unready, fail_over, kept_placements, overdue_startups, placement_owner,
                                  request_deletions, start_apply, tenant_namespace_labels)
 from clusters import jobsets
+from clusters.claim_templates import apply_templates
 from clusters.kubeconfig import KubeconfigError
 from clusters.member import MemberClient, MemberError
 from clusters.rules.pods import why_not_ready
@@ -269,7 +270,10 @@ class DispatcherService(LoopService):
                 blocked = self._clear_the_way(work, client, found)
                 if blocked is not None:
                     return blocked
-            return Outcome(work, "done", jobset=jobsets.apply(client, work.jobset), adopted=adopted)
+            apply_templates(client, work.claim_templates)  # before the JobSet: its first pods need them
+            applied = jobsets.apply(client, work.jobset)
+            apply_templates(client, work.claim_templates, owner=applied)  # then owned by it: they go when it goes
+            return Outcome(work, "done", jobset=applied, adopted=adopted)
         except MemberError as exc:
             return self._member_error(work, exc)
 

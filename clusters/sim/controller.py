@@ -19,11 +19,15 @@ from clusters.sim.jobset_controller import JobSetController
 from clusters.sim.kubelet import Kubelet
 from clusters.sim.objects import EXCLUSIVE, TERMINAL, node_allocatable
 from clusters.sim.requests import pod_requests
-from clusters.sim.resources import JOBS, JOBSETS, NAMESPACES, NODES, PODS
+from clusters.sim.claims import release_claims
+from clusters.sim.resources import DRA_KINDS, JOBS, JOBSETS, NAMESPACES, NODES, PODS
 from clusters.sim.scheduler import Scheduler
 
 if TYPE_CHECKING:
     from clusters.sim.cluster import SimCluster
+
+
+DRA_KEYS = frozenset(kind.key for kind in DRA_KINDS)
 
 
 class Controller(Kubelet, Scheduler, JobController, JobSetController):
@@ -44,6 +48,7 @@ class Controller(Kubelet, Scheduler, JobController, JobSetController):
         self._usable: list[dict] | None = None  # ready, schedulable nodes in name order
         self.held_counts: dict[str, tuple[float, list]] = {}  # JobSet uid -> (until, counts it shows)
         self.first_seen: dict[str, float] = {}  # JobSet and Job uid -> when the controller first met it (lag)
+        self.ended_with_claims: dict[str, dict] = {}  # pod uid -> the pod that ended holding claims (to give back)
         self.store.listeners.append(self.on_event)
 
     # bookkeeping from store events -----------------------------------------------------------
@@ -67,6 +72,9 @@ class Controller(Kubelet, Scheduler, JobController, JobSetController):
             for ref in meta.get("ownerReferences") or ():
                 if ref.get("kind") == "Job":
                     self.dirty_jobs.add((ident[0], ref["name"]))
+            if event.type != "DELETED" and obj.get("spec", {}).get("resourceClaims") and \
+                    obj.get("status", {}).get("phase") in TERMINAL:
+                self.ended_with_claims[meta["uid"]] = obj
         elif key == JOBS.key:
             if event.type != "DELETED":
                 self.dirty_jobs.add(ident)
@@ -89,6 +97,8 @@ class Controller(Kubelet, Scheduler, JobController, JobSetController):
                 self._fail_pods_on(meta["name"], "NodeLost", "node was deleted")
             else:
                 self.alloc[meta["name"]] = node_allocatable(obj)
+        elif key in DRA_KEYS:  # a template made, a claim given back, devices published: pods may fit now
+            self.schedule_needed = True
         elif key == NAMESPACES.key and event.type != "DELETED" and meta.get("deletionTimestamp"):
             self.terminating.add(meta["name"])
         self.cluster.wake()
@@ -108,7 +118,7 @@ class Controller(Kubelet, Scheduler, JobController, JobSetController):
             used[name] += sign * amount
 
     def needs_step(self, now: float) -> bool:
-        return bool(self.dirty_jobsets or self.dirty_jobs or self.schedule_needed or self.to_start
+        return bool(self.dirty_jobsets or self.dirty_jobs or self.schedule_needed or self.to_start or self.ended_with_claims
                     or self.terminating or self.cluster.foreground or self.cluster.rbac.needs_step()
                     or (self.timers and self.timers[0][0] <= now))
 
@@ -157,6 +167,9 @@ class Controller(Kubelet, Scheduler, JobController, JobSetController):
                 job = self.store.get(JOBS.key, ns, name)
                 if job is not None:
                     self.reconcile_job(job, now)
+            ended, self.ended_with_claims = self.ended_with_claims, {}
+            for pod in ended.values():
+                release_claims(self.cluster, self.store, pod)
             starting, self.to_start = self.to_start, set()
             for ns, name in sorted(starting):
                 pod = self.store.get(PODS.key, ns, name)
@@ -169,6 +182,7 @@ class Controller(Kubelet, Scheduler, JobController, JobSetController):
             if self.schedule_needed:
                 self.schedule_needed = False
                 self.schedule(now)
-            if not (self.dirty_jobsets or self.dirty_jobs or self.to_start or self.schedule_needed or self.terminating):
+            if not (self.dirty_jobsets or self.dirty_jobs or self.to_start or self.schedule_needed or self.terminating
+                    or self.ended_with_claims):
                 self.cluster.collect_garbage()  # what this pass's deletions left to finish
                 break

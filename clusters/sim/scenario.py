@@ -25,6 +25,9 @@ clusters:
   devices: {driver: gpu.example.com, count: 8, attributes: {productName: NVIDIA H100}, capacity: {memory: 80Gi}}
                                  # each node's devices, published as a ResourceSlice (resource.k8s.io/v1, one pool per
                                  # node) with a DeviceClass per driver; a pool key too
+  # devices may also say `mig: [1g.10gb, 3g.40gb, 7g.80gb]` (each GPU partitionable: MIG_PROFILES) and `taints`
+  device_classes: {h100.example.com: 'device.attributes["gpu.example.com"].productName == "NVIDIA H100"'}
+                                 # DeviceClasses of its own beside one per driver and per MIG profile
   dra: true                      # whether it serves resource.k8s.io/v1 (default: when a pool has devices); false: a
                                  # member older than Kubernetes 1.34
   jobset: true                   # false: JobSet CRD not installed
@@ -76,7 +79,7 @@ JOBSET_COUNTS = ("current", "omitted", "lagging")
 _KEYS = {"name", "labels", "nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology",
          "hypernodes", "pools", "jobset", "version", "duration", "token", "watch_history", "jobset_counts",
          "controller_lag", "unpullable_images", "access_reviews", "aliases", "pod_termination",
-         "jobset_refuses", "fabric", "devices", "dra"}
+         "jobset_refuses", "fabric", "devices", "dra", "device_classes"}
 _POOL_KEYS = {"nodes", "node", "node_labels", "taints", "name_prefix", "zones", "topology", "fabric", "devices"}
 FABRICS = ("archipelago", "aws", "gke", "nvlink")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -166,7 +169,8 @@ def build_cluster(entry: dict[str, Any]) -> ClusterSpec:
                        unpullable_images=tuple(str(i) for i in entry.get("unpullable_images") or ()),
                        access_reviews=bool(entry.get("access_reviews", True)),
                        aliases=tuple(str(a) for a in entry.get("aliases") or ()), dra=dra,
-                       device_classes=device_classes(builder.slices), resource_slices=builder.slices)
+                       device_classes=device_classes(builder.slices, entry.get("device_classes")),
+                       resource_slices=builder.slices)
     for alias in spec.aliases:
         if not _LABEL.match(alias):
             raise ValueError(f"cluster {name}: alias {alias!r} must be a DNS-1123 label")
@@ -265,25 +269,58 @@ class _NodeBuilder:
         return {LEAF: leaf, SPINE: spine}
 
 
+# The simulator's MIG profiles: (compute slices, memory slices) of a GPU's 7 and 8, and how many of each a GPU offers
+MIG_PROFILES = {"1g.10gb": (1, 1, 7), "2g.20gb": (2, 2, 3), "3g.40gb": (3, 3, 2), "7g.80gb": (7, 8, 1)}
+
+
 def resource_slice(node: str, devices: dict) -> dict:
-    """One node's devices as its DRA driver publishes them: one pool per node, named after it, in one slice."""
+    """One node's devices as its DRA driver publishes them: one pool per node, named after it, in one slice. With
+    `mig` (profile names), each GPU is partitionable: a counter set of its 7 compute and 8 memory slices, and a device
+    per place a profile can take, each consuming its slices (as NVIDIA's driver publishes partitionable devices)."""
     driver = str(devices.get("driver", "gpu.example.com"))
     attributes = {str(k): _attribute(v) for k, v in (devices.get("attributes") or {}).items()}
     capacity = {str(k): {"value": str(v)} for k, v in (devices.get("capacity") or {}).items()}
-    items = [{"name": f"gpu-{i}", **({"attributes": attributes} if attributes else {}),
-              **({"capacity": capacity} if capacity else {})} for i in range(int(devices.get("count", 1)))]
+    taints = [dict(t) for t in devices.get("taints") or ()]
+    extra = {**({"capacity": capacity} if capacity else {}), **({"taints": taints} if taints else {})}
+    count, profiles = int(devices.get("count", 1)), [str(p) for p in devices.get("mig") or ()]
+    unknown = set(profiles) - set(MIG_PROFILES)
+    if unknown:
+        raise ValueError(f"unknown MIG profiles {sorted(unknown)}: use {', '.join(MIG_PROFILES)}")
+    counters, items = [], []
+    for i in range(count):
+        if not profiles:
+            items.append({"name": f"gpu-{i}", **({"attributes": attributes} if attributes else {}), **extra})
+            continue
+        counters.append({"name": f"gpu-{i}-slices", "counters": {"compute": {"value": "7"}, "memory": {"value": "8"}}})
+        for profile in profiles:
+            compute, memory, places = MIG_PROFILES[profile]
+            for place in range(places):
+                items.append({"name": f"gpu-{i}-mig-{profile.replace('.', '-')}-{place}",
+                              "attributes": {**attributes, "profile": {"string": profile}, "parent": {"string": f"gpu-{i}"}},
+                              "consumesCounters": [{"counterSet": f"gpu-{i}-slices", "counters": {
+                                  "compute": {"value": str(compute)}, "memory": {"value": str(memory)}}}], **extra})
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
             "metadata": {"name": f"{node}-{driver.replace('.', '-')}"},
             "spec": {"driver": driver, "nodeName": node, "pool": {"name": node, "generation": 1,
                                                                   "resourceSliceCount": 1},
-                     "devices": items}}
+                     **({"sharedCounters": counters} if counters else {}), "devices": items}}
 
 
-def device_classes(slices: list[dict]) -> list[dict]:
-    """A DeviceClass per driver, selecting its devices (as the drivers' Helm charts install them)."""
-    drivers = sorted({s["spec"]["driver"] for s in slices})
-    return [{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": driver},
-             "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}} for driver in drivers]
+def device_classes(slices: list[dict], extra: dict | None = None) -> list[dict]:
+    """A DeviceClass per driver, selecting its devices (as the drivers' Helm charts install them), one per MIG profile
+    published (`mig-<profile>.<driver>`), and the scenario's own (`device_classes`: name -> CEL expression)."""
+    classes = {}
+    for s in slices:
+        driver = s["spec"]["driver"]
+        classes[driver] = f'device.driver == "{driver}"'
+        for device in s["spec"]["devices"]:
+            profile = device.get("attributes", {}).get("profile", {}).get("string")
+            if profile:
+                classes[f"mig-{profile}.{driver}"] = (f'device.driver == "{driver}" && '
+                                                      f'device.attributes["{driver}"].profile == "{profile}"')
+    classes.update({str(k): str(v) for k, v in (extra or {}).items()})
+    return [{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+             "spec": {"selectors": [{"cel": {"expression": expression}}]}} for name, expression in sorted(classes.items())]
 
 
 def _attribute(value) -> dict:

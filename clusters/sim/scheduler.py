@@ -7,6 +7,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+from typing import Any
+
+from clusters.rules.dra import DeviceDemand
+from clusters.sim.claims import DeviceIndex, demand_of, make_claims
 from clusters.sim.clock import rfc3339
 from clusters.sim.fit import repelling_taint, selects
 from clusters.sim.objects import EXCLUSIVE, JOB_KEY, TERMINAL, condition, node_allocatable
@@ -27,6 +31,7 @@ class Scheduler:
         nodes = self._usable
         total = len(self.alloc)
         topology: _Topology | None = None  # built only when exclusive placement is in play
+        devices: DeviceIndex | None = None  # built only when a pod has claims
         failed: dict[str, str] = {}
         for ident in list(self.unbound):
             pod = self.store.get(PODS.key, *ident)
@@ -40,7 +45,13 @@ class Scheduler:
             if signature is not None and signature in failed:
                 self._unschedulable(pod, failed[signature], now)
                 continue
-            node, why = self._pick(pod, nodes, topology, total)
+            demand, why = demand_of(self.store, pod)
+            if why:
+                self._unschedulable(pod, why, now)
+                continue
+            if demand is not None and devices is None:
+                devices = DeviceIndex(self.store)
+            node, why, allocation = self._pick(pod, nodes, topology, total, demand, devices)
             if node is None:
                 if signature is not None:
                     failed[signature] = why
@@ -49,9 +60,12 @@ class Scheduler:
             self.unbound.pop(ident, None)
             if topology is not None:
                 topology.place(pod, node)
+            if allocation is not None:
+                make_claims(self.cluster, self.store, pod, allocation)
             self._start_pod({**pod, "spec": {**pod["spec"], "nodeName": node["metadata"]["name"]}}, node, now)
 
-    def _pick(self, pod: dict, nodes: list[dict], topology: "_Topology | None", total: int) -> tuple[dict | None, str]:
+    def _pick(self, pod: dict, nodes: list[dict], topology: "_Topology | None", total: int,
+              demand: DeviceDemand | None = None, devices: DeviceIndex | None = None) -> tuple[dict | None, str, Any]:
         spec = pod["spec"]
         requests = pod_requests(spec)
         tolerations = spec.get("tolerations") or ()
@@ -76,12 +90,18 @@ class Scheduler:
             if conflict:
                 reasons[conflict] += 1
                 continue
-            return node, ""
+            allocation = None
+            if demand is not None:
+                allocation = devices.allocate(name, demand)
+                if allocation is None:
+                    reasons["cannot allocate all claims"] += 1
+                    continue
+            return node, "", allocation
         unusable = total - len(nodes)
         if unusable > 0:
             reasons["node(s) were unschedulable or not ready"] += unusable
         detail = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
-        return None, f"0/{total} nodes are available: {detail}." if detail else f"0/{total} nodes are available."
+        return None, f"0/{total} nodes are available: {detail}." if detail else f"0/{total} nodes are available.", None
 
     def _unschedulable(self, pod: dict, message: str, now: float) -> None:
         conds = pod.get("status", {}).get("conditions") or []

@@ -23,6 +23,7 @@ from broker.store.outbox.follow import follow_status
 from broker.store.outbox.locks import lock_job, lock_job_rows, lock_jobs, lock_placement
 from broker.store.outbox.settle import finish_job, job_event, requeue, settle_job
 from broker.store.outbox.work import KEPT_STATES, VERDICT_STATES, WORK_STATES, Changes, Work
+from clusters.claim_templates import member_templates
 from clusters.jobsets import admission_key, member_copy, member_name, namespace_labels, stamp
 from clusters.rules.labels import parse_selector
 from clusters.rules.pod_security import template_refusal
@@ -41,8 +42,11 @@ def due_work(session: Session, now: datetime, cluster_ids: Iterable[int], limit:
         .order_by(Placement.id).limit(limit)).all()
     applied = sorted({row[0].job_id for row in rows if row[0].state in ("Decided", "Applying")})
     manifests: dict[int, Any] = {}
+    templates: dict[int, list] = {}
     for chunk in in_chunks(applied):
-        manifests.update(session.execute(select(Job.id, Job.manifest).where(Job.id.in_(chunk))).all())
+        for job_id, manifest, claim_templates in session.execute(
+                select(Job.id, Job.manifest, Job.claim_templates).where(Job.id.in_(chunk))):
+            manifests[job_id], templates[job_id] = manifest, claim_templates or []
     rules, labels = (stored_rules(session), cluster_labels(session)) if applied else ([], {})
     work = []
     for placement, namespace, name, tenant, pod_security, adoptable in rows:
@@ -51,13 +55,13 @@ def due_work(session: Session, now: datetime, cluster_ids: Iterable[int], limit:
                     namespace_labels=namespace_labels(tenant, pod_security), adoptable=namespace in adoptable)
         if not item.deletes:
             item = _rendered(item, placement, manifests[placement.job_id], rules,
-                             labels.get(placement.cluster_name, {}), pod_security)
+                             labels.get(placement.cluster_name, {}), pod_security, templates[placement.job_id])
         work.append(item)
     return work
 
 
 def _rendered(work: Work, placement: Placement, manifest: Any, rules: list, labels: dict[str, str],
-              pod_security: str) -> Work:
+              pod_security: str, claim_templates: list) -> Work:
     """The work with the JobSet its member is sent: the tenant's part, rewritten by the cluster's override
     rules, then stamped with the broker's labels and node pins; or refused, naming the rule — or the tenant's Pod
     Security level, lowered since the job was submitted."""
@@ -70,9 +74,11 @@ def _rendered(work: Work, placement: Placement, manifest: Any, rules: list, labe
         jobset, applied = apply_overrides(rules, placement.cluster_name, labels, jobset, pod_security)
     except OverrideError as exc:
         return replace(work, refused=str(exc))
-    return replace(work, overrides=applied, admission_key=admission_key(jobset), jobset=stamp(
-        jobset, job_id=placement.job_id, placement_id=placement.id, generation=placement.generation,
-        part=placement.part, assignments=placement.assignments))
+    key = admission_key(jobset)
+    jobset = stamp(jobset, job_id=placement.job_id, placement_id=placement.id, generation=placement.generation,
+                   part=placement.part, assignments=placement.assignments)
+    return replace(work, overrides=applied, admission_key=key, jobset=jobset, claim_templates=tuple(member_templates(
+        claim_templates, jobset, job_id=placement.job_id, placement_id=placement.id)) if claim_templates else ())
 
 
 def tenant_namespace_labels(session: Session) -> dict[str, dict[str, str]]:

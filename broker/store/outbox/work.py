@@ -36,6 +36,8 @@ class Work:
     # whether an admin lets the broker use it there although it did not make it
     namespace_labels: dict[str, str] = field(default_factory=dict)
     adoptable: bool = False
+    # the job's ResourceClaimTemplates as the member gets them (clusters.claim_templates): applied before `jobset`
+    claim_templates: tuple[dict[str, Any], ...] = ()
 
     @property
     def deletes(self) -> bool:
