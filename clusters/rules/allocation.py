@@ -116,7 +116,8 @@ class NodeDevices:
         return (left, device.id)
 
     def allocate(self, demand: DeviceDemand) -> list[tuple[str, Device]] | None:
-        """Take devices for every request of `demand` (request "claim/name", device), or None, taking nothing."""
+        """Take devices for every request of `demand`, or None, taking nothing: (its request as "claim/name", or
+        "claim/name/subrequest" for a firstAvailable choice, device)."""
         trial = self.copy()
         fixed: dict[int, Any] = {}  # matchAttribute constraint -> the value its first device set
         chosen: list[tuple[str, Device]] = []
@@ -130,7 +131,8 @@ class NodeDevices:
                         trial._take(device)
                         for i in constraints:
                             fixed.setdefault(i, device.attributes.get(demand.match_attributes[i][1]))
-                    chosen += [(request_id, device) for device in picked]
+                    taken = f"{request_id}/{alternative.name}" if alternative.name else request_id
+                    chosen += [(taken, device) for device in picked]
                     break
             else:
                 return None

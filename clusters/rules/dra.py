@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import celpy
@@ -30,6 +30,7 @@ MAX_REQUESTS = 32  # per claim, as the API server allows
 MAX_SUBREQUESTS = 8  # firstAvailable alternatives
 MAX_SELECTORS = 32
 MAX_COUNT = 128  # devices of one request: beyond any node's
+DEMAND_PREFIX = "claims.archipelago.io/"  # the resources pods' device demands are counted by (`DeviceDemand.key`)
 
 
 class ClaimError(ValueError):
@@ -50,6 +51,7 @@ class Alternative:
     count: int = 1
     all: bool = False
     tolerations: tuple[Mapping[str, Any], ...] = ()
+    name: str = ""  # a firstAvailable subrequest's name ("" for `exactly`)
 
     def describe(self) -> str:
         what = "every" if self.all else f"{self.count} ×"
@@ -76,7 +78,7 @@ class DeviceDemand:
     def key(self) -> str:
         """The resource name pods of this demand are counted by on a node: equal for equal demands."""
         digest = hashlib.sha256(json.dumps(demand_record(self), sort_keys=True).encode()).hexdigest()[:12]
-        return f"claims.archipelago.io/{digest}"
+        return f"{DEMAND_PREFIX}{digest}"
 
     def describe(self) -> str:
         return " and ".join(" or ".join(a.describe() for a in r.alternatives) for r in self.requests)
@@ -127,7 +129,7 @@ class Selectors:
         try:
             self._program(expression)
         except Exception as e:  # the library's parse errors carry the position
-            return f"{expression!r:.200} is not CEL the broker can evaluate: {str(e).splitlines()[0][:300]}"
+            return f"is not CEL the broker can evaluate: {' '.join(str(e).split())[:400]}"
         return None
 
     def _program(self, expression: str) -> Any:
@@ -240,7 +242,7 @@ def _request(raw: Any, path: str, selectors: Selectors) -> Request:
         if not is_dns_label(sub_name) or sub_name in seen:
             raise ClaimError(f"{path}.firstAvailable[{i}].name", "must be a DNS label, unique in the request")
         seen.add(sub_name)
-    return Request("", name, tuple(_alternative(sub, f"{path}.firstAvailable[{i}]", selectors)
+    return Request("", name, tuple(replace(_alternative(sub, f"{path}.firstAvailable[{i}]", selectors), name=sub["name"])
                                    for i, sub in enumerate(first)))
 
 
@@ -313,14 +315,16 @@ def demand_record(demand: DeviceDemand) -> dict[str, Any]:
     """A demand as JSON (stored with a job, and the shape registry the inventory counts by)."""
     return {"requests": [{"claim": r.claim, "name": r.name, "alternatives": [
         {"class": a.device_class, "selectors": list(a.selectors), "count": a.count, "all": a.all,
-         "tolerations": [dict(t) for t in a.tolerations]} for a in r.alternatives]} for r in demand.requests],
+         "tolerations": [dict(t) for t in a.tolerations], "name": a.name} for a in r.alternatives]}
+                         for r in demand.requests],
             "match": [[list(only), attribute] for only, attribute in demand.match_attributes]}
 
 
 def demand_from_record(record: Mapping[str, Any]) -> DeviceDemand:
     return DeviceDemand(
         tuple(Request(r["claim"], r["name"], tuple(Alternative(a["class"], tuple(a["selectors"]), a["count"], a["all"],
-                                                               tuple(a["tolerations"])) for a in r["alternatives"]))
+                                                               tuple(a["tolerations"]), a.get("name", ""))
+                                                   for a in r["alternatives"]))
               for r in record["requests"]),
         tuple((tuple(only), attribute) for only, attribute in record.get("match", [])))
 

@@ -312,10 +312,12 @@ def device_classes(slices: list[dict], extra: dict | None = None) -> list[dict]:
     classes = {}
     for s in slices:
         driver = s["spec"]["driver"]
-        classes[driver] = f'device.driver == "{driver}"'
+        classes.setdefault(driver, f'device.driver == "{driver}"')
         for device in s["spec"]["devices"]:
             profile = device.get("attributes", {}).get("profile", {}).get("string")
-            if profile:
+            if profile:  # the driver's class is for whole GPUs (NVIDIA's gpu.nvidia.com), not their partitions
+                classes[driver] = (f'device.driver == "{driver}" && !("{driver}" in device.attributes && '
+                                   f'"profile" in device.attributes["{driver}"])')
                 classes[f"mig-{profile}.{driver}"] = (f'device.driver == "{driver}" && '
                                                       f'device.attributes["{driver}"].profile == "{profile}"')
     classes.update({str(k): str(v) for k, v in (extra or {}).items()})

@@ -68,7 +68,7 @@ def _reasons(request: Request, clusters: list[ClusterIndex], filters: list) -> d
 
 def _cannot_hold(request: Request, cluster: ClusterIndex) -> str:
     part = max(request.parts, key=lambda p: p.pods)
-    what = pods_phrase(part.pods, part.pod_requests, cluster.scarcest(part))
+    what = pods_phrase(part.pods, part.pod_requests, cluster.scarcest(part), part.devices)
     if request.bound is not None:
         return (f"even empty, no HyperNode of tier {request.bound} or lower can hold "
                 f"{amount(request.primary, request.need)} as {what} on its nodes")

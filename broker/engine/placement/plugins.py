@@ -18,6 +18,7 @@ from broker.engine.placement.decisions import Hold
 from broker.engine.placement.explain import amount, moment, shortfall
 from broker.engine.placement.model import PendingJob, Resources
 from broker.engine.placement.snapshot import ClusterIndex, HyperNodeState, primary_resource
+from clusters.rules.dra import DEMAND_PREFIX
 from clusters.rules.pod_security import is_control_plane
 from clusters.rules.quantity import add_into
 from clusters.rules.taints import describe_taint, untolerated
@@ -207,6 +208,10 @@ class Capacity:
         if short is None:
             return None
         resource, needed, free = short
+        if resource.startswith(DEMAND_PREFIX):  # a pod device demand (DRA claims): counted in pods, said in devices
+            words = next(p.devices for p in request.parts if resource in p.pod_requests)
+            return (f"needs {words} per pod for {needed // 1000} pod{'s' if needed != 1000 else ''}; its free devices "
+                    f"have room for {free // 1000}")
         return f"needs {amount(resource, needed)}; {amount(resource, free)} free"
 
 

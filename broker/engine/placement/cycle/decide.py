@@ -294,7 +294,7 @@ class Deciding:
         key = ("scarcest", cluster.name, request.job.shape, part.name)
         if request.job.shape is None or key not in self.answers:
             self.answers[key] = cluster.scarcest(part)
-        what = pods_phrase(part.pods, part.pod_requests, self.answers[key])
+        what = pods_phrase(part.pods, part.pod_requests, self.answers[key], part.devices)
         if request.bound is not None:
             return (f"needs {amount(request.primary, request.need)} in one tier-{request.bound} "
                     f"HyperNode; those with enough free cannot hold {what} on their nodes")

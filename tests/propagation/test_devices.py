@@ -1,0 +1,218 @@
+"""JobSets whose pods claim DRA devices (issue #47), from submission to their pods running on simulated members that
+publish ResourceSlices and allocate claims when they bind pods: named cases, each placed by what the member's own
+scheduler will allocate, and checked there."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from broker.process.testing import jobset
+from clusters.jobsets import PLACEMENT_ID_LABEL
+from clusters.sim.resources import NAMESPACES, PODS, RESOURCECLAIMS, RESOURCECLAIMTEMPLATES
+
+NODE = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+A100_MIG = {"driver": "gpu.nvidia.com", "count": 1, "mig": ["1g.10gb", "3g.40gb", "7g.80gb"],
+            "attributes": {"productName": "NVIDIA A100"}}
+H100 = {"driver": "gpu.nvidia.com", "count": 4, "attributes": {"productName": "NVIDIA H100"}}
+H100_CLASS = {"h100.nvidia.com": 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100"'}
+CASES = {
+    "eu-west": {"nodes": 2, "devices": A100_MIG},  # two nodes, one partitionable A100 each
+    "us-east": {"nodes": 2, "devices": H100, "device_classes": H100_CLASS},  # two nodes, four whole H100s each
+}
+
+
+def _scenario(**clusters) -> dict:
+    return {"defaults": {"node": NODE, "topology": {"leaf": 2, "spine": 1}, "duration": "60s", "version": "v1.34.1"},
+            "clusters": [{"name": name, "labels": {"region": name[:2]}, **entry} for name, entry in clusters.items()]}
+
+
+@pytest.fixture
+def scenario_entries() -> dict:
+    return CASES
+
+
+@pytest.fixture
+def scenario(scenario_entries) -> dict:
+    return _scenario(**scenario_entries)
+
+
+def template(name: str, *requests: dict) -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
+            "spec": {"spec": {"devices": {"requests": list(requests)}}}}
+
+
+def exactly(name: str, device_class: str, count: int = 1, **extra) -> dict:
+    return {"name": name, "exactly": {"deviceClassName": device_class, "count": count, **extra}}
+
+
+def claiming(name: str, *templates: str, pods: int = 1, parts=None, **kwargs) -> dict:
+    """A JobSet whose pods ask for no GPU as an extended resource, only for the claims of `templates`."""
+    manifest = jobset(name, parts=parts or (("workers", 1, pods, 0),), **kwargs)
+    for rjob in manifest["spec"]["replicatedJobs"]:
+        pod = rjob["template"]["spec"]["template"]["spec"]
+        pod["containers"][0]["resources"] = {"requests": {"cpu": "1"}, "claims": [{"name": t} for t in templates]}
+        pod["resourceClaims"] = [{"name": t, "resourceClaimTemplateName": t} for t in templates]
+    return manifest
+
+
+def submit(federation, manifest: dict, *templates: dict) -> int:
+    answer = federation.api.post("/api/v1/jobs", params={"tenant": manifest["metadata"]["namespace"]},
+                                 json={"apiVersion": "v1", "kind": "List", "items": [manifest, *templates]})
+    assert answer.status_code == 201, answer.text
+    return answer.json()["items"][0]["id"]
+
+
+def claims_on_member(federation, cluster: str, namespace: str = "team-a") -> list[dict]:
+    member = federation.sim.cluster(cluster)
+    with member.lock:
+        return copy.deepcopy(member.list(RESOURCECLAIMS, namespace, None, None)[0])
+
+
+def running_with_claims(federation, job: int) -> tuple[dict, list[dict]]:
+    """The job once Running, and the claims its pods hold on its member (allocated by the member's scheduler)."""
+    running = federation.until_state(job, "Running")
+    [placement] = running["placements"]
+    mine = [c for c in claims_on_member(federation, placement["cluster"])
+            if c["metadata"]["labels"].get(PLACEMENT_ID_LABEL) == str(placement["id"])]
+    return running, mine
+
+
+def devices_of(claims: list[dict]) -> list[str]:
+    return sorted(r["device"] for c in claims for r in c["status"]["allocation"]["devices"]["results"])
+
+
+def test_whole_gpus_by_device_class_land_where_the_class_has_them(federation):
+    job = submit(federation, claiming("whole", "gpus", pods=2), template("gpus", exactly("gpu", "gpu.nvidia.com", 4)))
+    running, claims = running_with_claims(federation, job)
+    assert running["placements"][0]["cluster"] == "us-east"  # eu-west's one A100 per node is no 4 GPUs
+    assert len(claims) == 2 and all(len(c["status"]["allocation"]["devices"]["results"]) == 4 for c in claims)
+    # the member's templates: named after the copy, owned by it, and the claims made from them carry the placement
+    member = federation.sim.cluster("us-east")
+    with member.lock:
+        [made] = member.list(RESOURCECLAIMTEMPLATES, "team-a", None, None)[0]
+    assert made["metadata"]["name"] == "whole-gpus"
+    assert made["metadata"]["ownerReferences"][0]["kind"] == "JobSet"
+
+
+def test_a_class_selector_by_product_attribute(federation):
+    job = submit(federation, claiming("h100", "gpu"), template("gpu", exactly("gpu", "h100.nvidia.com")))
+    running, claims = running_with_claims(federation, job)
+    assert running["placements"][0]["cluster"] == "us-east" and len(devices_of(claims)) == 1
+
+
+def test_mig_slices_sharing_counters_a_mix_that_fits(federation):
+    """Two 3g.40gb and one 1g.10gb take 7 of an A100's 7 compute slices: one pod a GPU, two GPUs, two pods."""
+    mix = template("mig", exactly("big", "mig-3g.40gb.gpu.nvidia.com", 2), exactly("small", "mig-1g.10gb.gpu.nvidia.com"))
+    job = submit(federation, claiming("mix", "mig", pods=2), mix)
+    running, claims = running_with_claims(federation, job)
+    assert running["placements"][0]["cluster"] == "eu-west"
+    assert len(claims) == 2 and len(devices_of(claims)) == 6
+
+
+def test_mig_slices_sharing_counters_a_mix_that_does_not_fit(federation):
+    """Two 3g.40gb and two 1g.10gb would take 8 compute slices of 7: no node has them, the job waits and says so."""
+    mix = template("mig", exactly("big", "mig-3g.40gb.gpu.nvidia.com", 2), exactly("small", "mig-1g.10gb.gpu.nvidia.com", 2))
+    job = submit(federation, claiming("toomuch", "mig"), mix)
+    federation.step()
+    federation.step()
+    waiting = federation.job(job)
+    assert waiting["state"] == "Queued"
+    assert waiting["waiting_reasons"]["eu-west"] == (
+        "needs 2 × mig-3g.40gb.gpu.nvidia.com and 2 × mig-1g.10gb.gpu.nvidia.com per pod for 1 pod; its free devices "
+        "have room for 0"), waiting["waiting_reasons"]
+
+
+def test_a_full_gpu_allocated_elsewhere_leaves_no_slice(federation):
+    full = template("full", exactly("gpu", "mig-7g.80gb.gpu.nvidia.com"))
+    first = submit(federation, claiming("first", "full", pods=2), full)
+    running_with_claims(federation, first)
+    slice_ = template("slice", exactly("gpu", "mig-1g.10gb.gpu.nvidia.com"))
+    second = submit(federation, claiming("second", "slice"), slice_)
+    federation.step()
+    federation.step()
+    assert federation.job(second)["state"] == "Queued"  # both A100s are whole GPUs now; us-east has no MIG
+    federation.sim.cluster("eu-west").finish_pods("team-a", "jobset.sigs.k8s.io/jobset-name=first")
+    running, claims = running_with_claims(federation, second)
+    assert running["placements"][0]["cluster"] == "eu-west" and len(devices_of(claims)) == 1
+
+
+def test_first_available_falls_back_to_its_second_choice(federation):
+    """Eight H100s in all, or else 3g.40gb slices: the H100s are taken by another job, so the slices it is."""
+    gpus = submit(federation, claiming("hog", "gpus", pods=2), template("gpus", exactly("gpu", "h100.nvidia.com", 4)))
+    running_with_claims(federation, gpus)
+    choice = template("choice", {"name": "gpu", "firstAvailable": [
+        {"name": "whole", "deviceClassName": "h100.nvidia.com", "count": 2},
+        {"name": "slices", "deviceClassName": "mig-3g.40gb.gpu.nvidia.com", "count": 2}]})
+    job = submit(federation, claiming("flexible", "choice"), choice)
+    running, claims = running_with_claims(federation, job)
+    assert running["placements"][0]["cluster"] == "eu-west"
+    [claim] = claims
+    assert [r["request"] for r in claim["status"]["allocation"]["devices"]["results"]] == ["gpu/slices"] * 2
+
+
+@pytest.mark.parametrize("scenario_entries", [{
+    "eu-west": {"nodes": 1, "devices": {**H100, "taints": [{"key": "gpu.nvidia.com/ecc", "value": "failing",
+                                                             "effect": "NoSchedule"}]}},
+    "us-east": {"nodes": 1, "devices": H100}}])
+def test_a_tainted_device_is_not_allocated_unless_tolerated(federation):
+    gpus = template("gpus", exactly("gpu", "gpu.nvidia.com", 4))
+    job = submit(federation, claiming("clean", "gpus"), gpus)
+    running, _ = running_with_claims(federation, job)
+    assert running["placements"][0]["cluster"] == "us-east"
+    second = submit(federation, claiming("blocked", "gpus"), gpus)
+    federation.step()
+    federation.step()
+    assert federation.job(second)["state"] == "Queued"  # us-east's are held, eu-west's tainted
+    tolerant = template("gpus", exactly("gpu", "gpu.nvidia.com", 4, tolerations=[
+        {"key": "gpu.nvidia.com/ecc", "operator": "Exists", "effect": "NoSchedule"}]))
+    third = submit(federation, claiming("tolerant", "gpus"), tolerant)
+    running, _ = running_with_claims(federation, third)
+    assert running["placements"][0]["cluster"] == "eu-west"
+
+
+def test_another_workloads_claim_holds_devices(federation):
+    member = federation.sim.cluster("us-east")
+    with member.lock:
+        member.create(NAMESPACES, "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}, "kubectl")
+        created = member.create(RESOURCECLAIMS, "ml", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "theirs"},
+            "spec": {"devices": {"requests": [exactly("gpu", "gpu.nvidia.com", 4)]}}}, "kubectl")
+        member.update(RESOURCECLAIMS, "ml", "theirs", {**created, "status": {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "node-00", "device": f"gpu-{i}"}
+            for i in range(4)]}}}}, "kube-scheduler", subresource="status")
+    job = submit(federation, claiming("two", "gpus", pods=2), template("gpus", exactly("gpu", "h100.nvidia.com", 4)))
+    federation.step()
+    federation.step()
+    waiting = federation.job(job)
+    assert waiting["state"] == "Queued"  # four H100s of node-00 are another workload's: one node is not two pods
+    one = submit(federation, claiming("one", "gpus"), template("gpus", exactly("gpu", "h100.nvidia.com", 4)))
+    running, claims = running_with_claims(federation, one)
+    assert {r["pool"] for c in claims for r in c["status"]["allocation"]["devices"]["results"]} == {"node-01"}
+
+
+@pytest.mark.parametrize("scenario_entries", [{
+    "eu-west": {"nodes": 1, "dra": False, "node": {**NODE, "nvidia.com/gpu": "8"}, "version": "v1.31.4"},
+    "us-east": {"nodes": 1, "devices": H100}}])
+def test_a_member_without_dra_takes_extended_resources_and_no_claims(federation):
+    job = submit(federation, claiming("dra", "gpus"), template("gpus", exactly("gpu", "gpu.nvidia.com", 2)))
+    running, claims = running_with_claims(federation, job)
+    assert running["placements"][0]["cluster"] == "us-east" and len(devices_of(claims)) == 2
+    old = federation.submit(jobset("classic", parts=(("workers", 1, 1, 8),)))
+    assert federation.until_state(old, "Running")["placements"][0]["cluster"] == "eu-west"
+
+
+def test_the_claims_go_when_the_job_ends(federation):
+    job = submit(federation, claiming("short", "gpus"), template("gpus", exactly("gpu", "gpu.nvidia.com", 4)))
+    running, claims = running_with_claims(federation, job)
+    assert claims
+    cluster = running["placements"][0]["cluster"]
+    federation.sim.cluster(cluster).finish_pods("team-a", "jobset.sigs.k8s.io/jobset-name=short")
+    federation.until_state(job, "Succeeded")
+    assert not [c for c in claims_on_member(federation, cluster)
+                if c["metadata"]["labels"].get(PLACEMENT_ID_LABEL) == str(running["placements"][0]["id"])]
+    member = federation.sim.cluster(cluster)
+    with member.lock:
+        assert not [p for p in member.list(PODS, "team-a", None, None)[0]
+                    if p["status"].get("phase") == "Running"]
