@@ -1,7 +1,7 @@
 """The ResourceClaimTemplates a job brought, as its member gets them: named after the member copy (two jobs of one
 namespace may each send a template called `gpu`), the copy's pods pointed at those names, and marked with the job and
 placement (on the template, and in its claims' metadata, so that the claims the member makes from it say whose they
-are: `clusters.devices`). They are applied before the JobSet, so that its first pods find them, and then owned by it,
+are: `clusters.rules.devices`). They are applied before the JobSet, so that its first pods find them, and then owned by it,
 so that they go when it goes."""
 
 from __future__ import annotations

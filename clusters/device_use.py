@@ -13,16 +13,14 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from clusters.rules.allocation import NodeDevices, counters_of, device_of
-from clusters.rules.dra import DeviceDemand
-
-UNIT = 1000  # one pod of a demand, in milli-units as the engine counts
+from clusters.rules.dra import UNIT, DeviceDemand
 
 
 def device_use(devices: Mapping[str, Mapping[str, Any]], counter_sets: Mapping[str, Mapping[str, Any]],
                classes: Mapping[str, Mapping[str, Any]], shapes: Mapping[str, DeviceDemand],
                mappings: Mapping[str, Sequence[str]]) -> dict[str, dict[str, Any]]:
     """Per node with devices: {"allocatable", "used", "placement_used"} over demand keys and quota resources.
-    `devices`, `counter_sets` and `classes` are inventory rows (`clusters.devices`); a device's `allocated_by` says it
+    `devices`, `counter_sets` and `classes` are inventory rows (`clusters.rules.devices`); a device's `allocated_by` says it
     is held, its `held_for` by which of the broker's placements."""
     by_node: dict[str, list[Mapping[str, Any]]] = {}
     for row in devices.values():
@@ -70,13 +68,3 @@ def _node_use(rows: list[Mapping[str, Any]], counters: Mapping[str, Mapping[str,
             if count:
                 placement_used.setdefault(placement, {})[resource] = count * UNIT
     return {"allocatable": allocatable, "used": used, "placement_used": placement_used}
-
-
-def quota_demand(demand: DeviceDemand, mappings: Mapping[str, Sequence[str]]) -> dict[str, int]:
-    """What one pod of `demand` is charged in quota resources: its devices of each mapped class (milli-units)."""
-    out: dict[str, int] = {}
-    for device_class, count in demand.classes().items():
-        for resource, names in mappings.items():
-            if device_class in names:
-                out[resource] = out.get(resource, 0) + count * UNIT
-    return out

@@ -17,10 +17,10 @@ from clusters.member import (JOBSET_GROUP, JOBSET_VERSION, JOBSETS, NAMESPACES, 
                              WatchStream)
 from clusters.rules.labels import pin_to_nodes
 from clusters.rules.pod_security import namespace_labels as pod_security_labels
+from clusters.rules.devices import PLACEMENT_ID_LABEL
 from clusters.system import MANAGED_BY
 
 JOB_ID_LABEL = "archipelago.io/job-id"
-PLACEMENT_ID_LABEL = "archipelago.io/placement-id"
 GENERATION_LABEL = "archipelago.io/generation"
 PART_LABEL = "archipelago.io/part"
 OWNER_ANNOTATION = "archipelago.io/owner"

@@ -22,8 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import re2
 
 from clusters.rules.labels import selector_from_object
-
-MAX_WARNINGS_PER_KIND = 5
+from clusters.rules.warnings import MAX_WARNINGS_PER_KIND, Warnings
 # Longest regexMatch pattern read (Volcano's CRD sets none): a member's patterns are untrusted input.
 MAX_PATTERN = 1024
 _RE2_OPTIONS = re2.Options()
@@ -42,24 +41,6 @@ class ResolvedHyperNode:
 class Topology:
     hypernodes: list[ResolvedHyperNode] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-
-
-class Warnings:
-    """Collects warnings, at most a few of each kind, so a broken 5,000-node member stays readable."""
-
-    def __init__(self) -> None:
-        self.kinds: dict[str, list[str]] = {}
-
-    def add(self, kind: str, message: str) -> None:
-        self.kinds.setdefault(kind, []).append(message)
-
-    def messages(self) -> list[str]:
-        out = []
-        for messages in self.kinds.values():
-            out.extend(messages[:MAX_WARNINGS_PER_KIND])
-            if len(messages) > MAX_WARNINGS_PER_KIND:
-                out.append(f"... and {len(messages) - MAX_WARNINGS_PER_KIND} more like it")
-        return out
 
 
 def resolve_hypernodes(objects: Iterable[Mapping], node_labels: Mapping[str, Mapping[str, str]]) -> Topology:

@@ -13,8 +13,7 @@ from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
 from broker.engine.jobset import JobSetError, JobSpec
-from clusters.device_use import UNIT, quota_demand
-from clusters.rules.dra import ClaimError, DeviceDemand, check_template, pod_demand, template_name
+from clusters.rules.dra import UNIT, ClaimError, DeviceDemand, check_template, pod_demand, quota_demand, template_name
 
 _POD_PATH = "template.spec.template.spec"
 

@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from broker.store.inventory import Discovery, PodHold, member_inventory, node_row, pod_usage, resolve_topology
-from clusters.devices import DeviceInventory, device_inventory
+from clusters.rules.devices import DeviceInventory, device_inventory
 from clusters.member import (ACTIVE_PODS, DEVICECLASSES, DRA_GROUP, DRA_VERSION, HYPERNODE_GROUP, HYPERNODE_VERSION,
                              HYPERNODES, NODES, PODS, RESOURCECLAIMS, RESOURCESLICES, MemberClient, MemberError)
 from clusters.topology import Topology

@@ -34,7 +34,7 @@ class Device:
 
 
 def device_of(row: Mapping[str, Any]) -> Device:
-    """A device from its inventory row (`clusters.devices`), or from a simulated ResourceSlice's device alike."""
+    """A device from its inventory row (`clusters.rules.devices`), or from a simulated ResourceSlice's device alike."""
     driver, pool = row["driver"], row["pool"]
     attributes = row.get("attributes") or {}
     consumes = []

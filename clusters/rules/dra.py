@@ -14,7 +14,7 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import celpy
 import celpy.celtypes as celtypes
@@ -30,6 +30,7 @@ MAX_REQUESTS = 32  # per claim, as the API server allows
 MAX_SUBREQUESTS = 8  # firstAvailable alternatives
 MAX_SELECTORS = 32
 MAX_COUNT = 128  # devices of one request: beyond any node's
+UNIT = 1000  # one pod of a demand, or one device, in milli-units as the engine counts
 DEMAND_PREFIX = "claims.archipelago.io/"  # the resources pods' device demands are counted by (`DeviceDemand.key`)
 
 
@@ -307,6 +308,16 @@ def pod_demand(pod_spec: Mapping, templates: Mapping[str, DeviceDemand], path: s
         matches += [(tuple(f"{claim.get('name')}/{r}" for r in only) or (f"{claim.get('name')}/",), attribute)
                     for only, attribute in demand.match_attributes]
     return DeviceDemand(tuple(requests), tuple(matches)) if requests else None
+
+
+def quota_demand(demand: DeviceDemand, mappings: Mapping[str, Sequence[str]]) -> dict[str, int]:
+    """What one pod of `demand` is charged in quota resources: its devices of each mapped class (milli-units)."""
+    out: dict[str, int] = {}
+    for device_class, count in demand.classes().items():
+        for resource, names in mappings.items():
+            if device_class in names:
+                out[resource] = out.get(resource, 0) + count * UNIT
+    return out
 
 
 # -- records ----------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from clusters.devices import device_inventory
+from clusters.rules.devices import device_inventory
 from clusters.rules.allocation import Device, NodeDevices, counters_of, device_of
 from clusters.rules.dra import ClaimError, DeviceDemand, check_template, pod_demand
 from clusters.sim.resources import DEVICECLASSES, RESOURCECLAIMS, RESOURCECLAIMTEMPLATES, RESOURCESLICES

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from clusters import access
-from clusters.devices import device_inventory
+from clusters.rules.devices import device_inventory
 from clusters.sim.resources import NAMESPACES, RESOURCECLAIMS, RESOURCESLICES
 from clusters.sim.testing import SimHandle, running_simulator
 from tests.clusters.conftest import TOKEN, register

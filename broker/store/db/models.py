@@ -103,7 +103,7 @@ class Node(Base):
     # the part of `used` held by the pods of each of the broker's placements: placement id -> resources
     placement_used: Mapped[dict[str, dict[str, int]]] = mapped_column(Json, default=dict)
     # what its DRA devices hold of each pod device demand and device-class quota resource, kept apart from the
-    # node's own resources (`clusters.devices.device_use`): {"allocatable": {}, "used": {}, "placement_used": {}}
+    # node's own resources (`clusters.device_use`): {"allocatable": {}, "used": {}, "placement_used": {}}
     device_use: Mapped[dict[str, Any]] = mapped_column(Json, default=dict, server_default="{}")
 
     cluster: Mapped[Cluster] = relationship(back_populates="nodes")
@@ -339,7 +339,7 @@ class ClusterOverride(Base):
 
 
 class _OfCluster:
-    """A row of one member's devices, named uniquely within it (`clusters.devices`): written by its sync as nodes are,
+    """A row of one member's devices, named uniquely within it (`clusters.rules.devices`): written by its sync as nodes are,
     only where it differs."""
 
     @declared_attr.directive

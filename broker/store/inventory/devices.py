@@ -17,7 +17,7 @@ from broker.store.db.models import (CounterSet, Device, DeviceClass, DeviceClass
                                     inventory_changed)
 from broker.store.errors import Invalid, NotFound
 from clusters.device_use import device_use
-from clusters.devices import DeviceInventory
+from clusters.rules.devices import DeviceInventory
 from clusters.rules.dra import DeviceDemand, demand_from_record, demand_record
 from clusters.rules.labels import is_qualified_name
 

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from broker.store import events
 from broker.store.db.models import Cluster, CounterSet, Device, DeviceClass, HyperNode, Node, as_utc, inventory_changed
 from clusters import jobsets
-from clusters.devices import DeviceInventory
+from clusters.rules.devices import DeviceInventory
 from clusters.rules.pods import effective_requests
 from clusters.rules.quantity import add_into, to_milli
 from broker.store.inventory.devices import node_device_use

@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from clusters.jobsets import PLACEMENT_ID_LABEL
-from clusters.topology import Warnings
+from clusters.rules.warnings import Warnings
+
+# the broker's label on its placements' pods and on the claims its templates make (clusters.claim_templates)
+PLACEMENT_ID_LABEL = "archipelago.io/placement-id"
 
 
 @dataclass
