@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import re2
 
 from clusters.rules.labels import selector_from_object
-from clusters.rules.warnings import MAX_WARNINGS_PER_KIND, Warnings
+from clusters.rules.warnings import Warnings
 # Longest regexMatch pattern read (Volcano's CRD sets none): a member's patterns are untrusted input.
 MAX_PATTERN = 1024
 _RE2_OPTIONS = re2.Options()
