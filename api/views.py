@@ -13,10 +13,14 @@ from broker.store.tenancy import QueueStats
 from clusters.rules.quantity import format_quantity
 
 from api import schemas
+from clusters.rules.dra import DEMAND_PREFIX
 
 
 def humanised(amounts: Mapping[str, int] | None) -> dict[str, str]:
-    return {resource: format_quantity(amount, resource) for resource, amount in sorted((amounts or {}).items())}
+    """Amounts for people: a pod device demand's own resource (`clusters.rules.dra.DEMAND_PREFIX`, pods the engine
+    counts by) is left out: its devices show as the quota resources they are mapped to."""
+    return {resource: format_quantity(amount, resource) for resource, amount in sorted((amounts or {}).items())
+            if not resource.startswith(DEMAND_PREFIX)}
 
 
 def job_out(job: Job, tenant: str, queue: str, placed: list[tuple[str, str | None]],

@@ -196,3 +196,32 @@ def delete_recipe(name: str, database: DatabaseDep, _: AdminDep) -> Response:
     with database.write() as session:
         inventory.delete_recipe(session, name)
     return Response(status_code=204)
+
+
+class DeviceClassMappingIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    device_classes: list[str] = Field(alias="deviceClasses", description="DRA DeviceClass names whose devices count "
+                                                                         "as this resource")
+
+
+@router.get("/device-class-mappings", responses=problems(401),
+            summary="Which DRA device classes count as which quota resource (Kueue's deviceClassMappings)")
+def list_device_class_mappings(session: SessionDep, _: PrincipalDep) -> list[dict[str, Any]]:
+    return inventory.list_mappings(session)
+
+
+@router.put("/device-class-mappings/{resource:path}", responses=problems(401, 403, 422),
+            summary="Count devices of these classes as this quota resource, in quotas, fair shares and views")
+def set_device_class_mapping(resource: str, body: DeviceClassMappingIn, database: DatabaseDep,
+                             _: AdminDep) -> dict[str, Any]:
+    with database.write() as session:
+        return inventory.set_mapping(session, resource, body.device_classes)
+
+
+@router.delete("/device-class-mappings/{resource:path}", status_code=204, responses=problems(401, 403, 404),
+               summary="Stop counting devices as this resource")
+def delete_device_class_mapping(resource: str, database: DatabaseDep, _: AdminDep) -> Response:
+    with database.write() as session:
+        inventory.delete_mapping(session, resource)
+    return Response(status_code=204)

@@ -13,6 +13,7 @@ from broker.cli.jobs import jobs_app, queues_app, submit, tenants_app, tokens_ap
 from broker.cli.kubeconfig import kubeconfig
 from broker.cli.local import fail, one_line_errors
 from broker.cli.overrides import overrides_app
+from broker.cli.devices import device_classes_app
 from broker.cli.recipes import recipes_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -28,6 +29,7 @@ app.add_typer(tokens_app, name="tokens")
 app.add_typer(clusters_app, name="clusters")
 app.add_typer(overrides_app, name="overrides")
 app.add_typer(recipes_app, name="recipes")
+app.add_typer(device_classes_app, name="device-classes")
 app.command()(submit)
 app.command()(kubeconfig)
 

@@ -84,6 +84,9 @@ class ApiClient:
     def post(self, path: str, **kwargs: Any) -> Any:
         return self.request("POST", path, **kwargs)
 
+    def put(self, path: str, **kwargs: Any) -> Any:
+        return self.request("PUT", path, **kwargs)
+
     def patch(self, path: str, **kwargs: Any) -> Any:
         return self.request("PATCH", path, **kwargs)
 

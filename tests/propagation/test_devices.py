@@ -216,3 +216,65 @@ def test_the_claims_go_when_the_job_ends(federation):
     with member.lock:
         assert not [p for p in member.list(PODS, "team-a", None, None)[0]
                     if p["status"].get("phase") == "Running"]
+
+
+ONE_A100 = {"eu-west": {"nodes": 1, "devices": A100_MIG}, "us-east": {"nodes": 1, "devices": A100_MIG}}
+GPU_OF_SLICES = template("mig", exactly("big", "mig-3g.40gb.gpu.nvidia.com", 2),
+                         exactly("small", "mig-1g.10gb.gpu.nvidia.com"))
+
+
+@pytest.mark.parametrize("scenario_entries", [ONE_A100])
+def test_a_split_job_claiming_partitions_lands_on_two_members_all_or_nothing(federation):
+    """Each part's pod takes a whole A100's slices; each member has one A100: the parts go to both members. A job of
+    three such parts has no room for its third: none of it is placed, nothing is sent."""
+    too_big = submit(federation, claiming("three", "mig", split=True,
+                                          parts=(("a", 1, 1, 0), ("b", 1, 1, 0), ("c", 1, 1, 0))), GPU_OF_SLICES)
+    federation.step()
+    federation.step()
+    assert federation.job(too_big)["state"] == "Queued" and not federation.placements(too_big)
+    assert not federation.copies(too_big)
+    federation.api.post(f"/api/v1/jobs/{too_big}:cancel")
+    job = submit(federation, claiming("two", "mig", split=True, parts=(("a", 1, 1, 0), ("b", 1, 1, 0))),
+                 GPU_OF_SLICES)
+    running = federation.until_state(job, "Running")
+    assert sorted(p["cluster"] for p in running["placements"]) == ["eu-west", "us-east"]
+    for placement in running["placements"]:
+        mine = [c for c in claims_on_member(federation, placement["cluster"])
+                if c["metadata"]["labels"].get(PLACEMENT_ID_LABEL) == str(placement["id"])]
+        assert len(devices_of(mine)) == 3
+
+
+@pytest.mark.parametrize("scenario_entries", [ONE_A100])
+def test_quota_by_device_class_holds(federation):
+    """An admin counts 1g.10gb slices as nvidia.com/mig-1g.10gb; the queue's quota of 2 lets two slices run, not
+    three, though the members have room for fourteen."""
+    mapped = federation.api.put("/api/v1/device-class-mappings/nvidia.com/mig-1g.10gb",
+                                json={"deviceClasses": ["mig-1g.10gb.gpu.nvidia.com"]})
+    assert mapped.status_code == 200, mapped.text
+    assert federation.api.get("/api/v1/device-class-mappings").json() == [
+        {"resource": "nvidia.com/mig-1g.10gb", "deviceClasses": ["mig-1g.10gb.gpu.nvidia.com"]}]
+    quota = federation.api.patch("/api/v1/queues/research", json={"nominal_quota": {"nvidia.com/mig-1g.10gb": "2"}})
+    assert quota.status_code == 200, quota.text
+    slices = template("slice", exactly("gpu", "mig-1g.10gb.gpu.nvidia.com"))
+    first = submit(federation, claiming("first", "slice", pods=2), slices)
+    federation.until_state(first, "Running")
+    second = submit(federation, claiming("second", "slice"), slices)
+    federation.step()
+    federation.step()
+    waiting = federation.job(second)
+    assert waiting["state"] == "Queued"
+    assert "nvidia.com/mig-1g.10gb" in waiting["reason"], waiting["reason"]
+    assert waiting["demand"]["nvidia.com/mig-1g.10gb"] == "1"
+    federation.sim.cluster(federation.job(first)["placements"][0]["cluster"]).finish_pods(
+        "team-a", "jobset.sigs.k8s.io/jobset-name=first")
+    federation.until_state(second, "Running")
+
+
+def test_a_mapping_names_a_quota_resource_and_a_class_counts_once(federation):
+    bad = federation.api.put("/api/v1/device-class-mappings/gpus", json={"deviceClasses": ["gpu.nvidia.com"]})
+    assert bad.status_code == 422 and "domain/name" in bad.json()["detail"]
+    assert federation.api.put("/api/v1/device-class-mappings/example.com/gpu",
+                              json={"deviceClasses": ["gpu.nvidia.com"]}).status_code == 200
+    twice = federation.api.put("/api/v1/device-class-mappings/example.com/other",
+                               json={"deviceClasses": ["gpu.nvidia.com"]})
+    assert twice.status_code == 422 and "already count as example.com/gpu" in twice.json()["detail"]

@@ -11,6 +11,7 @@ and removes it; `views` shows capacity. The rest of the broker imports them from
 """
 
 from broker.store.inventory.admin import cordon_cluster, drain_cluster, remove_cluster, uncordon_cluster, update_cluster
+from broker.store.inventory.devices import delete_mapping, list_mappings, set_mapping
 from broker.store.inventory.recipes import (Discovery, check_choice, create_recipe, delete_recipe, discovery_of,
                                             list_recipes)
 from broker.store.inventory.registration import (FOR_CLUSTER_WRITE, RegistrationError, agent_cluster,
@@ -21,7 +22,7 @@ from broker.store.inventory.sync import (PodHold, WriteResult, member_inventory,
                                          record_sync_error, resolve_topology, write_inventory)
 from broker.store.inventory.views import cluster_capacity, cluster_view, devices_view, list_views, topology_view
 
-__all__ = ["FOR_CLUSTER_WRITE", "Discovery", "PodHold", "check_choice", "create_recipe", "delete_recipe",
+__all__ = ["FOR_CLUSTER_WRITE", "delete_mapping", "list_mappings", "set_mapping", "Discovery", "PodHold", "check_choice", "create_recipe", "delete_recipe",
            "discovery_of", "list_recipes", "RegistrationError", "WriteResult", "agent_cluster", "check_registration",
            "cluster_capacity", "cluster_to_change", "cluster_view", "connect", "devices_view", "cordon_cluster", "drain_cluster",
            "get_cluster", "kubeconfig_policy", "list_views", "member_inventory", "node_row", "pod_usage",
