@@ -95,7 +95,8 @@ def work(request: Request, cluster_id: AgentDep) -> dict[str, Any]:
     """Decided placements move to Applying here, committed before the agent is answered."""
     assigned = assigned_work(request.app.state.db, cluster_id, utcnow())
     assigned.changes.wake(request.app.state.services.wake)
-    return {"apply": [{"placement_id": w.placement_id, "namespace": w.namespace, "name": w.name, "jobset": w.jobset}
+    return {"apply": [{"placement_id": w.placement_id, "namespace": w.namespace, "name": w.name, "jobset": w.jobset,
+                       "claim_templates": list(w.claim_templates)}
                       for w in assigned.work if w.state == "Applying"],
             "delete": [{"placement_id": w.placement_id, "namespace": w.namespace, "name": w.name,
                         "uid": w.member_uid} for w in assigned.work if w.deletes],

@@ -23,6 +23,7 @@ from broker.cli.client import ApiClient, ClientError
 from broker.services.outcomes import RETRY_BASE
 from broker.services.mirror import member_objects
 from clusters import jobsets
+from clusters.claim_templates import apply_templates
 from clusters.member import JOBSET_GROUP, JOBSET_VERSION, MemberClient, MemberError
 
 log = logging.getLogger("archipelago.agent")
@@ -122,8 +123,11 @@ class Agent:
                 if jobsets.get(self.member, item["namespace"], item["name"]) is not None:
                     return {**outcome, "kind": "retry",
                             "error": f"waiting for the stale copy {what} (placement {owner}) to be deleted"}
-            return {**outcome, "kind": "done", "jobset": jobsets.apply(self.member, item["jobset"]),
-                    "adopted": adopted}
+            templates = item.get("claim_templates") or []
+            apply_templates(self.member, templates)  # before the JobSet, then owned by it (as a push member's)
+            applied = jobsets.apply(self.member, item["jobset"])
+            apply_templates(self.member, templates, owner=applied)
+            return {**outcome, "kind": "done", "jobset": applied, "adopted": adopted}
         except MemberError as exc:  # permanent: this member will not take it, another may
             if exc.reason == "NotFound":
                 self._labelled.pop(item["namespace"], None)  # the namespace may be gone: made again next pass

@@ -24,7 +24,7 @@ from broker.services.inventory import ClusterHealthService
 from broker.store.db.models import Cluster, Event, utcnow
 from clusters import jobsets
 from clusters.member import MemberClient
-from clusters.sim.resources import NAMESPACES
+from clusters.sim.resources import NAMESPACES, RESOURCECLAIMS, RESOURCECLAIMTEMPLATES
 from tests.propagation.conftest import ADMIN, Federation
 from tests.servers import serving
 
@@ -418,3 +418,26 @@ def test_deploy_agent_yaml_is_rendered_and_grants_the_agent_what_the_broker_need
     assert role["rules"] == access.cluster_role_rules()
     [deployment] = [o for o in access.agent_objects() if o["kind"] == "Deployment"]
     assert deployment["spec"]["strategy"] == {"type": "Recreate"} and deployment["spec"]["replicas"] == 1
+
+
+@pytest.mark.parametrize("scenario", [{
+    "defaults": {"node": {"cpu": "64", "memory": "512Gi", "pods": "110"}, "topology": {"leaf": 2, "spine": 1},
+                 "duration": "60s", "version": "v1.34.1"},
+    "clusters": [{"name": "eu-west", "nodes": 1}, {"name": PULL, "nodes": 1, "devices": {
+        "driver": "gpu.nvidia.com", "count": 4}}]}])
+def test_a_pull_members_agent_sends_the_claim_templates_before_the_jobset_and_its_pods_get_devices(pull):
+    from tests.propagation.test_devices import claiming, devices_of, exactly, template
+
+    agent = pull.agent()
+    agent.run_once()  # Ready, with its inventory: its devices too
+    answer = pull.api.post("/api/v1/jobs", params={"tenant": "team-a"}, json={"kind": "List", "apiVersion": "v1", "items": [
+        claiming("edge-gpus", "gpus"), template("gpus", exactly("gpu", "gpu.nvidia.com", 2))]})
+    assert answer.status_code == 201, answer.text
+    job = answer.json()["items"][0]["id"]
+    pull.until(agent, lambda: pull.state(job) == "Running")
+    member = pull.sim.cluster(PULL)
+    with member.lock:
+        claims = member.list(RESOURCECLAIMS, "team-a", None, None)[0]
+        [made] = member.list(RESOURCECLAIMTEMPLATES, "team-a", None, None)[0]
+    assert len(devices_of(claims)) == 2
+    assert made["metadata"]["ownerReferences"][0]["name"] == "edge-gpus"
