@@ -5,6 +5,7 @@ scheduler will allocate, and checked there."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 
@@ -278,3 +279,47 @@ def test_a_mapping_names_a_quota_resource_and_a_class_counts_once(federation):
     twice = federation.api.put("/api/v1/device-class-mappings/example.com/other",
                                json={"deviceClasses": ["gpu.nvidia.com"]})
     assert twice.status_code == 422 and "already count as example.com/gpu" in twice.json()["detail"]
+
+
+@pytest.mark.parametrize("templates, where, words", [
+    ([], "resourceClaimTemplateName", "is not among the ResourceClaimTemplates sent"),
+    ([template("gpus", exactly("gpu", "gpu.nvidia.com", selectors=[{"cel": {"expression": "device.driver =="}}]))],
+     "exactly.selectors[0].cel.expression", "is not CEL the broker can evaluate"),
+    ([template("gpus", exactly("gpu", "gpu.nvidia.com", adminAccess=True))], "exactly.adminAccess",
+     "admin access to devices in use is not brokered"),
+    ([template("gpus", exactly("gpu", "gpu.nvidia.com", allocationMode="All"))], "exactly.count",
+     "must be unset with allocationMode All"),
+    ([template("gpus", {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"},
+                        "firstAvailable": [{"name": "a", "deviceClassName": "gpu.nvidia.com"}]})],
+     "requests[0]", "must have exactly one of exactly and firstAvailable"),
+    ([template("gpus", exactly("gpu", "gpu.nvidia.com")), template("unused", exactly("gpu", "gpu.nvidia.com"))],
+     "", "no JobSet's pods name the ResourceClaimTemplates unused"),
+])
+def test_bad_claims_are_refused_at_submission_with_the_field_to_fix(federation, templates, where, words):
+    answer = federation.api.post("/api/v1/jobs", params={"tenant": "team-a"}, json={
+        "apiVersion": "v1", "kind": "List", "items": [claiming("bad", "gpus"), *templates]})
+    assert answer.status_code == 422, answer.text
+    problem = answer.json()
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert where in problem["detail"] and words in problem["detail"], problem["detail"]
+    assert federation.api.get("/api/v1/jobs").json()["items"] == []  # nothing stored
+
+
+def test_a_named_resource_claim_cannot_be_brokered(federation):
+    manifest = claiming("named", "gpus")
+    pod = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "shared-gpus"}]
+    answer = federation.api.post("/api/v1/jobs", params={"tenant": "team-a"}, json=manifest)
+    assert answer.status_code == 422
+    assert "resourceClaims[0].resourceClaimName: a ResourceClaim exists on one member only" in answer.json()["detail"]
+
+
+def test_the_documented_example_is_a_yaml_stream_that_runs(federation):
+    """docs/examples/jobset-mig-claims.yaml, as `archipelago submit` sends it: a JobSet and its template, one stream."""
+    body = (Path(__file__).resolve().parents[2] / "docs" / "examples" / "jobset-mig-claims.yaml").read_bytes()
+    answer = federation.api.post("/api/v1/jobs", params={"tenant": "team-a"}, content=body,
+                                 headers={"Content-Type": "application/yaml"})
+    assert answer.status_code == 201, answer.text
+    [item] = answer.json()["items"]
+    running, claims = running_with_claims(federation, item["id"])
+    assert running["placements"][0]["cluster"] == "eu-west" and len(devices_of(claims)) == 6
