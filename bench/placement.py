@@ -42,6 +42,7 @@ from datetime import datetime, timedelta, timezone  # noqa: E402
 from sqlalchemy import insert, select, update  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
+from bench import dra_fleet  # noqa: E402
 from broker.engine.jobset import parse_jobset, placement_record  # noqa: E402
 from broker.engine.placement import (GPU, Cluster, HyperNode, Node, PendingJob, Queue, Snapshot, Tenant, schedule)  # noqa: E402
 from broker.engine.placement.quality import first_fit, replay  # noqa: E402
@@ -132,8 +133,18 @@ def snapshot(clusters: int, hypernodes: int, nodes_per_leaf: int = 8, now: float
 
 
 # -- the scheduler's cycle on an SQLite inventory of the project's models ---------------------------------
-def database(path: str, clusters: int, hypernodes: int, jobs: int, seed: int):
-    """The federation of `inventory` and `jobs` Queued submissions, stored as the broker stores them."""
+def database(path: str, clusters: int, hypernodes: int, jobs: int, seed: int, dra: bool = False):
+    """The federation of `inventory` and `jobs` Queued submissions, stored as the broker stores them; `dra`: its GPUs
+    published as partitionable devices and asked through claims (bench/dra_fleet.py)."""
+    submitted = submissions(jobs, seed)
+    specs = [parse_jobset(body) for _, _, body, _ in submitted]
+    shapes: dict = {}
+    if dra:
+        specs = []
+        for _, _, body, _ in submitted:
+            spec, demands = dra_fleet.claimed_spec(body)
+            specs.append(spec)
+            shapes.update(kv for d in demands for kv in d.counted().items())
     engine = make_engine(f"sqlite:///{path}")
     models.Base.metadata.create_all(engine)
     tenants, qs = queues()
@@ -150,8 +161,11 @@ def database(path: str, clusters: int, hypernodes: int, jobs: int, seed: int):
                 "id": c, "name": cluster.name, "api_server": f"https://{cluster.name}:6443",
                 "kubeconfig_encrypted": b"-", "labels": dict(cluster.labels), "state": cluster.state,
                 "jobset_crd": cluster.jobset_crd}])
-            session.execute(insert(models.Node), [{"cluster_id": c, "name": n.name, "allocatable": dict(n.allocatable)}
-                                                  for n in cluster.nodes])
+            use = dra_fleet.fleet_use([n.name for n in cluster.nodes], shapes) if dra else {}
+            session.execute(insert(models.Node), [
+                {"cluster_id": c, "name": n.name, "device_use": use.get(n.name, {}),
+                 "allocatable": dra_fleet.without_gpus(dict(n.allocatable)) if dra else dict(n.allocatable)}
+                for n in cluster.nodes])
             tree = {h.name: h for h in cluster.hypernodes}
 
             def beneath(name: str) -> list[str]:
@@ -162,9 +176,9 @@ def database(path: str, clusters: int, hypernodes: int, jobs: int, seed: int):
                 for h in cluster.hypernodes])
         session.execute(insert(models.Job), [
             {"id": i + 1, "tenant_id": tenant_id[tenant], "queue_id": queue_id[queue], "name": body["metadata"]["name"],
-             "namespace": "bench", "manifest": body, "placement_spec": placement_record(parse_jobset(body)),
+             "namespace": "bench", "manifest": body, "placement_spec": placement_record(spec),
              "priority": priority, "submitted_at": epoch + timedelta(milliseconds=i)}
-            for i, (tenant, queue, body, priority) in enumerate(submissions(jobs, seed))])
+            for i, ((tenant, queue, body, priority), spec) in enumerate(zip(submitted, specs))])
     return engine
 
 
@@ -414,6 +428,19 @@ def main() -> None:
                  f"{placed} placed; SQLite read + parse {read_s:.2f} s, schedule {schedule_s:.2f} s, "
                  f"SQLite commit {commit_s:.2f} s"))
     rows.append(("throughput", "committed placements per second, whole cycle", f"{placed / cycle_s:.0f}/s"))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "dra.db")
+        database(path, args.clusters, args.hypernodes, args.jobs, args.seed, dra=True).dispose()
+        dra_read_s, dra_schedule_s, dra_commit_s, dra_placed = scheduler_cycle(path)
+    dra_cycle_s = dra_read_s + dra_schedule_s + dra_commit_s
+    dra_ratio = (dra_placed / dra_cycle_s) / (placed / cycle_s)
+    rows.append(("throughput, DRA fleet", "the same fleet as ResourceSlices (8 GPUs a node as MIG-partitionable "
+                                          "devices), pods claiming n × mig-7g.80gb",
+                 f"{dra_placed / dra_cycle_s:.0f}/s ({dra_placed} placed), {dra_ratio:.2f}× extended resources"))
+    count_s = statistics.median(dra_fleet.COUNTING)
+    rows.append(("device count, one member", "what a member's devices hold of each demand (its sync's count), "
+                                             f"{len(dra_fleet.COUNTING)} members, median",
+                 f"{count_s * 1000:.0f} ms"))
 
     engine_s = cycle(args.jobs, args.clusters, args.hypernodes, args.seed)
     starving_s = cycle(args.jobs, args.clusters, args.hypernodes, args.seed, now=STARVING)
@@ -450,7 +477,8 @@ def main() -> None:
         "placements_per_s": round(placed / cycle_s, 1), "decision_p99_ms": round(p99, 2),
         "decision_p50_ms": round(p50, 2), "cycle_s": round(cycle_s, 3), "read_s": round(read_s, 3),
         "schedule_s": round(schedule_s, 3), "commit_s": round(commit_s, 3),
-        "placements": placed, "scaling_jobs_x10": round(jobs_x10, 2), "scaling_hypernodes_x10": round(hypernodes_x10, 2),
+        "placements": placed, "dra_placements_per_s": round(dra_placed / dra_cycle_s, 1),
+        "dra_placements": dra_placed, "dra_vs_extended": round(dra_ratio, 3), "dra_member_count_ms": round(count_s * 1000, 1), "scaling_jobs_x10": round(jobs_x10, 2), "scaling_hypernodes_x10": round(hypernodes_x10, 2),
         "gang_decision_s": round(gang_s, 3), "engine_cycle_s": round(engine_s, 3),
         "engine_cycle_starving_s": round(starving_s, 3), "one_hypernode_share": round(share, 4),
         "first_fit_one_hypernode_share": round(first_fit_share, 4), "rss_mb": round(rss_mb, 1),

@@ -28,7 +28,32 @@ def device_use(devices: Mapping[str, Mapping[str, Any]], counter_sets: Mapping[s
             by_node.setdefault(row["node"], []).append(row)
     counters = counters_of(counter_sets)
     selectors = {name: tuple(row.get("selectors") or ()) for name, row in classes.items()}
-    return {node: _node_use(rows, counters, selectors, shapes, mappings) for node, rows in sorted(by_node.items())}
+    context = (tuple(sorted((k, repr(d)) for k, d in shapes.items())), repr(sorted(selectors.items())),
+               repr(sorted((k, sorted(v)) for k, v in mappings.items())))
+    memo: dict[str, dict[str, Any]] = {}  # nodes alike (same devices, counters and holds) count alike
+    out = {}
+    for node, rows in sorted(by_node.items()):
+        key = _alike(rows, counters, context)
+        if key is None or key not in memo:
+            use = _node_use(rows, counters, selectors, shapes, mappings)
+            if key is None:
+                out[node] = use
+                continue
+            memo[key] = use
+        out[node] = memo[key]
+    return out
+
+
+def _alike(rows: list[Mapping[str, Any]], counters: Mapping[str, Mapping[str, int]], context: tuple) -> str | None:
+    """What a node's count depends on, its own names left out; None when a placement's claims hold some of its
+    devices (their part is the node's own)."""
+    if any(row.get("held_for") for row in rows):
+        return None
+    sets = {f"{row['driver']}/{row['pool']}/{c.get('counter_set')}" for row in rows for c in row.get("consumes") or ()}
+    return repr((context, sorted((row["device"], repr(row.get("attributes")), repr(row.get("capacity")),
+                                  repr(row.get("consumes")), repr(row.get("taints")), bool(row.get("allocated_by")))
+                                 for row in rows),
+                 sorted((name.rsplit("/", 1)[1], sorted(counters.get(name, {}).items())) for name in sets)))
 
 
 def _node_use(rows: list[Mapping[str, Any]], counters: Mapping[str, Mapping[str, int]],

@@ -1,6 +1,8 @@
 """A JobSet's pods with DRA claims, in the engine's terms: each pod's device requests (from the ResourceClaimTemplates
 sent with the JobSet) become one resource its pod asks 1 of, the demand's key, which the inventory counts per node
-(`clusters.device_use`), plus the quota resources its device classes are mapped to.
+(`clusters.device_use`); and the devices it surely takes per class (`devices.archipelago.io/<class>`), counted per node
+too, so that pods of two demands placed in one cycle never take one device twice; plus the quota resources its device
+classes are mapped to.
 
 Pods without claims are untouched; a pod whose claims name a template not sent, or a named ResourceClaim, is refused
 with the field to fix.
@@ -13,7 +15,7 @@ from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
 from broker.engine.jobset import JobSetError, JobSpec
-from clusters.rules.dra import UNIT, ClaimError, DeviceDemand, check_template, pod_demand, quota_demand, template_name
+from clusters.rules.dra import UNIT, ClaimError, class_key, DeviceDemand, check_template, pod_demand, quota_demand, template_name
 
 _POD_PATH = "template.spec.template.spec"
 
@@ -54,6 +56,8 @@ def with_device_demands(spec: JobSpec, manifest: Mapping[str, Any], templates: M
         used += [c["resourceClaimTemplateName"] for c in pod_spec.get("resourceClaims") or ()
                  if c["resourceClaimTemplateName"] not in used]
         requests = {**part.pod_requests, demand.key: UNIT}
+        for device_class, count in demand.class_counts().items():
+            requests[class_key(device_class)] = count * UNIT
         for resource, amount in quota_demand(demand, mappings).items():
             requests[resource] = requests.get(resource, 0) + amount
         parts.append(replace(part, pod_requests=MappingProxyType(requests), devices=demand.describe()))

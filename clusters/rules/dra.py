@@ -14,6 +14,7 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 import celpy
@@ -32,6 +33,7 @@ MAX_SELECTORS = 32
 MAX_COUNT = 128  # devices of one request: beyond any node's
 UNIT = 1000  # one pod of a demand, or one device, in milli-units as the engine counts
 DEMAND_PREFIX = "claims.archipelago.io/"  # the resources pods' device demands are counted by (`DeviceDemand.key`)
+CLASS_PREFIX = "devices.archipelago.io/"  # and their devices, per class (`class_key`)
 
 
 class ClaimError(ValueError):
@@ -91,6 +93,34 @@ class DeviceDemand:
             first = request.alternatives[0]
             out[first.device_class] = out.get(first.device_class, 0) + (1 if first.all else first.count)
         return out
+
+    def class_counts(self) -> dict[str, int]:
+        """Devices per class it takes for sure (its `exactly` requests of a count): what every pod of any demand
+        takes from one per-class count on a node, so that pods of different demands never count one device twice."""
+        out: dict[str, int] = {}
+        for request in self.requests:
+            if len(request.alternatives) == 1 and not request.alternatives[0].all:
+                only = request.alternatives[0]
+                out[only.device_class] = out.get(only.device_class, 0) + only.count
+        return out
+
+    def counted(self) -> dict[str, DeviceDemand]:
+        """Every resource the inventory counts for it: its own key, and the per-class count of each class it takes."""
+        return {self.key: self, **{class_key(c): one_of(c) for c in self.class_counts()}}
+
+
+def class_key(device_class: str) -> str:
+    """The resource a node's devices of one class are counted by (one device: 1000)."""
+    return f"{CLASS_PREFIX}{device_class}"
+
+
+def one_of(device_class: str) -> DeviceDemand:
+    """One device of a class, tainted or not: a node's room for it is how many of the class it can give at once (a
+    request's tolerations are its own demand's to count)."""
+    return DeviceDemand((Request("", "device", (Alternative(device_class, tolerations=(_ANY_TAINT,)),)),))
+
+
+_ANY_TAINT = MappingProxyType({"operator": "Exists"})
 
 
 # -- CEL ------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ A100_MIG = {"driver": "gpu.nvidia.com", "count": 1, "mig": ["1g.10gb", "3g.40gb"
             "attributes": {"productName": "NVIDIA A100"}}
 H100 = {"driver": "gpu.nvidia.com", "count": 4, "attributes": {"productName": "NVIDIA H100"}}
 H100_CLASS = {"h100.nvidia.com": 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100"'}
+LONG = {"sim.archipelago.io/duration": "3600s"}  # runs until the test finishes its pods
 CASES = {
     "eu-west": {"nodes": 2, "devices": A100_MIG},  # two nodes, one partitionable A100 each
     "us-east": {"nodes": 2, "devices": H100, "device_classes": H100_CLASS},  # two nodes, four whole H100s each
@@ -127,7 +128,7 @@ def test_mig_slices_sharing_counters_a_mix_that_does_not_fit(federation):
 
 def test_a_full_gpu_allocated_elsewhere_leaves_no_slice(federation):
     full = template("full", exactly("gpu", "mig-7g.80gb.gpu.nvidia.com"))
-    first = submit(federation, claiming("first", "full", pods=2), full)
+    first = submit(federation, claiming("first", "full", pods=2, annotations=LONG), full)
     running_with_claims(federation, first)
     slice_ = template("slice", exactly("gpu", "mig-1g.10gb.gpu.nvidia.com"))
     second = submit(federation, claiming("second", "slice"), slice_)
@@ -141,7 +142,7 @@ def test_a_full_gpu_allocated_elsewhere_leaves_no_slice(federation):
 
 def test_first_available_falls_back_to_its_second_choice(federation):
     """Eight H100s in all, or else 3g.40gb slices: the H100s are taken by another job, so the slices it is."""
-    gpus = submit(federation, claiming("hog", "gpus", pods=2), template("gpus", exactly("gpu", "h100.nvidia.com", 4)))
+    gpus = submit(federation, claiming("hog", "gpus", pods=2, annotations=LONG), template("gpus", exactly("gpu", "h100.nvidia.com", 4)))
     running_with_claims(federation, gpus)
     choice = template("choice", {"name": "gpu", "firstAvailable": [
         {"name": "whole", "deviceClassName": "h100.nvidia.com", "count": 2},
@@ -159,7 +160,7 @@ def test_first_available_falls_back_to_its_second_choice(federation):
     "us-east": {"nodes": 1, "devices": H100}}])
 def test_a_tainted_device_is_not_allocated_unless_tolerated(federation):
     gpus = template("gpus", exactly("gpu", "gpu.nvidia.com", 4))
-    job = submit(federation, claiming("clean", "gpus"), gpus)
+    job = submit(federation, claiming("clean", "gpus", annotations=LONG), gpus)
     running, _ = running_with_claims(federation, job)
     assert running["placements"][0]["cluster"] == "us-east"
     second = submit(federation, claiming("blocked", "gpus"), gpus)
@@ -257,7 +258,7 @@ def test_quota_by_device_class_holds(federation):
     quota = federation.api.patch("/api/v1/queues/research", json={"nominal_quota": {"nvidia.com/mig-1g.10gb": "2"}})
     assert quota.status_code == 200, quota.text
     slices = template("slice", exactly("gpu", "mig-1g.10gb.gpu.nvidia.com"))
-    first = submit(federation, claiming("first", "slice", pods=2), slices)
+    first = submit(federation, claiming("first", "slice", pods=2, annotations=LONG), slices)
     federation.until_state(first, "Running")
     second = submit(federation, claiming("second", "slice"), slices)
     federation.step()

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 
 from broker.engine.placement.model import GPU, Resources
-from clusters.rules.dra import DEMAND_PREFIX
+from clusters.rules.dra import CLASS_PREFIX, DEMAND_PREFIX
 from clusters.rules.quantity import format_quantity
 
 
@@ -39,7 +39,7 @@ def pods_phrase(count: int, pod: Resources, scarce: str | None = None, devices: 
     """"4 pods of 8 GPUs" — the shape a gang's pods need on one node: its GPUs, and the resource the nodes are
     short of (`scarce`) when that is another ("4 pods of 1 GPU and 40 CPUs"); with DRA claims, what each pod claims
     ("2 pods of 1 CPU claiming 2 × mig-3g.40gb and 1 × mig-1g.10gb")."""
-    if scarce is not None and scarce.startswith(DEMAND_PREFIX):
+    if scarce is not None and scarce.startswith((DEMAND_PREFIX, CLASS_PREFIX)):
         scarce = None  # its words are `devices`
     named = [resource for resource in (GPU, scarce) if resource in pod] or [r for r in ("cpu",) if r in pod]
     shape = " and ".join(amount(resource, pod[resource]) for resource in dict.fromkeys(named)) or "no requests"

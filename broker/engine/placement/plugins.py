@@ -18,7 +18,7 @@ from broker.engine.placement.decisions import Hold
 from broker.engine.placement.explain import amount, moment, shortfall
 from broker.engine.placement.model import PendingJob, Resources
 from broker.engine.placement.snapshot import ClusterIndex, HyperNodeState, primary_resource
-from clusters.rules.dra import DEMAND_PREFIX
+from clusters.rules.dra import CLASS_PREFIX, DEMAND_PREFIX
 from clusters.rules.pod_security import is_control_plane
 from clusters.rules.quantity import add_into
 from clusters.rules.taints import describe_taint, untolerated
@@ -212,6 +212,9 @@ class Capacity:
             words = next(p.devices for p in request.parts if resource in p.pod_requests)
             return (f"needs {words} per pod for {needed // 1000} pod{'s' if needed != 1000 else ''}; its free devices "
                     f"have room for {free // 1000}")
+        if resource.startswith(CLASS_PREFIX):
+            return (f"needs {needed // 1000} {resource[len(CLASS_PREFIX):]} devices; its nodes have "
+                    f"{free // 1000} free")
         return f"needs {amount(resource, needed)}; {amount(resource, free)} free"
 
 

@@ -50,15 +50,15 @@ def node_device_use(session: Session, devices: DeviceInventory) -> dict[str, dic
 
 def register_shapes(session: Session, demands: Iterable[DeviceDemand]) -> None:
     """Make sure the inventory counts these demands; count every member with devices again if one is new."""
-    wanted = {d.key: d for d in demands}
+    wanted = {key: counted for d in demands for key, counted in d.counted().items()}
     if not wanted:
         return
     known = set(session.scalars(select(DeviceShape.key).where(DeviceShape.key.in_(list(wanted)))))
-    new = [d for key, d in wanted.items() if key not in known]
+    new = [(key, d) for key, d in wanted.items() if key not in known]
     if not new:
         return
-    for demand in new:  # a race with another submission of the same demand is harmless: the row is the same
-        session.merge(DeviceShape(key=demand.key, demand=demand_record(demand), description=demand.describe()))
+    for key, demand in new:  # a race with another submission of the same demand is harmless: the row is the same
+        session.merge(DeviceShape(key=key, demand=demand_record(demand), description=demand.describe()))
     session.flush()
     recount_devices(session)
 
