@@ -10,6 +10,7 @@ fit a pod only if the GPU's counters allow the three at once, which counting eac
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Mapping, Sequence
 
 from clusters.rules.allocation import NodeDevices, counters_of, device_of
@@ -30,29 +31,34 @@ def device_use(devices: Mapping[str, Mapping[str, Any]], counter_sets: Mapping[s
     selectors = {name: tuple(row.get("selectors") or ()) for name, row in classes.items()}
     context = (tuple(sorted((k, repr(d)) for k, d in shapes.items())), repr(sorted(selectors.items())),
                repr(sorted((k, sorted(v)) for k, v in mappings.items())))
-    memo: dict[str, dict[str, Any]] = {}  # nodes alike (same devices, counters and holds) count alike
     out = {}
     for node, rows in sorted(by_node.items()):
-        key = _alike(rows, counters, context)
-        if key is None or key not in memo:
+        key = _signature(rows, counters, context)
+        with _LOCK:  # members are synced by several threads at once
+            use = _COUNTED.pop(key, None)
+        if use is None:
             use = _node_use(rows, counters, selectors, shapes, mappings)
-            if key is None:
-                out[node] = use
-                continue
-            memo[key] = use
-        out[node] = memo[key]
+        with _LOCK:
+            _COUNTED[key] = use  # the newest last: the oldest go first when the cache is full
+            while len(_COUNTED) > COUNTED_KEPT:
+                del _COUNTED[next(iter(_COUNTED))]
+        out[node] = use
     return out
 
 
-def _alike(rows: list[Mapping[str, Any]], counters: Mapping[str, Mapping[str, int]], context: tuple) -> str | None:
-    """What a node's count depends on, its own names left out; None when a placement's claims hold some of its
-    devices (their part is the node's own)."""
-    if any(row.get("held_for") for row in rows):
-        return None
+# Counts of nodes alike (the same devices, counters, holds and holders, their own names left out), kept across
+# calls: a member's sync counts again only the nodes whose devices changed, and a fleet of identical nodes is
+# counted once. The values are never changed in place.
+COUNTED_KEPT = 50_000
+_COUNTED: dict[str, dict[str, Any]] = {}
+_LOCK = threading.Lock()
+
+
+def _signature(rows: list[Mapping[str, Any]], counters: Mapping[str, Mapping[str, int]], context: tuple) -> str:
     sets = {f"{row['driver']}/{row['pool']}/{c.get('counter_set')}" for row in rows for c in row.get("consumes") or ()}
     return repr((context, sorted((row["device"], repr(row.get("attributes")), repr(row.get("capacity")),
-                                  repr(row.get("consumes")), repr(row.get("taints")), bool(row.get("allocated_by")))
-                                 for row in rows),
+                                  repr(row.get("consumes")), repr(row.get("taints")), bool(row.get("allocated_by")),
+                                  sorted(map(str, row.get("held_for") or ()))) for row in rows),
                  sorted((name.rsplit("/", 1)[1], sorted(counters.get(name, {}).items())) for name in sets)))
 
 

@@ -30,6 +30,7 @@ from broker.process.settings import Settings
 from broker.services.loop import LoopService
 from broker.store.db.models import utcnow
 from broker.store.db.runtime import Database
+from broker.store.inventory.devices import count_new_shapes, has_uncounted_shapes
 from broker.store.forecast import untrusted_tenants
 from broker.store.scheduling import (CommitOutcome, Inventory, KeptClusters, PendingJobs, commit_cycle, engine_config,
                                      has_pending, read_inventory)
@@ -112,6 +113,10 @@ class SchedulerService(LoopService):
         with self.database.read() as session:
             if not has_pending(session):
                 return CommitOutcome()
+            new_demands = has_uncounted_shapes(session)
+        if new_demands:  # a device demand first made since the last cycle: count what every node holds of it first
+            with self.database.write() as session:
+                count_new_shapes(session)
         started, full_reads = time.perf_counter(), self.pending.full_reads
         with collector_off(self.pending.reads_all(self.now().timestamp())):  # the whole backlog comes in at once
             try:

@@ -25,6 +25,7 @@ def upgrade() -> None:
                     sa.Column('key', sa.String(length=64), nullable=False),
                     sa.Column('demand', JSON, nullable=False),
                     sa.Column('description', sa.Text(), nullable=False),
+                    sa.Column('counted', sa.Boolean(), nullable=False),
                     sa.PrimaryKeyConstraint('key', name=op.f('pk_device_shapes')))
     op.create_table('device_class_mappings',
                     sa.Column('resource', sa.String(length=253), nullable=False),

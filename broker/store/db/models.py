@@ -396,6 +396,7 @@ class DeviceShape(Base):
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     demand: Mapped[dict[str, Any]] = mapped_column(Json)
     description: Mapped[str] = mapped_column(Text)
+    counted: Mapped[bool] = mapped_column(Boolean, default=False)  # every member's nodes counted for it since it came
 
 
 class DeviceClassMapping(Base):

@@ -1,9 +1,10 @@
 """The device demands jobs make and the device-class quota mappings admins set, and what each node's devices hold of
 them (`clusters.device_use`), kept in the node rows' `device_use` beside the node's own resources.
 
-A demand is registered when a job first makes it (`register_shapes`): every member with devices is counted again for
-it at once, in the same transaction, so that the job's first cycle already sees which nodes can take it. A mapping
-changed counts every member again too. A member's sync counts its own nodes (`node_device_use`).
+A demand is registered when a job first makes it (`register_shapes`, in the submission's transaction); the scheduler
+counts every member with devices again before its next cycle (`count_new_shapes`), so that the job's first cycle
+sees which nodes can take it — not the submission, which would wait on every member's count. A mapping changed counts
+every member again at once (an admin's rare change). A member's sync counts its own nodes (`node_device_use`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def node_device_use(session: Session, devices: DeviceInventory) -> dict[str, dic
 
 
 def register_shapes(session: Session, demands: Iterable[DeviceDemand]) -> None:
-    """Make sure the inventory counts these demands; count every member with devices again if one is new."""
+    """Register the demands the inventory is to count (each pod demand, and a count per class it takes)."""
     wanted = {key: counted for d in demands for key, counted in d.counted().items()}
     if not wanted:
         return
@@ -58,9 +59,21 @@ def register_shapes(session: Session, demands: Iterable[DeviceDemand]) -> None:
     if not new:
         return
     for key, demand in new:  # a race with another submission of the same demand is harmless: the row is the same
-        session.merge(DeviceShape(key=key, demand=demand_record(demand), description=demand.describe()))
+        session.merge(DeviceShape(key=key, demand=demand_record(demand), description=demand.describe(),
+                                  counted=False))
     session.flush()
-    recount_devices(session)
+
+
+def has_uncounted_shapes(session: Session) -> bool:
+    return session.scalar(select(DeviceShape.key).where(DeviceShape.counted.is_(False)).limit(1)) is not None
+
+
+def count_new_shapes(session: Session) -> None:
+    """Count every member's devices again for the demands registered since the last count (the scheduler's)."""
+    new = list(session.scalars(select(DeviceShape.key).where(DeviceShape.counted.is_(False)).with_for_update()))
+    if new:
+        recount_devices(session)
+        session.execute(update(DeviceShape).where(DeviceShape.key.in_(new)).values(counted=True))
 
 
 def recount_devices(session: Session, cluster_ids: Sequence[int] | None = None) -> None:
