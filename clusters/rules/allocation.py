@@ -37,15 +37,8 @@ def device_of(row: Mapping[str, Any]) -> Device:
     """A device from its inventory row (`clusters.rules.devices`), or from a simulated ResourceSlice's device alike."""
     driver, pool = row["driver"], row["pool"]
     attributes = row.get("attributes") or {}
-    consumes = []
-    for entry in row.get("consumes") or ():
-        counters = {}
-        for name, value in (entry.get("counters") or {}).items():
-            try:
-                counters[name] = to_milli(value)
-            except ValueError:
-                continue
-        consumes.append((f"{driver}/{pool}/{entry.get('counter_set')}", counters))
+    consumes = [(f"{driver}/{pool}/{entry.get('counter_set')}", _milli(entry.get("counters")))
+                for entry in row.get("consumes") or ()]
     return Device(f"{driver}/{pool}/{row['device']}", driver, row.get("node"),
                   CelDevice.of(driver, attributes, row.get("capacity") or {}),
                   {(k if "/" in k else f"{driver}/{k}"): v for k, v in attributes.items()},
@@ -54,15 +47,17 @@ def device_of(row: Mapping[str, Any]) -> Device:
 
 def counters_of(counter_sets: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, int]]:
     """Counter sets (driver/pool/set -> {"counters": {name: quantity}}) in milli-units."""
-    out: dict[str, dict[str, int]] = {}
-    for name, row in counter_sets.items():
-        counters = {}
-        for counter, value in (row.get("counters") or {}).items():
-            try:
-                counters[counter] = to_milli(value)
-            except ValueError:
-                continue
-        out[name] = counters
+    return {name: _milli(row.get("counters")) for name, row in counter_sets.items()}
+
+
+def _milli(counters: Mapping[str, Any] | None) -> dict[str, int]:
+    """Counters in milli-units; one that is not a quantity is left out (a member's report is untrusted)."""
+    out = {}
+    for name, value in (counters or {}).items():
+        try:
+            out[name] = to_milli(value)
+        except ValueError:
+            continue
     return out
 
 

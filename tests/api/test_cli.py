@@ -281,3 +281,18 @@ def test_topology_recipes_from_the_cli(server, db, settings, tmp_path):
     assert "no topology recipe 'azure'; one of auto, archipelago, aws, gke, nvlink, racks" in unknown.output
     assert run("clusters", "topology", "eu-west", "--recipe", "auto").exit_code == 0
     assert run("recipes", "delete", "racks").output.strip() == "recipe racks deleted"
+
+
+def test_device_class_mappings_from_the_cli(server):
+    """An admin counts MIG slices as a quota resource, lists the mapping, is told in one line what is wrong with a
+    second mapping of the same class, and removes it."""
+    mapped = run("device-classes", "map", "nvidia.com/mig-1g.10gb", "--class", "mig-1g.10gb.gpu.nvidia.com")
+    assert mapped.exit_code == 0, mapped.output
+    listed = run("device-classes", "list").output
+    assert "RESOURCE" in listed and "nvidia.com/mig-1g.10gb" in listed and "mig-1g.10gb.gpu.nvidia.com" in listed
+    twice = run("device-classes", "map", "example.com/slices", "--class", "mig-1g.10gb.gpu.nvidia.com")
+    assert twice.exit_code == 1 and len(twice.output.strip().splitlines()) == 1
+    assert "already count as nvidia.com/mig-1g.10gb" in twice.output
+    assert run("device-classes", "unmap", "nvidia.com/mig-1g.10gb").output.strip() == \
+        "device-class mapping nvidia.com/mig-1g.10gb removed"
+    assert json.loads(run("device-classes", "list", "-o", "json").output) == []

@@ -45,8 +45,10 @@ def node_device_use(session: Session, devices: DeviceInventory) -> dict[str, dic
     """What a member's devices hold of every registered demand and mapping, per node (a sync's)."""
     if not devices.devices:
         return {}
-    return device_use(devices.devices, devices.counter_sets, devices.classes, demand_shapes(session),
-                      class_mappings(session))
+    shapes, mappings = demand_shapes(session), class_mappings(session)
+    if not shapes and not mappings:  # no job has claimed devices yet: nothing to count
+        return {}
+    return device_use(devices.devices, devices.counter_sets, devices.classes, shapes, mappings)
 
 
 def register_shapes(session: Session, demands: Iterable[DeviceDemand]) -> None:
