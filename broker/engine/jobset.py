@@ -139,8 +139,9 @@ class JobSpec(PlacementSpec):
 
 
 # `placement_record`'s format: a record of another version is not read (the manifest is parsed instead), so a change
-# to what `PlacementSpec` holds or means bumps it.
-PLACEMENT_RECORD_VERSION = 2
+# to what `PlacementSpec` holds or means bumps it. 3: a part's `devices`. (The manifest alone does not say a job's
+# device demands — its claim templates do, `broker.engine.claims`: the next bump must read them too.)
+PLACEMENT_RECORD_VERSION = 3
 
 
 def on_control_planes(spec: JobSpec) -> JobSpec:

@@ -237,9 +237,9 @@ def test_jobs_of_one_template_share_one_record():
     assert placement_record(first) == placement_record(second)
 
 
-@pytest.mark.parametrize("text", ['{"v": 0, "parts": []}', '[]', 'null'])
+@pytest.mark.parametrize("text", ['{"v": 2, "parts": []}', '[]', 'null'])
 def test_a_record_of_another_version_is_not_read(text):
-    with pytest.raises(ValueError, match="not a version 2 placement record"):
+    with pytest.raises(ValueError, match="not a version 3 placement record"):
         from_placement_record(text)
 
 
@@ -247,9 +247,9 @@ def test_what_a_record_of_this_version_says_is_fixed():
     """Pending jobs keep the records submission stored: if parsing comes to read a manifest otherwise (or the record
     to hold more), this fails — bump PLACEMENT_RECORD_VERSION (records of the old one are then read from their
     manifests) and write the new record here."""
-    assert PLACEMENT_RECORD_VERSION == 2
+    assert PLACEMENT_RECORD_VERSION == 3
     assert json.loads(placement_record(parse_jobset(_everything()))) == {
-        "v": 2, "placement": "split",
+        "v": 3, "placement": "split",
         "clusterSelector": [["region", "In", ["eu", "us"]], ["legacy", "DoesNotExist", []], ["tier", "Gt", ["1"]]],
         "topologyMode": "hard", "highestTierAllowed": 2,
         "parts": [
@@ -259,7 +259,7 @@ def test_what_a_record_of_this_version_says_is_fixed():
                              {"key": "spot", "operator": "Equal", "value": "yes", "effect": "NoExecute",
                               "tolerationSeconds": 60}],
              "nodeSelector": {"zone": "a", "pool": "train"}, "exclusiveTopology": "topology.example.com/block",
-             "controlPlane": False, "nodeAffinity": [[[["gpu", "In", ["h100", "a100"]], ["rank", "Gt", ["3"]]],
+             "controlPlane": False, "devices": None, "nodeAffinity": [[[["gpu", "In", ["h100", "a100"]], ["rank", "Gt", ["3"]]],
                                [["metadata.name", "NotIn", ["bad-node"]]]],
                               [[["spare", "DoesNotExist", []]], []]]},
             {"name": "eval", "replicas": 1, "parallelism": 1, "completions": None,
@@ -268,4 +268,4 @@ def test_what_a_record_of_this_version_says_is_fixed():
                              {"key": "spot", "operator": "Equal", "value": "yes", "effect": "NoExecute",
                               "tolerationSeconds": 60}],
              "nodeSelector": {}, "exclusiveTopology": "topology.example.com/block", "controlPlane": False,
-             "nodeAffinity": None}]}
+             "devices": None, "nodeAffinity": None}]}

@@ -348,7 +348,7 @@ def test_a_manifest_that_no_longer_parses_says_so(db, setup, scheduler, record):
     with setup() as session:
         add_cluster(session, "eu-west")
         job = submit(session, add_queue(session), "broken")
-        other_version = job.placement_spec.replace('"v":2,', '"v":0,', 1)  # a record the scheduler could read but for it
+        other_version = job.placement_spec.replace('"v":3,', '"v":0,', 1)  # a record the scheduler could read but for it
         job.manifest = {**job.manifest, "kind": "Deployment"}
         job.placement_spec = None if record == "none" else other_version
     scheduler.run_once()
