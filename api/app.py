@@ -19,6 +19,7 @@ from sqlalchemy import text
 from swagger_ui_bundle import swagger_ui_path
 
 import broker
+from api.audit import AuditTrail
 from api.deps import SessionDep, SettingsDep, bearer, get_principal
 from api.kube.routes import router as kube_router
 from api.problems import Problem, install_problem_handlers, problem_response
@@ -143,6 +144,7 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
     app.add_middleware(TrustedBodies)  # the first added is the innermost: what is counted in flight is trusted
     app.add_middleware(SecurityHeaders)
     app.add_middleware(RequestsInFlight)
+    app.add_middleware(AuditTrail)  # outermost: a request refused at the door is recorded too
     app.state.settings = settings
     app.state.capacity = CapacityCache(lambda: app.state.db.read())
     app.state.fleet_forecast = FleetForecast(settings)  # a dry run's "would start about 14:20"

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
+from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from api import schemas
 from api.deps import AdminDep, DatabaseDep, PrincipalDep, SessionDep, SettingsDep
 from api.schemas import problems
 from api.views import queue_out
 from broker.engine.placement.fairness import dominant_share, lent
-from broker.store import tenancy
+from broker.store import audit, tenancy
 from broker.store.db.models import Queue, Tenant
 from broker.store.errors import NotFound
 from clusters.rules.quantity import add_into
@@ -160,3 +161,17 @@ def list_tokens(session: SessionDep, _: AdminDep):
 def revoke_token(token_id: schemas.ObjectId, database: DatabaseDep, _: AdminDep):
     with database.write() as session:
         return _token_out(*tenancy.revoke_token(session, token_id))
+
+
+@router.get("/audit", tags=["audit"], responses=problems(*AUTH_ERRORS, 422),
+            summary="The audit trail: every change asked through the API, who asked, from where, how it ended (admins)")
+def list_audit(session: SessionDep, _: AdminDep,
+               actor: str | None = Query(None, description='"admin", "token 12 (tenant research)", "anonymous"'),
+               tenant: str | None = None,
+               outcome: str | None = Query(None, description="succeeded, refused or failed"),
+               since: datetime | None = None, limit: int = Query(100, ge=1, le=audit.MAX_PAGE),
+               before: int | None = Query(None, description="the `next` of the previous page")) -> dict[str, Any]:
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=timezone.utc)
+    return audit.list_audit(session, actor=actor, tenant=tenant, outcome=outcome, since=since, limit=limit,
+                            before=before)

@@ -13,6 +13,7 @@ from broker.cli.jobs import jobs_app, queues_app, submit, tenants_app, tokens_ap
 from broker.cli.kubeconfig import kubeconfig
 from broker.cli.local import fail, one_line_errors
 from broker.cli.overrides import overrides_app
+from broker.cli.audit import audit
 from broker.cli.devices import device_classes_app
 from broker.cli.recipes import recipes_app
 
@@ -32,6 +33,7 @@ app.add_typer(recipes_app, name="recipes")
 app.add_typer(device_classes_app, name="device-classes")
 app.command()(submit)
 app.command()(kubeconfig)
+app.command()(audit)
 
 
 @app.callback()

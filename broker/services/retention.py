@@ -32,9 +32,10 @@ class RetentionService(LoopService):
                 pruned = prune_batch(session, before)
             total.jobs += pruned.jobs
             total.events += pruned.events
+            total.audit += pruned.audit
             if not pruned.full:
                 break
-        if total.jobs or total.events:
-            log.info("retention: deleted %d finished jobs and %d events from before %s", total.jobs, total.events,
-                     before.isoformat())
+        if total.jobs or total.events or total.audit:
+            log.info("retention: deleted %d finished jobs, %d events and %d audit records from before %s", total.jobs,
+                     total.events, total.audit, before.isoformat())
         return total

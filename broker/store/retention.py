@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from broker.store.audit import prune_audit
 from broker.store.db.models import JOB_FINISHED_STATES, Event, Job
 from broker.store.outbox import lock_job_rows
 
@@ -19,11 +20,12 @@ BATCH = 1000  # rows of a table deleted in one transaction
 class Pruned:
     jobs: int = 0
     events: int = 0
+    audit: int = 0
 
     @property
     def full(self) -> bool:
         """A batch was full: more may be left."""
-        return self.jobs == BATCH or self.events == BATCH
+        return BATCH in (self.jobs, self.events, self.audit)
 
 
 def history_from(now: datetime, retention_days: float) -> datetime | None:
@@ -32,8 +34,8 @@ def history_from(now: datetime, retention_days: float) -> datetime | None:
 
 
 def prune_batch(session: Session, before: datetime) -> Pruned:
-    """Delete up to BATCH jobs finished before `before` (and their placements) and BATCH events older than it;
-    the caller commits. A job still live, however old, is never touched."""
+    """Delete up to BATCH jobs finished before `before` (and their placements), and BATCH events and BATCH audit
+    records older than it; the caller commits. A job still live, however old, is never touched."""
     job_ids = session.scalars(select(Job.id).where(Job.state.in_(JOB_FINISHED_STATES), Job.finished_at < before)
                               .order_by(Job.finished_at).limit(BATCH)).all()
     if job_ids:  # their placements go with them (ON DELETE CASCADE), after their jobs, as every batch locks them
@@ -42,4 +44,4 @@ def prune_batch(session: Session, before: datetime) -> Pruned:
     event_ids = session.scalars(select(Event.id).where(Event.time < before).order_by(Event.time).limit(BATCH)).all()
     if event_ids:
         session.execute(delete(Event).where(Event.id.in_(event_ids)))
-    return Pruned(len(job_ids), len(event_ids))
+    return Pruned(len(job_ids), len(event_ids), prune_audit(session, before, BATCH))

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from broker.engine.placement.fairness import fair_shares
 from broker.store import events
+from broker.store.audit import heard
 from broker.store.db.models import (JOB_FINISHED_STATES, PLACEMENT_ACTIVE_STATES, PREEMPTION_POLICIES, RECLAIM_POLICIES,
                                     FAIR_SHARE_PREEMPTION_POLICIES, POD_SECURITY_LEVELS, Job, Placement, Queue, Tenant,
                                     Token, as_utc, utcnow)
@@ -371,6 +372,7 @@ def hash_token(token: str) -> str:
 def authenticate(session: Session, admin_token: str | None, token: str) -> Principal | None:
     """The principal of a live token; None for an unknown, revoked or expired one."""
     if admin_token and hmac.compare_digest(token.encode(), admin_token.encode()):
+        heard("admin", None, None)
         return Principal("admin")
     # The Tenant rides along: it lands in the session's identity map, where the request finds it again.
     row = session.execute(_TOKEN_AND_TENANT, {"token_hash": hash_token(token)}).one_or_none()
@@ -380,6 +382,7 @@ def authenticate(session: Session, admin_token: str | None, token: str) -> Princ
     session.info["tenant"] = tenant  # the identity map holds objects weakly; this keeps it for the request
     if not _live(stored.revoked_at, stored.expires_at):
         return None
+    heard(stored.role, tenant.name if tenant else None, stored.id)
     return Principal(stored.role, stored.tenant_id, tenant.name if tenant else None)
 
 
@@ -410,7 +413,8 @@ class Submitter:
 
 _SUBMITTER_COLUMNS = (Tenant.id, Tenant.name, Tenant.namespaces, Tenant.pod_security, Queue.id, Queue.name, Queue.is_default)
 # Built once, as _TOKEN_AND_TENANT: one row per queue of the token's tenant (one row, tenant NULL, for an admin token).
-_TOKEN_AND_SUBMITTER = (select(Token.role, Token.revoked_at, Token.expires_at, *_SUBMITTER_COLUMNS)
+_TOKEN_AND_SUBMITTER = (select(Token.id.label("token_id"), Token.role, Token.revoked_at, Token.expires_at,
+                               *_SUBMITTER_COLUMNS)
                         .outerjoin(Tenant, Token.tenant_id == Tenant.id).outerjoin(Queue, Queue.tenant_id == Tenant.id)
                         .where(Token.token_hash == bindparam("token_hash")))
 _SUBMITTER_NAMED = (select(*_SUBMITTER_COLUMNS).outerjoin(Queue, Queue.tenant_id == Tenant.id)
@@ -431,11 +435,13 @@ def authenticate_submitter(session: Session, admin_token: str | None,
     """`authenticate` for a submission: the principal and, for a tenant's token, the tenant it submits for, in one
     query; None for an unknown, revoked or expired token."""
     if admin_token and hmac.compare_digest(token.encode(), admin_token.encode()):
+        heard("admin", None, None)
         return Principal("admin"), None
     rows = session.connection().execute(_TOKEN_AND_SUBMITTER, {"token_hash": hash_token(token)}).all()
     if not rows or not _live(rows[0].revoked_at, rows[0].expires_at):
         return None
     submitter = _submitter(rows)
+    heard(rows[0].role, submitter and submitter.name, rows[0].token_id)
     return Principal(rows[0].role, submitter and submitter.id, submitter and submitter.name), submitter
 
 

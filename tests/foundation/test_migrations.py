@@ -89,7 +89,7 @@ def test_serve_refuses_a_schema_behind_its_migrations_and_runs_beside_one_ahead(
                      ARCHIPELAGO_SECRET_KEY=Fernet.generate_key().decode())
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip() == ("archipelago: the database schema is at 0013_job_placement_spec; this broker needs "
-                    "0020_device_demands: run `archipelago db upgrade` first")
+                    "0021_audit: run `archipelago db upgrade` first")
     migrate.upgrade(engine)
     migrate.require_head(engine)  # at head
     with engine.begin() as connection:  # a newer replica's migration, unknown to this code

@@ -443,6 +443,25 @@ class Event(Base):
     message: Mapped[str] = mapped_column(Text)
 
 
+class AuditRecord(Base):
+    """Append-only: one change an admin or a tenant asked for through the API — who, from where, what, and how it
+    ended — written in the change's own transaction (a refusal in one of its own): `broker.store.audit`."""
+
+    __tablename__ = "audit_records"
+    __table_args__ = (Index(None, "time"), Index(None, "actor", "time"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    time: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    actor: Mapped[str] = mapped_column(String(128))  # admin, token 12 (admin), token 15 (tenant research), anonymous
+    tenant: Mapped[str | None] = mapped_column(String(63))  # the tenant a tenant's token speaks for
+    source: Mapped[str] = mapped_column(String(64))  # the client's address
+    method: Mapped[str] = mapped_column(String(8))
+    path: Mapped[str] = mapped_column(String(2048))
+    route: Mapped[str | None] = mapped_column(String(256))  # the route's template, e.g. /api/v1/queues/{name}
+    status: Mapped[int] = mapped_column(Integer)  # the answer's status (200 when committed before it was sent)
+    outcome: Mapped[str] = mapped_column(String(16))  # succeeded, refused, failed
+
+
 class Lease(Base):
     """What one replica at a time may do (the loop services: `leader`): its holder until `expires_at`, and a
     fencing token that grows with every new holder, which each of the holder's commits checks."""

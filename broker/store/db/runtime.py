@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from broker.process.courtesy import REQUESTS_FIRST
 from broker.process.settings import Settings
+from broker.store.audit import record_change
 from broker.store.db import migrate
 from broker.store.db.session import WRITE_LOCK, check_connection, make_engine, make_sessionmaker
 
@@ -151,9 +152,12 @@ class Database:
             self._writing.depth = getattr(self._writing, "depth", 0) + 1
             try:
                 yield session
+                audited = record_change(session)  # a request's change and its audit record: one commit
                 if self.fence is not None:
                     self.fence.check(session)
                 session.commit()
+                if audited is not None:
+                    audited.written = True
             finally:
                 self._writing.depth -= 1
 
