@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import logging
 import secrets
+import time
 from contextlib import asynccontextmanager
 from typing import Annotated
 
@@ -28,7 +29,7 @@ from api.schemas import problems
 from api.trust import TrustedBodies
 from broker.process.courtesy import REQUESTS_FIRST, RequestsFirst
 from broker.process.logs import configure_logging
-from broker.process.metrics import exposition
+from broker.process.metrics import API_REQUEST_SECONDS, exposition
 from broker.process.settings import Settings, get_settings
 from broker.services import replica, serving_heap
 from broker.store.capacity import CapacityCache
@@ -68,6 +69,28 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+class ApiLatency:
+    """Pure ASGI: each request's time to its answer's start, by method, route template and status class
+    (`archipelago_api_request_seconds`); a watch's stream is not timed past its start."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+
+        async def timed(message) -> None:
+            if message["type"] == "http.response.start":
+                route = getattr(scope.get("route"), "path", None) or "unmatched"
+                API_REQUEST_SECONDS.labels(scope["method"], route, f"{message['status'] // 100}xx").observe(
+                    time.perf_counter() - started)
+            await send(message)
+
+        await self.app(scope, receive, timed)
 
 
 class RequestsInFlight:
@@ -144,6 +167,7 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
     app.add_middleware(TrustedBodies)  # the first added is the innermost: what is counted in flight is trusted
     app.add_middleware(SecurityHeaders)
     app.add_middleware(RequestsInFlight)
+    app.add_middleware(ApiLatency)
     app.add_middleware(AuditTrail)  # outermost: a request refused at the door is recorded too
     app.state.settings = settings
     app.state.capacity = CapacityCache(lambda: app.state.db.read())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Callable, ContextManager
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -9,7 +10,7 @@ from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from broker.store.db.models import LEADER, Cluster, Job, Lease, Queue
+from broker.store.db.models import LEADER, Cluster, Event, Job, Lease, Queue, as_utc, utcnow
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -34,6 +35,9 @@ MEMBER_ERRORS = Counter("archipelago_member_errors", "Failed requests to member 
 STATUS_LAG_SECONDS = Histogram(
     "archipelago_status_lag_seconds", "Time from a status change on a member to the broker's inventory",
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=REGISTRY)
+API_REQUEST_SECONDS = Histogram(
+    "archipelago_api_request_seconds", "Time from a request's arrival to its answer's start, by route and status class",
+    ["method", "route", "code"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=REGISTRY)
 
 
 class InventoryCollector:
@@ -50,6 +54,12 @@ class InventoryCollector:
         clusters = GaugeMetricFamily("archipelago_clusters", "Member clusters by state", labels=["state"])
         token = GaugeMetricFamily("archipelago_leader_fencing_token", "The leader lease's fencing token: it grows by "
                                   "one with every new leader, whichever replica is scraped")
+        waited = GaugeMetricFamily("archipelago_queue_oldest_wait_seconds", "How long the oldest Queued job of each "
+                                   "queue has waited (its id, or its name as for the depth)", labels=["queue"])
+        member = GaugeMetricFamily("archipelago_cluster_state", "1 for each member cluster's state",
+                                   labels=["cluster", "state"])
+        evictions = GaugeMetricFamily("archipelago_startup_evictions_last_hour", "Placements evicted in the last hour "
+                                      "because their pods were not all ready within the startup timeout")
         if self.sessions is not None:
             with self.sessions() as session:
                 for state, count in session.execute(select(Job.state, func.count()).group_by(Job.state)):
@@ -62,7 +72,15 @@ class InventoryCollector:
                 for state, count in session.execute(select(Cluster.state, func.count()).group_by(Cluster.state)):
                     clusters.add_metric([state], count)
                 token.add_metric([], session.scalar(select(Lease.token).where(Lease.name == LEADER)) or 0)
-        yield from (jobs, depth, clusters, token)
+                now = utcnow()
+                for queue, oldest in session.execute(select(label, func.min(Job.submitted_at)).join(
+                        Job, (Job.queue_id == Queue.id) & (Job.state == "Queued")).group_by(label)):
+                    waited.add_metric([str(queue)], max(0.0, (now - as_utc(oldest)).total_seconds()))
+                for name, state in session.execute(select(Cluster.name, Cluster.state)):
+                    member.add_metric([name, state], 1)
+                evictions.add_metric([], session.scalar(select(func.count(Event.id)).where(
+                    Event.kind == "job", Event.reason == "Evicted", Event.time >= now - timedelta(hours=1))) or 0)
+        yield from (jobs, depth, clusters, token, waited, member, evictions)
 
 
 INVENTORY = InventoryCollector()
