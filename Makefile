@@ -19,8 +19,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/archipelago demo
 
-test: $(STAMP) chromium test-min-client
+test: $(STAMP) chromium tests/identity/node_modules/.installed test-min-client
 	$(BIN)/python -m pytest
+
+# The identity tests run a real OpenID provider (panva's oidc-provider, OpenID Certified) with Node.js, from the npm
+# registry; Node.js itself comes from Debian's packages when missing (as root).
+tests/identity/node_modules/.installed: tests/identity/package.json tests/identity/package-lock.json
+	@command -v npm >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }; } || \
+		{ echo "the identity tests need Node.js and npm: install them"; exit 1; }
+	cd tests/identity && npm ci --silent --no-audit --no-fund
+	touch $@
 
 # The member client against the oldest `kubernetes` package pyproject.toml allows, in a venv of its own:
 # its tests need only the simulator (--noconftest: no database, no browser).

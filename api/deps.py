@@ -8,8 +8,10 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
+from api.identity import verifier_for
 from api.problems import Problem
 from broker.process.settings import Settings
+from broker.store.errors import IdentityRefused
 from broker.store.db.runtime import Database
 from broker.store.tenancy import Principal, Submitter, authenticate, authenticate_submitter
 
@@ -41,22 +43,36 @@ bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <token
 CredentialsDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
-def get_principal(session: SessionDep, settings: SettingsDep, credentials: CredentialsDep) -> Principal:
-    return principal_of(session, settings, credentials)
+def get_principal(request: Request, session: SessionDep, settings: SettingsDep,
+                  credentials: CredentialsDep) -> Principal:
+    return principal_of(session, settings, credentials, chosen_tenant(request))
 
 
-def principal_of(session: Session, settings: Settings, credentials: HTTPAuthorizationCredentials | None) -> Principal:
+def chosen_tenant(request: Request) -> str | None:
+    """The tenant a signed-in user in several names for this request (the `tenant` parameter, or the header)."""
+    return request.headers.get("x-archipelago-tenant") or request.query_params.get("tenant")
+
+
+def principal_of(session: Session, settings: Settings, credentials: HTTPAuthorizationCredentials | None,
+                 tenant: str | None = None) -> Principal:
     """Who is asking, or a 401; for a route that opens its session itself (one trip through the thread pool)."""
-    principal = authenticate(session, settings.admin_token, _bearer(credentials))
+    try:
+        principal = authenticate(session, settings.admin_token, _bearer(credentials), verifier_for(settings), tenant)
+    except IdentityRefused as exc:
+        raise Problem(401, str(exc), headers=_CHALLENGE) from None
     if principal is None:
         raise _unknown_token()
     return principal
 
 
-def submitter_of(session: Session, settings: Settings,
-                 credentials: HTTPAuthorizationCredentials | None) -> tuple[Principal, Submitter | None]:
+def submitter_of(session: Session, settings: Settings, credentials: HTTPAuthorizationCredentials | None,
+                 tenant: str | None = None) -> tuple[Principal, Submitter | None]:
     """`principal_of` for a submission: with a tenant's token, also the tenant it submits for (one query)."""
-    found = authenticate_submitter(session, settings.admin_token, _bearer(credentials))
+    try:
+        found = authenticate_submitter(session, settings.admin_token, _bearer(credentials), verifier_for(settings),
+                                       tenant)
+    except IdentityRefused as exc:
+        raise Problem(401, str(exc), headers=_CHALLENGE) from None
     if found is None:
         raise _unknown_token()
     return found

@@ -16,9 +16,11 @@ from typing import Any, Callable
 
 import anyio
 
+from api.identity import verifier_for
 from api.kube.errors import KubeError
 from api.problems import problem_response
 from broker.store.inventory import agent_cluster
+from broker.store.errors import IdentityRefused
 from broker.store.tenancy import authenticate
 
 AGENT_PREFIX = "/api/v1/agent/"
@@ -93,6 +95,13 @@ def _lookup(state: Any, agent: bool, token: str) -> bool:
     with state.db.read() as session:
         if agent:
             return agent_cluster(session, token) is not None
+        verifier = verifier_for(state.settings)
+        if verifier is not None and verifier.takes(token):  # an ID token: known if the provider signed it for us
+            try:
+                verifier.verify(token)
+            except IdentityRefused:
+                return False
+            return True
         return authenticate(session, state.settings.admin_token, token) is not None
 
 

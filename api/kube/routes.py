@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from api.deps import SessionDep, SettingsDep
 from api.kube import resource
 from api.kube.apply import check_apply, unchanged
+from api.identity import verifier_for
 from api.kube.errors import KubeError, forbidden, from_broker, not_found
 from api.kube.objects import STATUS_ANNOTATIONS, core_event, render, table, uid_of, watermark
 from api.kube.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
@@ -32,7 +33,7 @@ from api.problems import Problem
 from api.routes.jobs import BodyDep, decode_jobsets
 from broker.store import jobs as job_service
 from broker.store.db.models import Event, Job, Tenant
-from broker.store.errors import Conflict, Invalid, NotFound
+from broker.store.errors import Conflict, IdentityRefused, Invalid, NotFound
 from broker.store.tenancy import Principal, Submitter, authenticate, submitter_named
 from clusters.rules.documents import DocumentError, load_json, load_yaml_all
 from clusters.rules.labels import parse_selector
@@ -88,7 +89,12 @@ class Caller:
 
 def get_caller(request: Request, session: SessionDep, settings: SettingsDep) -> Caller:
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    principal = authenticate(session, settings.admin_token, token) if scheme.lower() == "bearer" and token else None
+    try:
+        principal = authenticate(session, settings.admin_token, token, verifier_for(settings),
+                                 request.headers.get("x-archipelago-tenant")) \
+            if scheme.lower() == "bearer" and token else None
+    except IdentityRefused as exc:
+        raise KubeError(401, f"Unauthorized: {exc}") from None
     if principal is None:
         raise KubeError(401, "Unauthorized")
     tenant = session.info.get("tenant")

@@ -9,4 +9,5 @@ ROUTER_MODULES = [
     "tenants",
     "overrides",
     "dashboard",
+    "sso",
 ]

@@ -15,6 +15,7 @@ from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from api.deps import PrincipalDep, SessionDep
+from api.identity import verifier_for
 from api.problems import Problem
 from api.schemas import problems
 from broker.store import inventory, tenancy
@@ -50,7 +51,8 @@ for _path, _template, _nav, _title in PAGES:
 
 @router.get("/login", response_class=HTMLResponse, include_in_schema=False)
 def login_page(request: Request):
-    return templates.TemplateResponse(request, "login.html", {"nav": None, "title": "Sign in"})
+    sso = verifier_for(request.app.state.settings) is not None
+    return templates.TemplateResponse(request, "login.html", {"nav": None, "title": "Sign in", "sso": sso})
 
 
 @router.get("/clusters/{name}", response_class=HTMLResponse, include_in_schema=False)

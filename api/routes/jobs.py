@@ -102,7 +102,7 @@ def submit(request: Request, credentials: CredentialsDep, body: BodyDep,
     # before the write lock, a first read taking a second; not for a request with no token (answered 401 below)
     capacity = request.app.state.capacity.get() if credentials is not None else None
     with request.app.state.db.write() as session:
-        principal, own = submitter_of(session, settings, credentials)
+        principal, own = submitter_of(session, settings, credentials, tenant)
         manifests, batch = decode_jobsets(request.headers.get("content-type", ""), body)
         owner = _submitting_tenant(session, principal, own, tenant)
         accepted = job_service.accept_jobs(owner, manifests, settings, capacity, queue_override=queue, batch=batch,
@@ -118,7 +118,7 @@ def submit(request: Request, credentials: CredentialsDep, body: BodyDep,
 def dry_run(request: Request, session: SessionDep, credentials: CredentialsDep, body: BodyDep, settings: SettingsDep,
             tenant: str | None = Query(None, description="the tenant to ask for (admins only)"),
             queue: str | None = Query(None, description="overrides the kueue.x-k8s.io/queue-name label")):
-    principal, own = submitter_of(session, settings, credentials)
+    principal, own = submitter_of(session, settings, credentials, tenant)
     manifests, batch = decode_jobsets(request.headers.get("content-type", ""), body)
     if any(isinstance(m, dict) and m.get("kind") == TEMPLATE_KIND for m in manifests):
         raise Invalid("", "a dry run of a JobSet with ResourceClaimTemplates is not supported yet: submit it, and "

@@ -5,6 +5,8 @@
   const input = document.getElementById("token");
   const error = document.getElementById("login-error");
   input.focus();
+  const sso = document.getElementById("sso");  // single sign-on, where configured: back to the same page after it
+  if (sso) sso.href = "/login/sso?next=" + encodeURIComponent(new URLSearchParams(location.search).get("next") || "/");
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     error.textContent = "";
@@ -13,6 +15,8 @@
       error.textContent = answer.status === 401 ? "This token is unknown, revoked or expired." :
         "The broker answered " + answer.status + "; try again.";
       input.focus();
+  const sso = document.getElementById("sso");  // single sign-on, where configured: back to the same page after it
+  if (sso) sso.href = "/login/sso?next=" + encodeURIComponent(new URLSearchParams(location.search).get("next") || "/");
       return;
     }
     sessionStorage.setItem("archipelago.token", input.value.trim());

@@ -34,6 +34,21 @@ class Settings(BaseSettings):
     tls_certfile: FilePath | None = None
     tls_keyfile: FilePath | None = None
 
+    # Single sign-on: an OpenID provider whose ID tokens the API, the /k8s front door, the dashboard (authorization
+    # code with PKCE) and the CLI (device flow) accept, for this client id (their `aud`). The user is the
+    # `oidc_username_claim`; a member of a group in `oidc_admin_groups` is an admin; `oidc_group_tenants` maps the
+    # provider's groups to tenants (a user in several chooses per request: ?tenant= or X-Archipelago-Tenant).
+    oidc_issuer: str | None = None
+    oidc_client_id: str | None = None
+    oidc_username_claim: str = "email"
+    oidc_groups_claim: str = "groups"
+    oidc_admin_groups: list[str] = []
+    oidc_group_tenants: dict[str, str] = {}
+    oidc_clock_skew: float = Field(60.0, ge=0)  # seconds of leeway on exp, nbf and iat
+    oidc_ca_file: FilePath | None = None  # the issuer's CA, when not a public one
+    # the least seconds between two fetches of the issuer's keys for a token naming a key not seen (rotation)
+    oidc_key_refresh_cooldown: float = Field(5.0, ge=0)
+
     # Largest request body the API reads (a batch of JobSets), in bytes; bounded while it is read, on every route.
     max_request_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     # Most Kubernetes watches (/k8s ...?watch=true) one token holds open at once; one more gets 429.

@@ -46,12 +46,14 @@ class AuditEntry:
 AUDIT: ContextVar[AuditEntry | None] = ContextVar("archipelago_audit", default=None)
 
 
-def heard(role: str, tenant: str | None, token_id: int | None) -> None:
-    """Who the request's token speaks for (`broker.store.tenancy.authenticate`): the admin token of the settings, or
-    a stored token by its id."""
+def heard(role: str, tenant: str | None, token_id: int | None, user: str | None = None) -> None:
+    """Who the request's token speaks for (`broker.store.tenancy.authenticate`): the admin token of the settings, a
+    stored token by its id, or a user the OpenID provider vouches for."""
     entry = AUDIT.get()
     if entry is not None:
-        entry.actor = "admin" if token_id is None else f"token {token_id} ({role}{' ' + tenant if tenant else ''})"
+        what = f"({role}{' ' + tenant if tenant else ''})"
+        entry.actor = (f"oidc {user} {what}"[:128] if user is not None else "admin" if token_id is None
+                       else f"token {token_id} {what}")
         entry.tenant = tenant
 
 

@@ -20,3 +20,8 @@ class Invalid(ValueError):
         self.path = path
         self.message = message
         self.clusters = clusters
+
+
+class IdentityRefused(Exception):
+    """A bearer token that looks like an ID token of the configured OpenID provider but is not accepted, or speaks
+    for no tenant the broker knows: the message says why (a 401)."""
