@@ -15,6 +15,7 @@ from broker.cli.local import fail, one_line_errors
 from broker.cli.overrides import overrides_app
 from broker.cli.audit import audit
 from broker.cli.devices import device_classes_app
+from broker.cli.sso import login
 from broker.cli.recipes import recipes_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -34,6 +35,7 @@ app.add_typer(device_classes_app, name="device-classes")
 app.command()(submit)
 app.command()(kubeconfig)
 app.command()(audit)
+app.command()(login)
 
 
 @app.callback()

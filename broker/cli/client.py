@@ -8,7 +8,10 @@ config file's `certificate-authority:`), else against the system's.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +50,7 @@ class ApiClient:
         self.server = (server or os.environ.get("ARCHIPELAGO_SERVER") or config.get("server")
                        or DEFAULT_SERVER).rstrip("/")
         token = (token or os.environ.get("ARCHIPELAGO_TOKEN") or config.get("token")
-                 or os.environ.get("ARCHIPELAGO_ADMIN_TOKEN"))
+                 or os.environ.get("ARCHIPELAGO_ADMIN_TOKEN") or signed_in_token(self.server))
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         authority = (certificate_authority or command_authority or os.environ.get("ARCHIPELAGO_CERTIFICATE_AUTHORITY")
                      or config.get("certificate-authority"))
@@ -92,3 +95,65 @@ class ApiClient:
 
     def delete(self, path: str, **kwargs: Any) -> Any:
         return self.request("DELETE", path, **kwargs)
+
+
+# Single sign-on (`archipelago login`, broker.cli.sso): the ID token kept per broker -------------------------------
+
+SSO_FILE = "~/.config/archipelago/sso.json"
+EARLY = 60  # seconds before its expiry a token is refreshed
+
+
+def _path() -> Path:
+    return Path(os.environ.get("ARCHIPELAGO_SSO_FILE", SSO_FILE)).expanduser()
+
+
+def _load() -> dict[str, Any]:
+    try:
+        return json.loads(_path().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def save_sign_in(server: str, entry: dict[str, Any]) -> None:
+    path = _path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    kept = {**_load(), server: entry}
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        json.dump(kept, out)
+
+
+def _expires(id_token: str) -> float:
+    body = id_token.split(".")[1]
+    return float(json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))).get("exp", 0))
+
+
+def post_form(url: str, data: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    import httpx
+
+    try:
+        answer = httpx.post(url, data=data, timeout=30)
+    except httpx.HTTPError as exc:
+        raise ClientError(f"the OpenID provider at {url} does not answer: {exc}") from None
+    try:
+        return answer.status_code, answer.json()
+    except ValueError:
+        return answer.status_code, {"error": answer.text[:200]}
+
+
+def signed_in_token(server: str) -> str | None:
+    """The ID token `archipelago login` kept for this broker, refreshed if it is about to expire; None if none."""
+    entry = _load().get(server)
+    if not entry:
+        return None
+    if _expires(entry["id_token"]) - EARLY > time.time():
+        return entry["id_token"]
+    if not entry.get("refresh_token"):
+        raise ClientError("the sign-in has expired: run `archipelago login` again")
+    status, body = post_form(entry["token_endpoint"], {"grant_type": "refresh_token", "client_id": entry["client_id"],
+                                                   "refresh_token": entry["refresh_token"]})
+    if status != 200 or "id_token" not in body:
+        raise ClientError(f"the sign-in could not be refreshed ({body.get('error', status)}): run `archipelago login`")
+    entry = {**entry, "id_token": body["id_token"], "refresh_token": body.get("refresh_token", entry["refresh_token"])}
+    save_sign_in(server, entry)
+    return entry["id_token"]
