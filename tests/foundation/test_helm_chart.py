@@ -5,8 +5,10 @@ the plain manifests in deploy/ are its rendering."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+from unittest import mock
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,9 @@ HELM = str(Path(sys.executable).with_name("helm"))
 EVERYTHING = ["--set", "tls.enabled=true", "--set", "tls.certManager.enabled=true",
               "--set", "tls.certManager.issuerRef.name=letsencrypt", "--set", "serviceMonitor.enabled=true",
               "--set", "existingSecret=mine", "--set-json", 'networkPolicy.apiFrom=[{"namespaceSelector":{}}]',
-              "--set-json", 'extraEnv=[{"name":"ARCHIPELAGO_RETENTION_DAYS","value":"30"}]']
+              "--set-json", 'extraEnv=[{"name":"ARCHIPELAGO_RETENTION_DAYS","value":"30"}]',
+              "--set", "oidc.issuer=https://login.example.com", "--set", "oidc.clientId=archipelago",
+              "--set-json", 'oidc.groupTenants={"ml-research":"research"}']
 # Kinds of the Prometheus Operator and cert-manager: their CRDs are not in the Kubernetes schema
 CUSTOM = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("cert-manager.io/v1", "Certificate")}
 
@@ -105,6 +109,11 @@ def test_every_rendered_object_is_valid_for_its_kinds_schema(values):
         broker = deployment["spec"]["template"]["spec"]["containers"][0]
         assert broker["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
         assert {"name": "ARCHIPELAGO_RETENTION_DAYS", "value": "30"} in broker["env"]
+        env = {e["name"]: e["value"] for e in broker["env"]}
+        from broker.process.settings import Settings  # the broker reads what the chart sets
+        with mock.patch.dict(os.environ, {k: v for k, v in env.items() if k.startswith("ARCHIPELAGO_OIDC")}):
+            read = Settings()
+        assert (read.oidc_issuer, read.oidc_group_tenants) == ("https://login.example.com", {"ml-research": "research"})
 
 
 def test_a_wrong_value_is_caught_by_the_schema():
