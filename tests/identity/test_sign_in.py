@@ -77,7 +77,7 @@ def test_a_sign_in_not_started_here_is_refused(site, browser):  # noqa: F811
 
 
 def test_the_cli_signs_in_by_the_device_flow(site, browser, tmp_path):  # noqa: F811
-    url, _ = site
+    url, provider = site
     env = {**os.environ, "ARCHIPELAGO_SERVER": url, "ARCHIPELAGO_SSO_FILE": str(tmp_path / "sso.json"),
            "ARCHIPELAGO_CONFIG": str(tmp_path / "none.yaml")}
     for name in ("ARCHIPELAGO_TOKEN", "ARCHIPELAGO_ADMIN_TOKEN"):
@@ -105,3 +105,11 @@ def test_the_cli_signs_in_by_the_device_flow(site, browser, tmp_path):  # noqa: 
     listed = subprocess.run([*cli, "queues", "list", "-o", "json"], env=env, capture_output=True, text=True)
     assert listed.returncode == 0, listed.stderr
     assert [q["name"] for q in json.loads(listed.stdout)] == ["vision-q"]
+    # an ID token about to expire is refreshed with the refresh token the device flow gave
+    kept = json.loads((tmp_path / "sso.json").read_text())
+    assert kept[url]["refresh_token"]
+    expiring = provider.token("bob", lifetime=10)
+    (tmp_path / "sso.json").write_text(json.dumps({url: {**kept[url], "id_token": expiring}}))
+    again = subprocess.run([*cli, "queues", "list", "-o", "json"], env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert json.loads((tmp_path / "sso.json").read_text())[url]["id_token"] not in (expiring, kept[url]["id_token"])

@@ -93,3 +93,13 @@ def test_the_kubernetes_front_door_takes_id_tokens(api, provider):
     refused = api.get("/k8s/apis/jobset.x-k8s.io/v1alpha2/namespaces/research/jobsets",
                       headers={"Authorization": f"Bearer {provider.token('alice', lifetime=-3600)}"})
     assert refused.status_code == 401 and "expired" in refused.json()["message"]
+
+
+def test_a_signed_in_users_changes_are_audited_by_name(api, provider):
+    root = {"Authorization": f"Bearer {provider.token('root')}"}
+    assert api.patch("/api/v1/queues/research-q", json={"weight": 2}, headers=root).status_code == 200
+    alice = {"Authorization": f"Bearer {provider.token('alice')}"}
+    assert api.patch("/api/v1/queues/research-q", json={"weight": 3}, headers=alice).status_code == 403
+    trail = api.get("/api/v1/audit", params={"limit": 2}, headers=ADMIN).json()["items"]
+    assert [(r["actor"], r["outcome"]) for r in trail] == [("oidc alice@example.com (tenant research)", "refused"),
+                                                           ("oidc root@example.com (admin)", "succeeded")]
