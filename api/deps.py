@@ -13,7 +13,8 @@ from api.problems import Problem
 from broker.process.settings import Settings
 from broker.store.errors import IdentityRefused
 from broker.store.db.runtime import Database
-from broker.store.tenancy import Principal, Submitter, authenticate, authenticate_submitter
+from broker.store.authentication import authenticate, authenticate_submitter
+from broker.store.tenancy import Principal, Submitter
 
 
 def get_session(request: Request) -> Iterator[Session]:

@@ -21,7 +21,7 @@ from api.kube.errors import KubeError
 from api.problems import problem_response
 from broker.store.inventory import agent_cluster
 from broker.store.errors import IdentityRefused
-from broker.store.tenancy import authenticate
+from broker.store.authentication import authenticate
 
 AGENT_PREFIX = "/api/v1/agent/"
 KUBE_PREFIX = "/k8s"

@@ -11,9 +11,9 @@ import asyncio
 import json
 import time
 import weakref
-from typing import Annotated, Any, Callable
+from typing import Any, Callable
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
@@ -24,8 +24,8 @@ from starlette.concurrency import run_in_threadpool
 from api.deps import SessionDep, SettingsDep
 from api.kube import resource
 from api.kube.apply import check_apply, unchanged
-from api.identity import verifier_for
-from api.kube.errors import KubeError, forbidden, from_broker, not_found
+from api.kube.caller import Caller, CallerDep
+from api.kube.errors import KubeError, from_broker, not_found
 from api.kube.objects import STATUS_ANNOTATIONS, core_event, render, table, uid_of, watermark
 from api.kube.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from api.kube.watch import EventCursor, Scope, bookmark, changes, watch_slot
@@ -33,8 +33,8 @@ from api.problems import Problem
 from api.routes.jobs import BodyDep, decode_jobsets
 from broker.store import jobs as job_service
 from broker.store.db.models import Event, Job, Tenant
-from broker.store.errors import Conflict, IdentityRefused, Invalid, NotFound
-from broker.store.tenancy import Principal, Submitter, authenticate, submitter_named
+from broker.store.errors import Conflict, Invalid, NotFound
+from broker.store.tenancy import Principal, Submitter, submitter_named
 from clusters.rules.documents import DocumentError, load_json, load_yaml_all
 from clusters.rules.labels import parse_selector
 from clusters.rules.patches import merge_patch, strategic_merge_patch
@@ -70,38 +70,6 @@ class KubeRoute(APIRoute):
 
 router = APIRouter(prefix=PREFIX, route_class=KubeRoute, include_in_schema=False)
 
-
-class Caller:
-    """Who asks, and the namespaces they may use (None: every one, for an admin)."""
-
-    def __init__(self, principal: Principal, namespaces: list[str] | None) -> None:
-        self.principal, self.namespaces = principal, namespaces
-        self.user = "admin" if principal.is_admin else f"tenant:{principal.tenant_name}"
-
-    def scope(self, verb: str, namespace: str | None) -> list[str] | None:
-        """The namespaces a request covers; 403 outside the caller's."""
-        if namespace is None:
-            return self.namespaces
-        if self.namespaces is not None and namespace not in self.namespaces:
-            raise forbidden(self.user, verb, namespace)
-        return [namespace]
-
-
-def get_caller(request: Request, session: SessionDep, settings: SettingsDep) -> Caller:
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    try:
-        principal = authenticate(session, settings.admin_token, token, verifier_for(settings),
-                                 request.headers.get("x-archipelago-tenant")) \
-            if scheme.lower() == "bearer" and token else None
-    except IdentityRefused as exc:
-        raise KubeError(401, f"Unauthorized: {exc}") from None
-    if principal is None:
-        raise KubeError(401, "Unauthorized")
-    tenant = session.info.get("tenant")
-    return Caller(principal, None if principal.is_admin else list(tenant.namespaces if tenant else []))
-
-
-CallerDep = Annotated[Caller, Depends(get_caller)]
 
 
 # Discovery and OpenAPI ---------------------------------------------------------------------------

@@ -52,6 +52,8 @@ class ApiClient:
         token = (token or os.environ.get("ARCHIPELAGO_TOKEN") or config.get("token")
                  or os.environ.get("ARCHIPELAGO_ADMIN_TOKEN") or signed_in_token(self.server))
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if os.environ.get("ARCHIPELAGO_TENANT"):  # a signed-in user in several tenants acts for this one
+            headers["X-Archipelago-Tenant"] = os.environ["ARCHIPELAGO_TENANT"]
         authority = (certificate_authority or command_authority or os.environ.get("ARCHIPELAGO_CERTIFICATE_AUTHORITY")
                      or config.get("certificate-authority"))
         import ssl

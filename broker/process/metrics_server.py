@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from broker.process.metrics import exposition
 from broker.process.settings import Settings
 from broker.store.db.runtime import Database
-from broker.store.tenancy import authenticate
+from broker.store.authentication import authenticate
 
 
 def may_read_metrics(database: Database, settings: Settings, token: str | None) -> bool:

@@ -47,7 +47,7 @@ AUDIT: ContextVar[AuditEntry | None] = ContextVar("archipelago_audit", default=N
 
 
 def heard(role: str, tenant: str | None, token_id: int | None, user: str | None = None) -> None:
-    """Who the request's token speaks for (`broker.store.tenancy.authenticate`): the admin token of the settings, a
+    """Who the request's token speaks for (`broker.store.authentication.authenticate`): the admin token of the settings, a
     stored token by its id, or a user the OpenID provider vouches for."""
     entry = AUDIT.get()
     if entry is not None:

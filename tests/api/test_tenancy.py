@@ -162,7 +162,7 @@ def test_a_borrowing_limit_can_be_lifted_again(admin):
 
 def test_submissions_read_the_token_with_its_tenant_and_refuse_it_as_every_route_does(admin, db):
     """POST /jobs and its dry run read token, tenant and queues in one query of their own
-    (broker.store.tenancy.authenticate_submitter): a minted admin token names the tenant, a tenant's token its own, and
+    (broker.store.authentication.authenticate_submitter): a minted admin token names the tenant, a tenant's token its own, and
     revoked or expired tokens are refused there too."""
     admin.post("/api/v1/tenants", json={"name": "research"})
     minted = admin.post("/api/v1/tokens", json={"role": "tenant", "tenant": "research"}).json()
