@@ -204,7 +204,7 @@ def create_app(settings: Settings | None = None, database: Database | None = Non
                 credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> PlainTextResponse:
         token = settings.metrics_token
         if not (token and credentials and secrets.compare_digest(credentials.credentials.encode(), token.encode())):
-            if not get_principal(session, settings, credentials).is_admin:
+            if not get_principal(request, session, settings, credentials).is_admin:
                 raise Problem(403, "metrics need the metrics token (ARCHIPELAGO_METRICS_TOKEN) or an admin token",
                               title="Forbidden")
         return PlainTextResponse(exposition(request.app.state.db.read, queue_names=settings.metrics_queue_names),

@@ -113,3 +113,26 @@ def db(settings) -> Iterator[Database]:
     database = open_database(settings, upgrade=False)
     yield database
     database.dispose()
+
+
+# Debian's Chromium, one for the whole run (Playwright's sync API runs one per process): the dashboard's tests and the
+# identity tests' sign-ins share it.
+CHROMIUM = os.environ.get("ARCHIPELAGO_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's chromium driven by Playwright; a missing browser fails the run and says how to install it."""
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        pytest.fail(f"the browser tests need Chromium at {CHROMIUM}: install it with `apt-get install -y chromium` "
+                    "(as root; `make test` does this) or point ARCHIPELAGO_TEST_CHROMIUM at a Chromium binary",
+                    pytrace=False)
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=10_000)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()

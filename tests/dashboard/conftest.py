@@ -8,7 +8,6 @@ each loop one `run_once()` at a time, with the simulator's clock moving only whe
 
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +30,6 @@ from clusters.sim.testing import SimHandle, running_simulator
 from tests.api.jobsets import jobset
 from tests.servers import serving
 
-CHROMIUM = os.environ.get("ARCHIPELAGO_TEST_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
 VIEWPORT = {"width": 1366, "height": 768}
 ADMIN_TOKEN = "admin-test-token"
@@ -47,23 +43,6 @@ SCENARIO = {
          "zones": ["us-east-1a"]},
     ],
 }
-
-
-@pytest.fixture(scope="session")
-def browser():
-    """Debian's chromium driven by Playwright; a missing browser fails the run and says how to install it."""
-    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
-        pytest.fail(f"the browser tests need Chromium at {CHROMIUM}: install it with `apt-get install -y chromium` "
-                    "(as root; `make test` does this) or point ARCHIPELAGO_TEST_CHROMIUM at a Chromium binary",
-                    pytrace=False)
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=10_000)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @dataclass
@@ -192,4 +171,5 @@ def page(browser, federation):
 
 
 def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)

@@ -9,14 +9,15 @@ import os
 import re
 import subprocess
 import sys
+import time
 from typing import Iterator
 
 import httpx
+import jwt
 import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from tests.dashboard.conftest import browser  # noqa: F401 - Debian's Chromium, driven by Playwright
 from tests.identity.conftest import Provider, free_port, node_modules_present, sso_settings
 from tests.servers import serving
 
@@ -50,7 +51,7 @@ def sign_in_at_the_provider(page, user: str) -> None:
     page.locator("button[type=submit]", has_text="Continue").click()
 
 
-def test_a_user_signs_in_to_the_dashboard_and_sees_its_tenant(site, browser):  # noqa: F811
+def test_a_user_signs_in_to_the_dashboard_and_sees_its_tenant(site, browser):
     url, _ = site
     page = browser.new_page()
     try:
@@ -70,13 +71,13 @@ def test_a_user_signs_in_to_the_dashboard_and_sees_its_tenant(site, browser):  #
         page.close()
 
 
-def test_a_sign_in_not_started_here_is_refused(site, browser):  # noqa: F811
+def test_a_sign_in_not_started_here_is_refused(site, browser):
     url, _ = site
     answer = httpx.get(f"{url}/login/callback", params={"code": "stolen", "state": "guessed"})
     assert answer.status_code == 401 and "not started here" in answer.text
 
 
-def test_the_cli_signs_in_by_the_device_flow(site, browser, tmp_path):  # noqa: F811
+def test_the_cli_signs_in_by_the_device_flow(site, browser, tmp_path):
     url, provider = site
     env = {**os.environ, "ARCHIPELAGO_SERVER": url, "ARCHIPELAGO_SSO_FILE": str(tmp_path / "sso.json"),
            "ARCHIPELAGO_CONFIG": str(tmp_path / "none.yaml")}
@@ -112,4 +113,6 @@ def test_the_cli_signs_in_by_the_device_flow(site, browser, tmp_path):  # noqa: 
     (tmp_path / "sso.json").write_text(json.dumps({url: {**kept[url], "id_token": expiring}}))
     again = subprocess.run([*cli, "queues", "list", "-o", "json"], env=env, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
-    assert json.loads((tmp_path / "sso.json").read_text())[url]["id_token"] not in (expiring, kept[url]["id_token"])
+    refreshed = json.loads((tmp_path / "sso.json").read_text())[url]["id_token"]
+    assert refreshed != expiring  # the provider's, by the refresh token: it lasts its full hour
+    assert jwt.decode(refreshed, options={"verify_signature": False})["exp"] > time.time() + 600
