@@ -105,12 +105,14 @@ def sso_callback(request: Request, code: str = "", state: str = "", error: str =
             return _failed(request, f"the provider refused the code: {exchanged.text[:300]}")
         token = exchanged.json()["id_token"]
         claims = verifier.verify(token)
+        who = verifier.identity(token)
     except (IdentityRefused, httpx.HTTPError, KeyError, ValueError) as exc:
         return _failed(request, str(exc))
     if claims.get("nonce") != started["nonce"]:
         return _failed(request, "the ID token's nonce is not this sign-in's: start again")
     answer = templates.TemplateResponse(request, "signed_in.html", {"nav": None, "title": "Signed in",
-                                                                    "token": token, "next": started["next"]},
+                                                                    "token": token, "next": started["next"],
+                                                                    "tenants": ",".join(who.tenants)},
                                         headers={"Cache-Control": "no-store"})
     answer.delete_cookie(COOKIE, path="/login")
     return answer

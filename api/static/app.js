@@ -6,6 +6,13 @@ const AP = (() => {
   const POLL_MS = 2000;
 
   const token = () => sessionStorage.getItem(TOKEN_KEY);
+  // A signed-in user in several tenants acts for the one chosen in the top bar (single sign-on: sso.js)
+  const tenants = () => (sessionStorage.getItem("archipelago.tenants") || "").split(",").filter(Boolean);
+  const headers = (extra) => {
+    const chosen = sessionStorage.getItem("archipelago.tenant");
+    return { Authorization: "Bearer " + token(), Accept: "application/json",
+             ...(chosen ? { "X-Archipelago-Tenant": chosen } : {}), ...(extra || {}) };
+  };
   const toLogin = () => location.replace("/login?next=" + encodeURIComponent(location.pathname + location.search));
 
   class ApiError extends Error {
@@ -18,7 +25,7 @@ const AP = (() => {
       if (value === undefined || value === null || value === "") continue;
       for (const one of [].concat(value)) url.searchParams.append(key, one);
     }
-    const answer = await fetch(url, { headers: { Authorization: "Bearer " + token(), Accept: "application/json" } });
+    const answer = await fetch(url, { headers: headers() });
     if (answer.status === 401) {
       sessionStorage.removeItem(TOKEN_KEY);
       toLogin();
@@ -35,7 +42,7 @@ const AP = (() => {
   // A change an admin makes (PATCH, POST): the JSON body sent, the answer's JSON back, or an ApiError saying why.
   async function send(method, path, body) {
     const answer = await fetch(new URL("/api/v1" + path, location.origin), { method, body: JSON.stringify(body),
-      headers: { Authorization: "Bearer " + token(), Accept: "application/json", "Content-Type": "application/json" } });
+      headers: headers({ "Content-Type": "application/json" }) });
     if (!answer.ok) {
       let detail = answer.statusText;
       try { detail = (await answer.json()).detail || detail; } catch (_) { /* not JSON */ }
@@ -233,12 +240,22 @@ const AP = (() => {
   async function start() {
     if (!token()) { toLogin(); return false; }
     document.getElementById("logout").addEventListener("click", () => {
-      sessionStorage.removeItem(TOKEN_KEY);
+      for (const key of [TOKEN_KEY, "archipelago.tenants", "archipelago.tenant"]) sessionStorage.removeItem(key);
       location.assign("/login");
     });
     try {
       const me = await api("/whoami");
-      document.getElementById("whoami").textContent = me.role === "admin" ? "admin" : "tenant " + me.tenant;
+      const whoami = document.getElementById("whoami");
+      whoami.textContent = me.role === "admin" ? "admin" : "tenant " + me.tenant;
+      if (me.role !== "admin" && tenants().length > 1) {  // several tenants: choose which one this tab acts for
+        const choice = h("select", { id: "tenant-choice", "aria-label": "Act for tenant" },
+          ...tenants().map((name) => h("option", { value: name, selected: name === me.tenant }, name)));
+        choice.addEventListener("change", () => {
+          sessionStorage.setItem("archipelago.tenant", choice.value);
+          location.reload();
+        });
+        whoami.replaceChildren("tenant ", choice);
+      }
       AP.me = me;
     } catch (exc) { return false; }
     return true;

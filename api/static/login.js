@@ -20,6 +20,8 @@
       return;
     }
     sessionStorage.setItem("archipelago.token", input.value.trim());
+    sessionStorage.removeItem("archipelago.tenants");  // a pasted token speaks for one tenant, or is an admin's
+    sessionStorage.removeItem("archipelago.tenant");
     const next = new URL(new URLSearchParams(location.search).get("next") || "/", location.origin);
     // never off-site: a path that starts with two slashes ("/.//evil.test" becomes "//evil.test") names another host
     const onSite = next.origin === location.origin && !next.pathname.startsWith("//");

@@ -71,6 +71,25 @@ def test_a_user_signs_in_to_the_dashboard_and_sees_its_tenant(site, browser):
         page.close()
 
 
+def test_a_user_in_two_tenants_chooses_which_one_the_dashboard_acts_for(site, browser):
+    url, _ = site
+    page = browser.new_page()
+    try:
+        page.goto(f"{url}/login?next=/queues")
+        page.locator("#sso").click()
+        sign_in_at_the_provider(page, "carol")
+        page.wait_for_url(f"{url}/queues")
+        choice = page.locator("#tenant-choice")
+        assert choice.input_value() == "research"  # the first, until she chooses
+        page.locator("text=research-q").first.wait_for()
+        choice.select_option("vision")
+        page.locator("text=vision-q").first.wait_for()
+        assert page.locator("text=research-q").count() == 0
+        assert page.locator("#tenant-choice").input_value() == "vision"
+    finally:
+        page.close()
+
+
 def test_a_sign_in_not_started_here_is_refused(site, browser):
     url, _ = site
     answer = httpx.get(f"{url}/login/callback", params={"code": "stolen", "state": "guessed"})
