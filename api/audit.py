@@ -4,20 +4,45 @@ refused at the door (401 before its body is read) is recorded too. The request's
 change (`broker.store.audit`); one that committed nothing is recorded here once answered, with its status.
 
 Left out: a pull member's agent (its reports and heartbeats are no one's change) and dry runs (they change nothing).
+A request with no known token writes at most ANONYMOUS_PER_SECOND records a second in each process: a stranger's
+flood of requests must not become a flood of writes; the ones left out are counted
+(`archipelago_audit_anonymous_dropped_total`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from typing import Callable
 
 import anyio
 
 from api.trust import AGENT_PREFIX, KUBE_PREFIX
+from broker.process.metrics import AUDIT_ANONYMOUS_DROPPED
 from broker.store.audit import AUDIT, AuditEntry, record_answer
 
 log = logging.getLogger("archipelago.audit")
 
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+ANONYMOUS_PER_SECOND = 20
+
+
+class Budget:
+    """At most `per_second` takes in each second of `clock`."""
+
+    def __init__(self, per_second: int = ANONYMOUS_PER_SECOND, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_second, self.clock = per_second, clock
+        self._second, self._taken = None, 0
+
+    def take(self) -> bool:
+        second = int(self.clock())
+        if second != self._second:
+            self._second, self._taken = second, 0
+        self._taken += 1
+        return self._taken <= self.per_second
+
+
+ANONYMOUS = Budget()
 
 
 def audited(method: str, path: str, query: bytes) -> bool:
@@ -49,7 +74,9 @@ class AuditTrail:
             await self.app(scope, receive, sending)
         finally:
             AUDIT.reset(token)
-            if not entry.written:
+            if not entry.written and entry.actor == "anonymous" and not ANONYMOUS.take():
+                AUDIT_ANONYMOUS_DROPPED.inc()
+            elif not entry.written:
                 database = scope["app"].state.db
                 try:
                     await anyio.to_thread.run_sync(_record, database, entry, status)

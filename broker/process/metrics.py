@@ -38,6 +38,9 @@ STATUS_LAG_SECONDS = Histogram(
 API_REQUEST_SECONDS = Histogram(
     "archipelago_api_request_seconds", "Time from a request's arrival to its answer's start, by route and status class",
     ["method", "route", "code"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=REGISTRY)
+AUDIT_ANONYMOUS_DROPPED = Counter("archipelago_audit_anonymous_dropped",
+                                  "Requests with no known token not written to the audit trail (over its bound)",
+                                  registry=REGISTRY)
 
 
 class InventoryCollector:

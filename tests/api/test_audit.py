@@ -65,7 +65,10 @@ def test_a_change_is_recorded_with_its_actor_route_and_outcome(app, admin, db):
         assert session.scalar(select(Queue.nominal_quota).where(Queue.name == "training")) == {"nvidia.com/gpu": 8000}
 
 
-def test_a_request_refused_at_the_door_is_recorded_as_anonymous(app, db):
+def test_a_request_refused_at_the_door_is_recorded_as_anonymous(app, db, monkeypatch):
+    import api.audit
+
+    monkeypatch.setattr(api.audit, "ANONYMOUS", api.audit.Budget())  # not what earlier tests' strangers took
     with TestClient(app) as stranger:
         assert stranger.post("/api/v1/tenants", json={"name": "x"}).status_code == 401
         assert stranger.post("/api/v1/tenants", json={"name": "x"},
@@ -136,3 +139,20 @@ def test_the_kubernetes_front_doors_changes_are_recorded_too(admin, db):
     admin.post(base, params={"dryRun": "All"}, json={})
     admin.delete(f"{base}/nothing")
     assert [(r.method, r.path) for r in records(db)] == [("POST", base), ("DELETE", f"{base}/nothing")]
+
+
+def test_a_strangers_flood_is_not_a_flood_of_writes(app, db, monkeypatch):
+    """Requests with no known token: at most the bound's records a second, the others counted."""
+    import api.audit
+    from broker.process.metrics import AUDIT_ANONYMOUS_DROPPED
+
+    now = [1000.0]
+    monkeypatch.setattr(api.audit, "ANONYMOUS", api.audit.Budget(per_second=2, clock=lambda: now[0]))
+    dropped = AUDIT_ANONYMOUS_DROPPED._value.get()
+    with TestClient(app) as stranger:
+        for _ in range(5):
+            assert stranger.post("/api/v1/tenants", json={"name": "x"}).status_code == 401
+        now[0] += 1.0  # the next second
+        assert stranger.post("/api/v1/tenants", json={"name": "x"}).status_code == 401
+    assert [(r.actor, r.status) for r in records(db)] == [("anonymous", 401)] * 3
+    assert AUDIT_ANONYMOUS_DROPPED._value.get() - dropped == 3
