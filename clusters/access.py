@@ -36,6 +36,8 @@ _NEEDED = (
     (DRA_GROUP, "resourceslices", ("list", "watch")),
     (DRA_GROUP, "deviceclasses", ("list", "watch")),
     (DRA_GROUP, "resourceclaims", ("list", "watch")),
+    # dispatch: a job's claim templates, applied before its JobSet (clusters.claim_templates); they go with it (GC)
+    (DRA_GROUP, "resourceclaimtemplates", ("create", "patch")),
 )
 # Only where a cluster has its discovered tree written back to it as HyperNodes (`topology_write_back`), in a
 # ClusterRole of its own: the broker's grows only where a cluster opts in.

@@ -51,14 +51,20 @@ def sign_in_at_the_provider(page, user: str) -> None:
     page.locator("button[type=submit]", has_text="Continue").click()
 
 
+def signed_in_on_the_queues_page(browser, url: str, user: str):
+    """A tab that signed in by single sign-on from the sign-in page, back on the page it came for."""
+    page = browser.new_page()
+    page.goto(f"{url}/login?next=/queues")
+    page.locator("#sso").click()
+    sign_in_at_the_provider(page, user)
+    page.wait_for_url(f"{url}/queues")
+    return page
+
+
 def test_a_user_signs_in_to_the_dashboard_and_sees_its_tenant(site, browser):
     url, _ = site
-    page = browser.new_page()
+    page = signed_in_on_the_queues_page(browser, url, "alice")
     try:
-        page.goto(f"{url}/login?next=/queues")
-        page.locator("#sso").click()
-        sign_in_at_the_provider(page, "alice")
-        page.wait_for_url(f"{url}/queues")
         seen = page.evaluate("""async () => {
             const token = sessionStorage.getItem("archipelago.token");
             const get = async (path) => (await fetch(path, {headers: {Authorization: "Bearer " + token}})).json();
@@ -73,12 +79,8 @@ def test_a_user_signs_in_to_the_dashboard_and_sees_its_tenant(site, browser):
 
 def test_a_user_in_two_tenants_chooses_which_one_the_dashboard_acts_for(site, browser):
     url, _ = site
-    page = browser.new_page()
+    page = signed_in_on_the_queues_page(browser, url, "carol")
     try:
-        page.goto(f"{url}/login?next=/queues")
-        page.locator("#sso").click()
-        sign_in_at_the_provider(page, "carol")
-        page.wait_for_url(f"{url}/queues")
         choice = page.locator("#tenant-choice")
         assert choice.input_value() == "research"  # the first, until she chooses
         page.locator("text=research-q").first.wait_for()

@@ -187,3 +187,31 @@ def test_join_errors_are_one_line(broker, admin_kubeconfig, sim, db):
         f"archipelago: the name us-east is taken: the broker has it for {sim.cluster_url('us-east')}, not "
         f"{sim.cluster_url('eu-west')}; choose another name")
     assert _objects(sim, "eu-west")["ClusterRole"] is None  # refused before anything was made on the member
+
+
+@pytest.mark.parametrize("scenario", [{
+    "defaults": {"node": {"cpu": "64", "memory": "512Gi", "pods": "110"}, "topology": {"leaf": 2, "spine": 1},
+                 "duration": "60s", "version": "v1.34.1"},
+    "clusters": [{"name": "eu-west", "nodes": 1, "devices": {"driver": "gpu.nvidia.com", "count": 4}}]}])
+def test_a_joined_member_runs_a_jobset_claiming_devices_on_its_least_privilege_identity(broker, admin_kubeconfig, sim,
+                                                                                        settings, db):
+    """A real member's RBAC: the broker's ClusterRole must let it make the claim templates as well as the JobSet."""
+    from tests.propagation.test_devices import claiming, devices_of, exactly, submit, template
+    from clusters.sim.resources import RESOURCECLAIMS
+
+    joined = run("clusters", "join", "eu-west", "--kubeconfig", admin_kubeconfig("eu-west"), "-o", "json")
+    assert joined.exit_code == 0, joined.output
+    with TestClient(create_app(settings, db, run_loops=False), headers=ADMIN) as api:
+        for tenant, queue in TENANTS[:1]:
+            assert api.post("/api/v1/tenants", json={"name": tenant, "namespaces": [tenant]}).status_code == 201
+            assert api.post("/api/v1/queues", json={"name": queue, "tenant": tenant}).status_code == 201
+        federation = Federation(sim, api, db, settings)
+        try:
+            job = submit(federation, claiming("claims", "gpus"), template("gpus", exactly("gpu", "gpu.nvidia.com", 2)))
+            assert federation.until_state(job, "Running")["placements"][0]["cluster"] == "eu-west"
+            member = sim.cluster("eu-west")
+            with member.lock:
+                claims = member.list(RESOURCECLAIMS, "team-a", None, None)[0]
+            assert len(devices_of(claims)) == 2
+        finally:
+            federation.close()
